@@ -1,3 +1,120 @@
-"""Command-line entry point (placeholder filled below)."""
-def main() -> int:
+"""`herdr-mcp`: the one command-line entry point (the only module that knows every part).
+
+One top-level catch turns every expected failure into one diagnostic line and exit code 2;
+anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from herdr_mcp import __version__
+from herdr_mcp.contract import ContractError, contract_identity
+from herdr_mcp.runtime.auth import TokenFileError, load_or_create_token
+from herdr_mcp.runtime.config import DEFAULT_PORT, default_config_dir
+from herdr_mcp.state import STATE_SCHEMA
+
+
+class UsageError(Exception):
+    """A command-line request that cannot be carried out as given."""
+
+
+def version_info() -> dict[str, object]:
+    return {
+        "product": "herdr-mcp",
+        "version": __version__,
+        "contract": contract_identity().to_dict(),
+        "state_schema": STATE_SCHEMA,
+    }
+
+
+def _cmd_version(args: argparse.Namespace) -> int:
+    info = version_info()
+    if args.json:
+        print(json.dumps(info, sort_keys=True))
+        return 0
+    contract = contract_identity()
+    print(f"herdr-mcp {__version__}")
+    print(f"contract epoch {contract.epoch} / {contract.tool_count} tools")
+    print(contract.hash)
+    print(f"state schema {STATE_SCHEMA}")
     return 0
+
+
+def _cmd_token(args: argparse.Namespace) -> int:
+    config_dir = args.config_dir or default_config_dir()
+    path = config_dir / "token"
+    if args.path:
+        print(path)
+        return 0
+    print(load_or_create_token(path))
+    return 0
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from herdr_mcp.cli.serve import serve
+
+    return serve(args)
+
+
+def _cmd_sim(args: argparse.Namespace) -> int:
+    from herdr_mcp.sim.cli import main as sim_main
+
+    return sim_main(list(args.sim_args))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="herdr-mcp", description=__doc__.splitlines()[0] if __doc__ else None)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    version = commands.add_parser("version", help="print version, contract identity and state schema")
+    version.add_argument("--json", action="store_true", help="one JSON object")
+    version.set_defaults(run=_cmd_version)
+
+    token = commands.add_parser("token", help="print the local bearer token (created on first use)")
+    token.add_argument("--path", action="store_true", help="print the token file's path instead")
+    token.add_argument("--config-dir", type=_path, default=None)
+    token.set_defaults(run=_cmd_token)
+
+    serve = commands.add_parser("serve", help="run the runtime (Streamable HTTP MCP on loopback)")
+    serve.add_argument("--host", default="127.0.0.1", help="loopback address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}; 0 picks one")
+    serve.add_argument("--config-dir", type=_path, default=None, help="token and state (default: user config)")
+    serve.add_argument("--herdr-socket", type=_path, default=None, help="Herdr socket (default: Herdr's rules)")
+    mode = serve.add_mutually_exclusive_group()
+    mode.add_argument("--sim", dest="sim", action="store_const", const="on", help="always embed the simulator")
+    mode.add_argument("--no-sim", dest="sim", action="store_const", const="off", help="never embed it")
+    serve.set_defaults(sim="auto")
+    serve.add_argument("--sim-root", type=_path, action="append", default=None,
+                       help="workspace root for the embedded simulator (repeatable; default: cwd)")
+    serve.add_argument("--read-only", action="store_true", help="refuse every mutation")
+    serve.add_argument("--write-root", type=_path, action="append", default=None,
+                       help="allow writes only under this directory (repeatable)")
+    serve.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    serve.set_defaults(run=_cmd_serve)
+
+    sim = commands.add_parser("sim", help="run the Herdr simulator (see `herdr-mcp sim --help`)", add_help=False)
+    sim.add_argument("sim_args", nargs=argparse.REMAINDER)
+    sim.set_defaults(run=_cmd_sim)
+    return parser
+
+
+def _path(value: str) -> object:
+    from pathlib import Path
+
+    return Path(value).expanduser()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.run(args)
+    except (UsageError, TokenFileError, ContractError, OSError) as exc:
+        print(f"herdr-mcp: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return code

@@ -1,0 +1,80 @@
+"""The 18 tool handlers of the epoch-5 contract, by name.
+
+A handler takes the runtime `Services` and the schema-validated arguments and returns the
+structured result (a dict) or an `ImageOutput`; refusals raise `ToolError`. File and Git work is
+blocking and runs in a worker thread so one slow disk never stalls the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from herdr_mcp.errors import ToolError
+from herdr_mcp.runtime.tools import fs
+from herdr_mcp.runtime.tools.git import git_facts
+
+if TYPE_CHECKING:
+    from herdr_mcp.runtime.services import Services
+
+
+@dataclass(frozen=True)
+class ImageOutput:
+    data: bytes
+    mime_type: str
+    info: dict[str, Any]
+
+    def base64_data(self) -> str:
+        return base64.b64encode(self.data).decode("ascii")
+
+
+Handler = Callable[["Services", dict[str, Any]], Awaitable["dict[str, Any] | ImageOutput"]]
+
+
+def _fs(name: str) -> Handler:
+    async def handler(svc: Services, args: dict[str, Any]) -> dict[str, Any] | ImageOutput:
+        roots = await svc.topology.roots()
+        function: Callable[..., Any] = getattr(fs, name)
+        result = await asyncio.to_thread(function, roots, svc.policy, args)
+        if isinstance(result, dict):
+            return result
+        return ImageOutput(data=result.data, mime_type=result.mime_type, info=dict(result.info))
+
+    return handler
+
+
+async def _git(svc: Services, args: dict[str, Any]) -> dict[str, Any]:
+    root = (await svc.topology.roots()).root_for(args["root"])
+    if root.kind != "managed":
+        raise ToolError(
+            "git_requires_managed_root",
+            f"{root.path} is an operational root without Git; herdr_git only reads managed Git roots",
+        )
+    return await asyncio.to_thread(git_facts, root.path, args)
+
+
+def _handlers() -> dict[str, Handler]:
+    from herdr_mcp.runtime.tools import agents, execution, passthrough, skill, workstation
+
+    table: dict[str, Handler] = {
+        "herdr_inspect": workstation.inspect,
+        "herdr_since": workstation.since,
+        "herdr_skill": skill.skill,
+        "herdr_methods": passthrough.methods,
+        "herdr_call": passthrough.call,
+        "herdr_git": _git,
+        "herdr_exec": execution.exec_short,
+        "herdr_exec_start": execution.exec_start,
+        "herdr_exec_read": execution.exec_read,
+        "herdr_exec_kill": execution.exec_kill,
+        "herdr_prompt": agents.prompt,
+    }
+    for name in ("fs_read", "fs_list", "fs_grep", "fs_image", "fs_edit", "fs_write", "fs_patch"):
+        table[f"herdr_{name}"] = _fs(name)
+    return table
+
+
+HANDLERS: Mapping[str, Handler] = _handlers()

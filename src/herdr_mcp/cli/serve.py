@@ -1,0 +1,106 @@
+"""`herdr-mcp serve`: run one runtime generation on loopback.
+
+Herdr selection: `--sim` always embeds the simulator, `--no-sim` never does, and the default
+embeds it only when no Herdr answers a ping on the configured socket, so a new user can try
+everything without Herdr installed. The embedded simulator's socket lives in a private 0700
+directory and disappears with the process.
+
+The listening socket is bound before uvicorn starts, so `--port 0` works and the first line on
+stdout (`herdr-mcp serving http://127.0.0.1:<port>/mcp`) names the real port.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import socket
+import sys
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import uvicorn
+
+from herdr_mcp.herdr import HerdrClient, HerdrError, default_socket_path
+from herdr_mcp.runtime.app import build_app
+from herdr_mcp.runtime.auth import load_or_create_token
+from herdr_mcp.runtime.config import LOOPBACK_HOSTS, RuntimeConfig, default_config_dir
+from herdr_mcp.runtime.services import Services
+
+#: How long `serve` waits for an existing Herdr to answer before embedding the simulator.
+PROBE_TIMEOUT_SECONDS = 1.0
+
+
+def serve(args: argparse.Namespace) -> int:
+    from herdr_mcp.cli import UsageError
+
+    if args.host not in LOOPBACK_HOSTS:
+        raise UsageError(f"--host {args.host} is not loopback; the runtime only listens on {LOOPBACK_HOSTS}")
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return asyncio.run(_serve(args))
+
+
+async def _herdr_answers(path: Path) -> bool:
+    try:
+        await HerdrClient(path, timeout=PROBE_TIMEOUT_SECONDS).call("ping", {})
+    except HerdrError:
+        return False
+    return True
+
+
+@contextlib.asynccontextmanager
+async def _herdr(args: argparse.Namespace) -> AsyncIterator[tuple[Path, str]]:
+    """Yield the Herdr socket to use and a description of where it came from."""
+    path: Path = args.herdr_socket or default_socket_path()
+    if args.sim == "off" or (args.sim == "auto" and await _herdr_answers(path)):
+        yield path, f"Herdr at {path}"
+        return
+    from herdr_mcp.sim import SimConfig, Simulator
+
+    roots = [root.resolve() for root in (args.sim_root or [Path.cwd()])]
+    with tempfile.TemporaryDirectory(prefix="herdr-sim-", dir="/tmp") as private:
+        sim_socket = Path(private) / "herdr.sock"
+        simulator = Simulator(SimConfig.with_roots(roots), sim_socket)
+        await simulator.start()
+        try:
+            yield sim_socket, f"embedded Herdr simulator rooted at {', '.join(map(str, roots))}"
+        finally:
+            await simulator.stop()
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    config_dir: Path = args.config_dir or default_config_dir()
+    token = load_or_create_token(config_dir / "token")
+    async with _herdr(args) as (herdr_socket, herdr_source):
+        config = RuntimeConfig(
+            config_dir=config_dir,
+            herdr_socket=herdr_socket,
+            host=args.host,
+            port=args.port,
+            read_only=args.read_only,
+            write_roots=tuple(path.resolve() for path in args.write_root) if args.write_root else None,
+        )
+        app = build_app(Services.create(config), token)
+        sock = _bind(config.host, config.port)
+        port = sock.getsockname()[1]
+        host = f"[{config.host}]" if ":" in config.host else config.host
+        print(f"herdr-mcp serving http://{host}:{port}/mcp", flush=True)
+        print(f"  herdr: {herdr_source}", file=sys.stderr)
+        print(f"  bearer token file: {config.token_file}", file=sys.stderr, flush=True)
+        server = uvicorn.Server(
+            uvicorn.Config(app, log_level=args.log_level, lifespan="on", access_log=False, timeout_graceful_shutdown=5)
+        )
+        await server.serve(sockets=[sock])
+    return 0

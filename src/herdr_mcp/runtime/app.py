@@ -1,0 +1,73 @@
+"""The runtime's ASGI app: `/mcp` (bearer-guarded Streamable HTTP), `/health` (open).
+
+Composed once at start-up. The lifespan runs the SDK's session manager (without it every MCP
+request fails), follows Herdr events for herdr_since, and stops background exec sessions on the
+way out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp
+
+from herdr_mcp import __version__
+from herdr_mcp.contract import contract_identity
+from herdr_mcp.herdr import HerdrError
+from herdr_mcp.runtime.auth import BearerGate
+from herdr_mcp.runtime.server import ToolDispatcher, build_mcp_server
+from herdr_mcp.runtime.services import Services
+from herdr_mcp.state import STATE_SCHEMA
+
+#: /health must answer fast even when Herdr hangs.
+HEALTH_PING_TIMEOUT_SECONDS = 1.0
+
+
+def build_app(services: Services, token: str) -> ASGIApp:
+    """The whole runtime app; `token` is required as a bearer on /mcp."""
+    dispatcher = ToolDispatcher(services)
+    server = build_mcp_server(dispatcher)
+    sdk_app = server.streamable_http_app(json_response=True, host=services.config.host)
+    identity = contract_identity().to_dict()
+
+    async def health(request: Request) -> JSONResponse:
+        herdr: dict[str, Any] = {"socket": str(services.config.herdr_socket)}
+        try:
+            pong = await services.herdr.call("ping", {}, timeout=HEALTH_PING_TIMEOUT_SECONDS)
+        except HerdrError as exc:
+            herdr.update(reachable=False, error=exc.code)
+        else:
+            herdr.update(reachable=True, version=pong.get("version"), protocol=pong.get("protocol"))
+        return JSONResponse(
+            {
+                "status": "ok",
+                "product": "herdr-mcp",
+                "version": __version__,
+                "contract": identity,
+                "state_schema": STATE_SCHEMA,
+                "herdr": herdr,
+                "events": {"connected": services.events.connected, "cursor": services.events.last_seq},
+            }
+        )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with server.session_manager.run():
+            feed = asyncio.create_task(services.events.run(), name="herdr-event-feed")
+            try:
+                yield
+            finally:
+                feed.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await feed
+                await services.sessions.shutdown()
+
+    app = Starlette(routes=[Route("/health", health, methods=["GET"]), *sdk_app.routes], lifespan=lifespan)
+    return BearerGate(app, token)

@@ -1,0 +1,149 @@
+"""The runtime's own event feed: Herdr events numbered with cursors for herdr_since.
+
+One background task keeps an `events.subscribe` connection to Herdr open (reconnecting with
+backoff when Herdr goes away), numbers every event with a runtime sequence number and keeps the
+last `capacity` of them. Each lifecycle event also invalidates the cached topology.
+
+Cursors are plain integers that only grow, also across runtime restarts: the first number of a
+process is its start time in milliseconds times 1000, so a cursor handed out by an earlier
+process is always below the current window and is answered with `gap: true` instead of being
+silently misread. (Durable cursors that replay history across restarts come with the state
+store.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from herdr_mcp.herdr import HerdrClient, HerdrError
+
+log = logging.getLogger(__name__)
+
+#: Events kept in memory for herdr_since; older cursors get `gap: true`.
+DEFAULT_CAPACITY = 10_000
+#: What we ask Herdr to stream: lifecycle changes and agent status changes.
+SUBSCRIPTIONS: tuple[str, ...] = (
+    "workspace_created",
+    "workspace_closed",
+    "workspace_updated",
+    "tab_created",
+    "tab_closed",
+    "pane_created",
+    "pane_updated",
+    "pane_closed",
+    "pane_exited",
+    "pane.agent_status_changed",
+)
+_RECONNECT_DELAYS = (0.2, 0.5, 1.0, 2.0, 5.0)
+
+
+@dataclass(frozen=True)
+class FeedEvent:
+    seq: int
+    name: str
+    data: dict[str, Any]
+    at: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "event": self.name,
+            "data": self.data,
+            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.at)),
+        }
+
+    @property
+    def workspace_id(self) -> str | None:
+        value = self.data.get("workspace_id")
+        if isinstance(value, str):
+            return value
+        pane = self.data.get("pane_id")
+        return pane.split(":", 1)[0] if isinstance(pane, str) else None
+
+
+class EventFeed:
+    """Numbered Herdr events in a bounded window, filled by `run()`."""
+
+    def __init__(
+        self,
+        herdr: HerdrClient,
+        *,
+        on_event: Callable[[FeedEvent], None] | None = None,
+        capacity: int = DEFAULT_CAPACITY,
+    ) -> None:
+        self._herdr = herdr
+        self._on_event = on_event
+        self._events: deque[FeedEvent] = deque(maxlen=capacity)
+        self.first_seq = int(time.time() * 1000) * 1000
+        self._next_seq = self.first_seq
+        self.connected = False
+        self.last_error: str | None = None
+        self._changed = asyncio.Event()
+
+    @property
+    def last_seq(self) -> int:
+        return self._next_seq - 1
+
+    def record(self, name: str, data: dict[str, Any]) -> FeedEvent:
+        event = FeedEvent(seq=self._next_seq, name=name, data=data, at=time.time())
+        self._next_seq += 1
+        self._events.append(event)
+        if self._on_event is not None:
+            self._on_event(event)
+        self._changed.set()
+        self._changed = asyncio.Event()
+        return event
+
+    def since(self, cursor: int, *, workspace: str | None, limit: int) -> dict[str, Any]:
+        """Events with seq > cursor (oldest first), the cursor to pass next, and gap facts."""
+        oldest = self._events[0].seq if self._events else self._next_seq
+        gap = cursor < oldest - 1 and cursor != 0
+        selected: list[FeedEvent] = []
+        more = False
+        for event in self._events:
+            if event.seq <= cursor or (workspace is not None and event.workspace_id != workspace):
+                continue
+            if len(selected) == limit:
+                more = True
+                break
+            selected.append(event)
+        next_cursor = selected[-1].seq if more else max(cursor, self.last_seq)
+        return {
+            "events": [event.to_dict() for event in selected],
+            "next_cursor": next_cursor,
+            "more": more,
+            "gap": gap,
+            "feed_connected": self.connected,
+        }
+
+    async def wait_for_change(self, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), timeout)
+
+    async def run(self) -> None:
+        """Follow Herdr until cancelled; never raises for Herdr being away."""
+        attempt = 0
+        while True:
+            try:
+                async with self._herdr.subscribe([{"type": name} for name in SUBSCRIPTIONS]) as stream:
+                    self.connected, self.last_error, attempt = True, None, 0
+                    self.record("feed_connected", {})
+                    async for event in stream:
+                        self.record(event.name, dict(event.data))
+            except HerdrError as exc:
+                self.last_error = exc.code
+            except (OSError, ValueError) as exc:  # a connection torn mid-line
+                self.last_error = type(exc).__name__
+            if self.connected:
+                self.connected = False
+                self.record("feed_disconnected", {"reason": self.last_error or "stream_ended"})
+            delay = _RECONNECT_DELAYS[min(attempt, len(_RECONNECT_DELAYS) - 1)]
+            attempt += 1
+            await asyncio.sleep(delay)

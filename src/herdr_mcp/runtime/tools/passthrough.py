@@ -1,0 +1,131 @@
+"""herdr_methods and herdr_call: Herdr's long tail and our internal methods, validated.
+
+Native methods come from the table in `herdr_mcp.herdr.methods`; internal `herdr_mcp.*`
+methods are served by the runtime itself. Params are checked against the method's JSON schema
+before anything is sent, unknown methods are refused, streaming methods are not passthrough-able,
+and mutating native methods are refused in read-only mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from jsonschema import Draft202012Validator
+
+from herdr_mcp.errors import ToolError
+from herdr_mcp.herdr import HerdrError
+from herdr_mcp.herdr.methods import NATIVE_METHODS
+from herdr_mcp.runtime.herdr_errors import tool_error_from_herdr
+from herdr_mcp.runtime.tools import skill
+
+if TYPE_CHECKING:
+    from herdr_mcp.runtime.services import Services
+
+#: herdr_call waits at most this long for a native answer (agent.wait has its own timeout_ms).
+CALL_TIMEOUT_SECONDS = 30.0
+
+_MODULE_PARAMS = {
+    "type": "object",
+    "properties": {"module": {"type": "string", "minLength": 1, "maxLength": 64}},
+    "required": ["module"],
+    "additionalProperties": False,
+}
+_NO_PARAMS = {"type": "object", "properties": {}, "additionalProperties": False}
+
+
+@dataclass(frozen=True)
+class InternalMethod:
+    name: str
+    summary: str
+    params_schema: dict[str, Any]
+    run: Callable[[Services, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+INTERNAL_METHODS: dict[str, InternalMethod] = {
+    method.name: method
+    for method in (
+        InternalMethod(
+            "herdr_mcp.skill.list", "List the on-demand planner policy modules.", _NO_PARAMS, skill.internal_list
+        ),
+        InternalMethod(
+            "herdr_mcp.skill.describe",
+            "Title, summary and section headings of one policy module.",
+            _MODULE_PARAMS,
+            skill.internal_describe,
+        ),
+        InternalMethod(
+            "herdr_mcp.skill.load", "The full text of one policy module.", _MODULE_PARAMS, skill.internal_load
+        ),
+    )
+}
+
+
+def method_index(query: str | None, *, native_only: bool = False) -> list[dict[str, Any]]:
+    entries: list[dict[str, Any]] = [
+        {
+            "method": method.name,
+            "kind": "native",
+            "summary": method.summary,
+            "mutates": method.mutates,
+            "params_schema": method.params_schema,
+        }
+        for method in NATIVE_METHODS.values()
+        if not getattr(method, "streaming", False)
+    ]
+    if not native_only:
+        entries.extend(
+            {
+                "method": method.name,
+                "kind": "internal",
+                "summary": method.summary,
+                "mutates": False,
+                "params_schema": method.params_schema,
+            }
+            for method in INTERNAL_METHODS.values()
+        )
+    if query:
+        needle = query.casefold()
+        entries = [e for e in entries if needle in e["method"].casefold() or needle in e["summary"].casefold()]
+    return sorted(entries, key=lambda e: str(e["method"]))
+
+
+async def methods(svc: Services, args: dict[str, Any]) -> dict[str, Any]:
+    entries = method_index(args.get("query"))
+    return {"methods": entries, "count": len(entries)}
+
+
+def _validate(method: str, schema: dict[str, Any], params: dict[str, Any]) -> None:
+    problem = next(iter(Draft202012Validator(schema).iter_errors(params)), None)
+    if problem is not None:
+        where = "/".join(str(part) for part in problem.absolute_path) or "(params)"
+        raise ToolError(
+            "invalid_params", f"{method} {where}: {problem.message}; see herdr_methods for the schema"
+        )
+
+
+async def call(svc: Services, args: dict[str, Any]) -> dict[str, Any]:
+    name: str = args["method"]
+    params: dict[str, Any] = dict(args.get("params") or {})
+    internal = INTERNAL_METHODS.get(name)
+    if internal is not None:
+        _validate(name, internal.params_schema, params)
+        return {"method": name, "result": await internal.run(svc, params)}
+    native = NATIVE_METHODS.get(name)
+    if native is None or getattr(native, "streaming", False):
+        raise ToolError(
+            "unknown_method",
+            f"{name!r} is not a method herdr_call can run; herdr_methods lists the ones it can",
+        )
+    _validate(name, native.params_schema, params)
+    if native.mutates and svc.policy.read_only:
+        raise ToolError("read_only_mode", f"{name} changes Herdr state and the runtime is read-only")
+    timeout = CALL_TIMEOUT_SECONDS
+    if isinstance(params.get("timeout_ms"), int):
+        timeout = max(timeout, params["timeout_ms"] / 1000 + 5)
+    try:
+        result = await svc.herdr.call(name, params, timeout=timeout)
+    except HerdrError as exc:
+        raise tool_error_from_herdr(exc, mutating=native.mutates) from exc
+    return {"method": name, "result": result}
