@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from herdr_mcp.errors import ToolError
 from herdr_mcp.runtime.boundary import Root
 from herdr_mcp.runtime.tools.git import project_git_summary
 
@@ -65,7 +66,10 @@ def _projects(roots: list[Root]) -> list[dict[str, Any]]:
             "mutations": "allowed" if root.kind == "managed" else "operational_root_mutation_unsupported",
         }
         if root.kind == "managed" and index < MAX_PROJECT_SUMMARIES:
-            project.update(project_git_summary(root.path))
+            try:
+                project.update(project_git_summary(root.path))
+            except ToolError as exc:  # Git trouble in one project must not hide the others
+                project["git_error"] = exc.to_dict()
         projects.append(project)
     return projects
 

@@ -1,0 +1,503 @@
+"""herdr_git: read-only Git facts for a managed root, and the Git helpers of herdr_inspect.
+
+Every call runs the `git` binary once or twice with an argv we build ourselves:
+
+- `-C <root>`, `--no-optional-locks` (never take the index lock a user's Git may need),
+  `--no-pager`, `--literal-pathspecs` (a path is a path, never a glob or `:(magic)`),
+  `-c core.quotepath=off -c color.ui=false -c core.fsmonitor=false`;
+- a caller's path is refused when it looks like an option, must stay inside the root
+  lexically, and always follows `--`;
+- diff never runs external diff drivers or textconv filters; log never verifies signatures;
+- the environment drops variables that would point Git at another repository, and sets
+  GIT_TERMINAL_PROMPT=0 and LC_ALL=C (stable messages for the error mapping);
+- stdout is read while Git runs and only up to the cap (+1 byte to know it was exceeded); past
+  the cap Git is killed. Every call has a deadline (`git_timeout`).
+
+The functions block (up to the deadline); the runtime calls them from a worker thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import posixpath
+import selectors
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from herdr_mcp.errors import ToolError
+
+__all__ = ["git_facts", "git_toplevel", "project_git_summary"]
+
+# The catalog defaults and bounds of herdr_git.
+DEFAULT_MAX_COUNT = 20
+MAX_MAX_COUNT = 100
+DEFAULT_MAX_BYTES = 65536
+MAX_MAX_BYTES = 262144
+
+# Git on a healthy repository answers these questions in milliseconds; ten seconds means a
+# network filesystem or a huge repository, and the planner should hear about it.
+GIT_TIMEOUT_SECONDS = 10.0
+# herdr_inspect asks this for every project; it must stay cheap.
+TOPLEVEL_TIMEOUT_SECONDS = 5.0
+# Only the first line of stderr is ever shown; keep enough for a long path in it.
+_STDERR_CAP = 16 * 1024
+# --numstat lines are short; a quarter MiB covers thousands of files.
+_NUMSTAT_CAP = 256 * 1024
+# herdr_inspect's summary needs a count and a few names, not every untracked file.
+_SUMMARY_STATUS_CAP = 1024 * 1024
+_READ_CHUNK = 65536
+
+# Variables that would make Git look at another repository or run another program.
+_FOREIGN_GIT_ENV = (
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_COMMON_DIR",
+    "GIT_NAMESPACE",
+    "GIT_EXTERNAL_DIFF",
+    "GIT_PAGER",
+    "PAGER",
+)
+
+_ACTIONS = ("status", "diff", "log")
+
+
+@dataclass(frozen=True)
+class _GitOutput:
+    stdout: bytes
+    truncated: bool
+    stderr: str
+    returncode: int
+
+
+@dataclass
+class _Status:
+    branch: str | None = None
+    head: str | None = None
+    upstream: str | None = None
+    ahead: int | None = None
+    behind: int | None = None
+    files: list[dict[str, str]] = field(default_factory=list)
+    truncated: bool = False
+
+
+def git_facts(root: Path, args: Mapping[str, Any], *, timeout: float = GIT_TIMEOUT_SECONDS) -> dict[str, Any]:
+    """Answer one herdr_git call for `root` (already resolved and admitted by the caller).
+
+    `args` are the tool arguments (`action`, `path`, `staged`, `max_count`, `max_bytes`);
+    missing ones take the catalog defaults and unknown ones (`root`) are ignored. `path`
+    limits status as well as diff and log. Each Git run gets `timeout` seconds. Results:
+
+    - status: `{"action", "branch", "detached", "head", "upstream", "ahead", "behind", "clean",
+      "files": [{"path", "index", "worktree", "orig_path"?}], "truncated"}`; `index`/`worktree`
+      are Git's porcelain status letters (`.` unchanged, `M`, `A`, `D`, `R`, `C`, `T`, `U`, and
+      `?` for untracked). The raw listing is capped at max_bytes.
+    - diff: `{"action", "staged", "diff", "truncated", "files_changed", "files": [{"path",
+      "added", "deleted", "orig_path"?}], "files_truncated"}`; added/deleted are null for binary.
+    - log: `{"action", "commits": [{"sha", "author", "author_email", "date", "subject"}],
+      "truncated"}`; an unborn branch has no commits.
+
+    Raises ToolError: `invalid_argument`, `argument_looks_like_option`, `path_outside_root`,
+    `root_not_found`, `not_a_git_repository`, `git_timeout`, `git_unavailable`, `git_failed`.
+    """
+    action = args.get("action")
+    if action not in _ACTIONS:
+        raise ToolError("invalid_argument", "action must be one of status, diff or log.", argument="action")
+    path = _checked_path(args.get("path"))
+    staged = _bool_argument(args, "staged", False)
+    max_count = _int_argument(args, "max_count", DEFAULT_MAX_COUNT, MAX_MAX_COUNT)
+    max_bytes = _int_argument(args, "max_bytes", DEFAULT_MAX_BYTES, MAX_MAX_BYTES)
+    if not root.is_dir():
+        raise ToolError(
+            "root_not_found", f"The root {root} is not a directory; use a root from herdr_inspect."
+        )
+    if action == "status":
+        return {"action": "status", **_status_result(_status(root, path, max_bytes, timeout))}
+    if action == "diff":
+        return {"action": "diff", **_diff(root, path, staged, max_bytes, timeout)}
+    return {"action": "log", **_log(root, path, max_count, max_bytes, timeout)}
+
+
+def git_toplevel(path: Path) -> Path | None:
+    """The realpath of the work tree top containing directory `path`, or None.
+
+    None for anything that is not a directory inside a Git work tree (including a bare
+    repository or the inside of `.git`), and when Git is missing, slow or failing.
+    """
+    if not path.is_dir():
+        return None
+    try:
+        output = _run_git(
+            path, ["rev-parse", "--show-toplevel"], max_bytes=4096, timeout=TOPLEVEL_TIMEOUT_SECONDS
+        )
+    except ToolError:
+        return None
+    text = output.stdout.decode("utf-8", errors="surrogateescape").rstrip("\n")
+    if output.returncode != 0 or output.truncated or not text:
+        return None
+    return Path(os.path.realpath(text))
+
+
+def project_git_summary(root: Path, *, max_files: int = 50) -> dict[str, Any]:
+    """A small picture of a project for herdr_inspect.
+
+    Returns `{"branch", "head", "dirty", "changed_files": [first max_files paths],
+    "changed_count", "changed_count_capped"}`; untracked files count as changes;
+    `changed_count_capped` means the status listing was too long to count fully, so
+    changed_count is a lower bound.
+    Raises ToolError like `git_facts` (`not_a_git_repository`, `git_timeout`, ...).
+    """
+    status = _status(root, None, _SUMMARY_STATUS_CAP, GIT_TIMEOUT_SECONDS)
+    return {
+        "branch": status.branch,
+        "head": status.head,
+        "dirty": bool(status.files) or status.truncated,
+        "changed_files": [entry["path"] for entry in status.files[:max_files]],
+        "changed_count": len(status.files),
+        "changed_count_capped": status.truncated,
+    }
+
+
+# Arguments ------------------------------------------------------------------------------
+
+
+def _checked_path(value: object) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ToolError("invalid_argument", "path must be a string.", argument="path")
+    if value.startswith("-"):
+        raise ToolError(
+            "argument_looks_like_option",
+            "path starts with '-', which Git could read as an option; name the path without a leading '-'.",
+            argument="path",
+        )
+    if "\0" in value:
+        raise ToolError("invalid_argument", "path must not contain NUL characters.", argument="path")
+    if posixpath.isabs(value):
+        raise ToolError(
+            "path_outside_root", "path must be relative to the root; drop the leading '/'.", argument="path"
+        )
+    normalized = posixpath.normpath(value)
+    if normalized == ".." or normalized.startswith("../"):
+        raise ToolError(
+            "path_outside_root",
+            "path leaves the root through '..'; give a path inside the root.",
+            argument="path",
+        )
+    if normalized.startswith("-"):
+        raise ToolError(
+            "argument_looks_like_option",
+            "path normalizes to a name starting with '-'; name the path without a leading '-'.",
+            argument="path",
+        )
+    return normalized
+
+
+def _bool_argument(args: Mapping[str, Any], name: str, default: bool) -> bool:
+    value = args.get(name, default)
+    if not isinstance(value, bool):
+        raise ToolError("invalid_argument", f"{name} must be true or false.", argument=name)
+    return value
+
+
+def _int_argument(args: Mapping[str, Any], name: str, default: int, maximum: int) -> int:
+    value = args.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
+        raise ToolError("invalid_argument", f"{name} must be an integer from 1 to {maximum}.", argument=name)
+    return value
+
+
+def _pathspec(path: str | None) -> list[str]:
+    return ["--"] if path is None else ["--", path]
+
+
+# Actions --------------------------------------------------------------------------------
+
+
+def _status(root: Path, path: str | None, max_bytes: int, timeout: float) -> _Status:
+    argv = ["status", "--porcelain=v2", "--branch", "-z", *_pathspec(path)]
+    output = _run_git(root, argv, max_bytes=max_bytes, timeout=timeout)
+    _raise_for_failure(output)
+    return _parse_status(output.stdout[:max_bytes], output.truncated)
+
+
+def _status_result(status: _Status) -> dict[str, Any]:
+    return {
+        "branch": status.branch,
+        "detached": status.branch is None,
+        "head": status.head,
+        "upstream": status.upstream,
+        "ahead": status.ahead,
+        "behind": status.behind,
+        "clean": not status.files and not status.truncated,
+        "files": status.files,
+        "truncated": status.truncated,
+    }
+
+
+def _parse_status(data: bytes, truncated: bool) -> _Status:
+    """Parse `git status --porcelain=v2 --branch -z`, dropping a record cut off by the cap."""
+    status = _Status(truncated=truncated)
+    records = data.split(b"\0")[:-1]  # the last piece is empty, or cut off
+    index = 0
+    while index < len(records):
+        record = records[index]
+        index += 1
+        kind = record[:2]
+        if kind == b"# ":
+            _parse_status_header(status, _text(record[2:]))
+        elif kind == b"1 ":
+            fields = record.split(b" ", 8)
+            status.files.append(_status_entry(fields[1], fields[8]))
+        elif kind == b"2 ":
+            if index >= len(records):
+                break  # its original path was cut off
+            fields = record.split(b" ", 9)
+            entry = _status_entry(fields[1], fields[9])
+            entry["orig_path"] = _text(records[index])
+            index += 1
+            status.files.append(entry)
+        elif kind == b"u ":
+            fields = record.split(b" ", 10)
+            status.files.append(_status_entry(fields[1], fields[10]))
+        elif kind == b"? ":
+            status.files.append({"path": _text(record[2:]), "index": "?", "worktree": "?"})
+    return status
+
+
+def _parse_status_header(status: _Status, header: str) -> None:
+    name, _, value = header.partition(" ")
+    if name == "branch.oid":
+        status.head = None if value == "(initial)" else value
+    elif name == "branch.head":
+        status.branch = None if value == "(detached)" else value
+    elif name == "branch.upstream":
+        status.upstream = value
+    elif name == "branch.ab":
+        ahead, _, behind = value.partition(" ")
+        status.ahead = int(ahead.lstrip("+"))
+        status.behind = int(behind.lstrip("-"))
+
+
+def _status_entry(xy: bytes, path: bytes) -> dict[str, str]:
+    letters = _text(xy)
+    return {"path": _text(path), "index": letters[:1], "worktree": letters[1:2]}
+
+
+def _diff(root: Path, path: str | None, staged: bool, max_bytes: int, timeout: float) -> dict[str, Any]:
+    common = ["--no-ext-diff", "--no-textconv", "--no-color", *(["--cached"] if staged else [])]
+    output = _run_git(root, ["diff", *common, *_pathspec(path)], max_bytes=max_bytes, timeout=timeout)
+    _raise_for_failure(output)
+    numstat_argv = ["diff", *common, "--numstat", "-z", *_pathspec(path)]
+    numstat = _run_git(root, numstat_argv, max_bytes=_NUMSTAT_CAP, timeout=timeout)
+    _raise_for_failure(numstat)
+    files = _parse_numstat(numstat.stdout[:_NUMSTAT_CAP])
+    return {
+        "staged": staged,
+        "diff": _text(output.stdout[: _utf8_prefix(output.stdout, max_bytes)]),
+        "truncated": output.truncated,
+        "files_changed": len(files),
+        "files": files,
+        "files_truncated": numstat.truncated,
+    }
+
+
+def _parse_numstat(data: bytes) -> list[dict[str, Any]]:
+    """Parse `git diff --numstat -z`: `added TAB deleted TAB path NUL`, or for a rename
+    `added TAB deleted TAB NUL old NUL new NUL`."""
+    records = data.split(b"\0")[:-1]
+    files: list[dict[str, Any]] = []
+    index = 0
+    while index < len(records):
+        parts = records[index].split(b"\t", 2)
+        index += 1
+        if len(parts) != 3:
+            continue
+        added, deleted, path = parts
+        entry: dict[str, Any] = {
+            "added": int(added) if added.isdigit() else None,
+            "deleted": int(deleted) if deleted.isdigit() else None,
+        }
+        if path:
+            entry["path"] = _text(path)
+        else:
+            if index + 1 >= len(records):
+                break  # the rename's paths were cut off
+            entry["orig_path"] = _text(records[index])
+            entry["path"] = _text(records[index + 1])
+            index += 2
+        files.append(entry)
+    return files
+
+
+_LOG_FIELDS = 5
+
+
+def _log(root: Path, path: str | None, max_count: int, max_bytes: int, timeout: float) -> dict[str, Any]:
+    argv = [
+        "log",
+        "--no-color",
+        "--no-show-signature",
+        f"--max-count={max_count}",
+        "--format=%H%x00%an%x00%ae%x00%aI%x00%s",
+        "-z",
+        *_pathspec(path),
+    ]
+    output = _run_git(root, argv, max_bytes=max_bytes, timeout=timeout)
+    if output.returncode != 0 and "does not have any commits" in output.stderr:
+        return {"commits": [], "truncated": False}
+    _raise_for_failure(output)
+    pieces = output.stdout[:max_bytes].split(b"\0")
+    if output.truncated or pieces[-1] == b"":
+        pieces.pop()  # cut off by the cap, or the empty piece after the last NUL
+    commits = []
+    for start in range(0, len(pieces) - _LOG_FIELDS + 1, _LOG_FIELDS):
+        sha, author, email, date, subject = (_text(piece) for piece in pieces[start : start + _LOG_FIELDS])
+        commits.append(
+            {"sha": sha, "author": author, "author_email": email, "date": date, "subject": subject}
+        )
+    return {"commits": commits, "truncated": output.truncated}
+
+
+# Running Git ----------------------------------------------------------------------------
+
+
+def _git_env() -> dict[str, str]:
+    env = {name: value for name, value in os.environ.items() if name not in _FOREIGN_GIT_ENV}
+    env.update(GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0", LC_ALL="C")
+    env.pop("LANGUAGE", None)
+    return env
+
+
+def _run_git(root: Path, args: Sequence[str], *, max_bytes: int, timeout: float) -> _GitOutput:
+    """Run git in `root`, keeping at most max_bytes + 1 bytes of stdout; kill it past that.
+
+    Git runs in its own process group so that a kill also reaches the helpers it started
+    (filters, hooks of a repository's config).
+    """
+    argv = [
+        "git",
+        "-C",
+        str(root),
+        "--no-optional-locks",
+        "--no-pager",
+        "--literal-pathspecs",
+        "-c",
+        "core.quotepath=off",
+        "-c",
+        "color.ui=false",
+        "-c",
+        "core.fsmonitor=false",
+        *args,
+    ]
+    deadline = time.monotonic() + timeout
+    try:
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=_git_env(),
+            start_new_session=True,
+        )
+    except FileNotFoundError as exc:
+        raise ToolError("git_unavailable", "git is not installed on this workstation; install Git.") from exc
+    with process:
+        try:
+            stdout, stderr, truncated = _collect(process, max_bytes + 1, deadline)
+            if truncated:
+                _kill_group(process)
+            returncode = process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except (TimeoutError, subprocess.TimeoutExpired):
+            raise ToolError(
+                "git_timeout",
+                f"git did not answer within {timeout:g} s; try a narrower path or use herdr_exec.",
+            ) from None
+        finally:
+            if process.poll() is None:
+                _kill_group(process)
+    return _GitOutput(
+        stdout=stdout,
+        truncated=truncated,
+        stderr=stderr.decode("utf-8", errors="replace"),
+        returncode=returncode,
+    )
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    # Not yet reaped, so the group id (== pid) cannot have been reused.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+def _collect(process: subprocess.Popen[bytes], keep: int, deadline: float) -> tuple[bytes, bytes, bool]:
+    """Read stdout (up to `keep` bytes) and stderr (capped) until EOF, the cap, or the deadline."""
+    # Both are PIPE in _run_git.
+    assert process.stdout is not None
+    assert process.stderr is not None
+    stdout = bytearray()
+    stderr = bytearray()
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ, stdout)
+        selector.register(process.stderr, selectors.EVENT_READ, stderr)
+        while selector.get_map():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            for key, _ in selector.select(remaining):
+                chunk = os.read(key.fd, _READ_CHUNK)
+                if not chunk:
+                    selector.unregister(key.fileobj)
+                    continue
+                buffer: bytearray = key.data
+                if buffer is stdout:
+                    stdout += chunk
+                    if len(stdout) >= keep:
+                        return bytes(stdout[:keep]), bytes(stderr), True
+                elif len(stderr) < _STDERR_CAP:
+                    stderr += chunk[: _STDERR_CAP - len(stderr)]
+    return bytes(stdout), bytes(stderr), False
+
+
+def _raise_for_failure(output: _GitOutput) -> None:
+    if output.returncode == 0 or output.truncated:
+        return
+    if "not a git repository" in output.stderr.lower():
+        raise ToolError(
+            "not_a_git_repository",
+            "This root is not inside a Git work tree; use herdr_fs_list or herdr_exec instead.",
+        )
+    first_line = (
+        output.stderr.strip().splitlines()[0] if output.stderr.strip() else f"exit {output.returncode}"
+    )
+    raise ToolError(
+        "git_failed", f"git failed: {first_line}. Check the arguments or inspect with herdr_exec."
+    )
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
+
+
+def _utf8_prefix(data: bytes, limit: int) -> int:
+    """The length of data[:limit] backed off so it does not end inside a UTF-8 sequence."""
+    if len(data) <= limit:
+        return len(data)
+    for index in range(limit - 1, max(limit - 4, -1), -1):
+        byte = data[index]
+        if byte & 0xC0 == 0x80:
+            continue
+        length = 2 if byte >= 0xC0 else 1
+        length = 3 if byte >= 0xE0 else length
+        length = 4 if byte >= 0xF0 else length
+        return index if limit - index < length else limit
+    return limit

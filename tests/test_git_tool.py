@@ -1,0 +1,255 @@
+"""herdr_git against real repositories in temporary directories."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from herdr_mcp.errors import ToolError
+from herdr_mcp.runtime.tools.git import git_facts, git_toplevel, project_git_summary
+
+
+@pytest.fixture(autouse=True)
+def isolated_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # No developer or system config, and no repository above the test directories.
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", "/dev/null")
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    for name in ("GIT_AUTHOR_NAME", "GIT_COMMITTER_NAME"):
+        monkeypatch.setenv(name, "Test Author")
+    for name in ("GIT_AUTHOR_EMAIL", "GIT_COMMITTER_EMAIL"):
+        monkeypatch.setenv(name, "test@example.com")
+
+
+def git(cwd: Path, *args: str) -> str:
+    completed = subprocess.run(
+        ["git", "-C", str(cwd), "-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false", *args],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return completed.stdout.strip()
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """Two commits, then: a.txt modified, staged.txt staged, u.txt untracked, old.txt -> new.txt."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    git(root, "init", "-q")
+    write(root / "a.txt", "alpha\n")
+    write(root / "b.txt", "beta\n")
+    write(root / "old.txt", "old contents that are long enough to be a rename\n")
+    write(root / "sub" / "c.txt", "gamma\n")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "first commit")
+    write(root / "a.txt", "alpha\nsecond line\n")
+    git(root, "commit", "-q", "-am", "second: Änderung")
+    write(root / "a.txt", "alpha changed\nsecond line\n")
+    write(root / "staged.txt", "staged\n")
+    git(root, "add", "staged.txt")
+    write(root / "u.txt", "untracked\n")
+    git(root, "mv", "old.txt", "new.txt")
+    return root
+
+
+def by_path(files: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {entry["path"]: entry for entry in files}
+
+
+def refusal(root: Path, **args: Any) -> str:
+    with pytest.raises(ToolError) as error:
+        git_facts(root, args)
+    return error.value.code
+
+
+def test_status_reports_branch_head_and_every_kind_of_change(repo: Path) -> None:
+    result = git_facts(repo, {"action": "status"})
+    assert result["action"] == "status"
+    assert (result["branch"], result["detached"]) == ("main", False)
+    assert result["head"] == git(repo, "rev-parse", "HEAD")
+    assert (result["upstream"], result["ahead"], result["behind"]) == (None, None, None)
+    assert (result["clean"], result["truncated"]) == (False, False)
+    assert by_path(result["files"]) == {
+        "a.txt": {"path": "a.txt", "index": ".", "worktree": "M"},
+        "staged.txt": {"path": "staged.txt", "index": "A", "worktree": "."},
+        "u.txt": {"path": "u.txt", "index": "?", "worktree": "?"},
+        "new.txt": {"path": "new.txt", "index": "R", "worktree": ".", "orig_path": "old.txt"},
+    }
+
+
+def test_status_of_a_clone_counts_ahead_and_behind(repo: Path, tmp_path: Path) -> None:
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(repo), str(clone))
+    write(clone / "b.txt", "beta 2\n")
+    git(clone, "commit", "-q", "-am", "ahead by one")
+    result = git_facts(clone, {"action": "status"})
+    assert (result["upstream"], result["ahead"], result["behind"]) == ("origin/main", 1, 0)
+    assert (result["clean"], result["files"]) == (True, [])
+
+
+def test_status_of_an_unborn_branch(tmp_path: Path) -> None:
+    root = tmp_path / "fresh"
+    root.mkdir()
+    git(root, "init", "-q")
+    write(root / "first.txt", "x\n")
+    result = git_facts(root, {"action": "status"})
+    assert (result["branch"], result["head"]) == ("main", None)
+    assert result["files"] == [{"path": "first.txt", "index": "?", "worktree": "?"}]
+    assert git_facts(root, {"action": "log"}) == {"action": "log", "commits": [], "truncated": False}
+    assert project_git_summary(root)["head"] is None
+
+
+def test_working_tree_diff(repo: Path) -> None:
+    result = git_facts(repo, {"action": "diff"})
+    assert (result["staged"], result["truncated"], result["files_truncated"]) == (False, False, False)
+    assert "-alpha\n+alpha changed\n" in result["diff"]
+    assert "staged.txt" not in result["diff"]
+    assert result["files"] == [{"path": "a.txt", "added": 1, "deleted": 1}]
+    assert result["files_changed"] == 1
+
+
+def test_staged_diff_shows_additions_and_renames(repo: Path) -> None:
+    result = git_facts(repo, {"action": "diff", "staged": True})
+    assert "+staged\n" in result["diff"]
+    assert "rename from old.txt" in result["diff"]
+    assert by_path(result["files"]) == {
+        "staged.txt": {"path": "staged.txt", "added": 1, "deleted": 0},
+        "new.txt": {"path": "new.txt", "orig_path": "old.txt", "added": 0, "deleted": 0},
+    }
+
+
+def test_path_limits_diff_and_log(repo: Path) -> None:
+    write(repo / "sub" / "c.txt", "gamma changed\n")
+    diff = git_facts(repo, {"action": "diff", "path": "sub"})
+    assert [entry["path"] for entry in diff["files"]] == ["sub/c.txt"]
+    assert "a.txt" not in diff["diff"]
+    log = git_facts(repo, {"action": "log", "path": "./b.txt"})
+    assert [commit["subject"] for commit in log["commits"]] == ["first commit"]
+
+
+def test_log_shape_and_limits(repo: Path) -> None:
+    result = git_facts(repo, {"action": "log"})
+    assert [commit["subject"] for commit in result["commits"]] == ["second: Änderung", "first commit"]
+    newest = result["commits"][0]
+    assert newest["sha"] == git(repo, "rev-parse", "HEAD")
+    assert (newest["author"], newest["author_email"]) == ("Test Author", "test@example.com")
+    assert datetime.fromisoformat(newest["date"]).tzinfo is not None
+    assert result["truncated"] is False
+    assert len(git_facts(repo, {"action": "log", "max_count": 1})["commits"]) == 1
+    cut = git_facts(repo, {"action": "log", "max_bytes": 150})
+    assert cut["truncated"] is True
+    assert [commit["subject"] for commit in cut["commits"]] == ["second: Änderung"]
+
+
+def test_big_diff_is_cut_at_max_bytes_on_a_character_boundary(repo: Path) -> None:
+    write(repo / "big.txt", "ä" * 10)
+    git(repo, "add", "big.txt")
+    write(repo / "big.txt", "ö€" * 200_000)
+    result = git_facts(repo, {"action": "diff", "path": "big.txt", "max_bytes": 1001})
+    assert result["truncated"] is True
+    assert 990 <= len(result["diff"].encode()) <= 1001
+    assert "\ufffd" not in result["diff"]
+    assert result["files"] == [{"path": "big.txt", "added": 1, "deleted": 1}]
+
+
+@pytest.mark.parametrize("path", ["--output=OUT", "-p", "./--output=OUT"])
+def test_option_like_paths_are_refused_and_never_reach_git(repo: Path, tmp_path: Path, path: str) -> None:
+    target = tmp_path / "created-by-git"
+    path = path.replace("OUT", str(target))
+    for action in ("status", "diff", "log"):
+        assert refusal(repo, action=action, path=path) == "argument_looks_like_option"
+    assert not target.exists()
+
+
+@pytest.mark.parametrize("path", ["..", "../repo", "sub/../../x", "/etc/passwd"])
+def test_paths_outside_the_root_are_refused(repo: Path, path: str) -> None:
+    assert refusal(repo, action="diff", path=path) == "path_outside_root"
+
+
+def test_bad_arguments_are_refused(repo: Path) -> None:
+    assert refusal(repo, action="push") == "invalid_argument"
+    assert refusal(repo, action="log", max_count=True) == "invalid_argument"
+    assert refusal(repo, action="log", max_count=101) == "invalid_argument"
+    assert refusal(repo, action="diff", max_bytes=0) == "invalid_argument"
+    assert refusal(repo, action="diff", staged="yes") == "invalid_argument"
+
+
+def test_glob_paths_are_literal(repo: Path) -> None:
+    result = git_facts(repo, {"action": "diff", "path": "*.txt"})
+    assert (result["diff"], result["files"]) == ("", [])
+
+
+def test_external_diff_programs_never_run(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    marker = tmp_path / "external-diff-ran"
+    script = tmp_path / "external-diff"
+    script.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("GIT_EXTERNAL_DIFF", str(script))
+    git(repo, "config", "diff.external", str(script))
+    assert "-alpha" in git_facts(repo, {"action": "diff"})["diff"]
+    assert not marker.exists()
+
+
+def test_a_directory_outside_git_is_not_a_repository(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    for action in ("status", "diff", "log"):
+        assert refusal(plain, action=action) == "not_a_git_repository"
+    assert refusal(tmp_path / "missing", action="status") == "root_not_found"
+    assert git_toplevel(plain) is None
+
+
+def test_git_toplevel_resolves_the_work_tree(repo: Path, tmp_path: Path) -> None:
+    link = tmp_path / "link"
+    link.symlink_to(repo)
+    assert git_toplevel(repo / "sub") == repo.resolve()
+    assert git_toplevel(link) == repo.resolve()
+    assert git_toplevel(repo / "a.txt") is None
+    assert git_toplevel(repo / ".git") is None
+
+
+def test_project_git_summary(repo: Path) -> None:
+    summary = project_git_summary(repo, max_files=2)
+    assert summary["branch"] == "main"
+    assert summary["head"] == git(repo, "rev-parse", "HEAD")
+    assert (summary["dirty"], summary["changed_count"], summary["changed_count_capped"]) == (True, 4, False)
+    assert len(summary["changed_files"]) == 2
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "everything")
+    assert project_git_summary(repo) | {"head": None} == {
+        "branch": "main",
+        "head": None,
+        "dirty": False,
+        "changed_files": [],
+        "changed_count": 0,
+        "changed_count_capped": False,
+    }
+
+
+def test_slow_git_is_stopped_with_its_helpers(repo: Path, tmp_path: Path) -> None:
+    # A clean filter from the repository's own config makes `git diff` wait on a helper.
+    marker = tmp_path / "filter-finished"
+    write(repo / ".gitattributes", "*.slow filter=slow\n")
+    write(repo / "data.slow", "one\n")
+    git(repo, "add", ".gitattributes", "data.slow")
+    git(repo, "commit", "-q", "-m", "slow file")
+    git(repo, "config", "filter.slow.clean", f"sleep 1.5; touch {marker}; cat")
+    write(repo / "data.slow", "two\n")
+    with pytest.raises(ToolError) as error:
+        git_facts(repo, {"action": "diff", "path": "data.slow"}, timeout=0.3)
+    assert error.value.code == "git_timeout"
+    time.sleep(2)
+    assert not marker.exists(), "the filter outlived the killed git"
