@@ -1,0 +1,123 @@
+"""Shared helpers for tests that need a Herdr: short socket dirs, a running simulator, a client.
+
+Use from any test file:
+
+    @pytest.fixture
+    def tmp_short() -> Iterator[Path]:
+        with short_tmp_dir() as path:
+            yield path
+
+    def test_x(tmp_short: Path) -> None:
+        async def body() -> None:
+            async with running_sim(tmp_short) as (sim, client):
+                ...
+        run(body())
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+from herdr_mcp.herdr import HerdrClient
+from herdr_mcp.sim import (
+    AgentConfig,
+    AgentScript,
+    PaneConfig,
+    ScriptStep,
+    SimConfig,
+    Simulator,
+    TabConfig,
+    WorkspaceConfig,
+)
+
+T = TypeVar("T")
+
+TEST_TIMEOUT_S = 20.0
+
+
+@contextlib.contextmanager
+def short_tmp_dir() -> Iterator[Path]:
+    """A private dir under /tmp: AF_UNIX socket paths must stay under ~100 bytes."""
+    path = Path(tempfile.mkdtemp(prefix="hm-", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def run(coroutine: Coroutine[Any, Any, T], timeout: float = TEST_TIMEOUT_S) -> T:
+    """Run a test body on a fresh event loop, failing it if it takes longer than `timeout`."""
+
+    async def bounded() -> T:
+        async with asyncio.timeout(timeout):
+            return await coroutine
+
+    return asyncio.run(bounded())
+
+
+def fast_script(*, final: str = "done", output: str = "working on it\n") -> AgentScript:
+    """working at once, some output, then `final`: a short, predictable turn."""
+    return AgentScript(
+        (
+            ScriptStep(after_ms=10, state="working", echo_prompt=True),
+            ScriptStep(after_ms=30, output=output),
+            ScriptStep(after_ms=30, state=final),
+        )
+    )
+
+
+def two_project_config(base: Path, script: AgentScript | None = None) -> SimConfig:
+    """Workspace w1 (`api`: shell + agent `coder`) and w2 (`web`: agent `reviewer`), real dirs."""
+    api, web = base / "api", base / "web"
+    (api / "src").mkdir(parents=True, exist_ok=True)
+    web.mkdir(parents=True, exist_ok=True)
+    agent_script = script or fast_script()
+    return SimConfig(
+        (
+            WorkspaceConfig(
+                cwd=api,
+                label="api",
+                tabs=(
+                    TabConfig(
+                        label="main",
+                        panes=(
+                            PaneConfig(label="shell"),
+                            PaneConfig(
+                                cwd=api / "src",
+                                label="coder",
+                                agent=AgentConfig("coder", "claude", script=agent_script),
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+            WorkspaceConfig(
+                cwd=web,
+                label="web",
+                tabs=(
+                    TabConfig(
+                        panes=(PaneConfig(agent=AgentConfig("reviewer", "codex", script=agent_script)),)
+                    ),
+                ),
+            ),
+        )
+    )
+
+
+@contextlib.asynccontextmanager
+async def running_sim(
+    base: Path, config: SimConfig | None = None, *, timeout: float = 5.0
+) -> AsyncIterator[tuple[Simulator, HerdrClient]]:
+    """A started simulator on `base/herdr.sock` and a client for it; stopped on exit."""
+    simulator = Simulator(config or two_project_config(base), base / "herdr.sock")
+    await simulator.start()
+    try:
+        yield simulator, HerdrClient(simulator.socket_path, timeout=timeout)
+    finally:
+        await simulator.stop()
