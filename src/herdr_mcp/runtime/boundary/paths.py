@@ -1,0 +1,145 @@
+"""Path vocabulary of the boundary: lexical normalization, containment, and symlink-free opens.
+
+Two checks guard every path a remote planner names. The lexical one (`normalize_lexical`,
+`is_within`) never touches the disk, so `..` cannot be smuggled through a symlinked directory. The
+on-disk one happens at open time: `open_beneath` walks from the root's directory descriptor one
+component at a time with O_NOFOLLOW, so a symlink swapped in after the check fails the open
+instead of leading elsewhere.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+
+from herdr_mcp.errors import ToolError
+
+if TYPE_CHECKING:
+    from herdr_mcp.runtime.boundary.roots import Root
+
+__all__ = [
+    "ResolvedPath",
+    "is_within",
+    "normalize_lexical",
+    "open_beneath",
+    "open_error",
+    "relative_parts",
+]
+
+# O_PATH (Linux) opens a directory only to use as an anchor, without needing read permission.
+_DIR_ANCHOR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+@dataclass(frozen=True)
+class ResolvedPath:
+    """A path a tool may use: checked lexically and by realpath against one root.
+
+    `path` is the real location (no symlinks below `root.path`), `relative` its root-relative
+    POSIX form ("." for the root itself), `lexical` what the caller named after `..` folding.
+    `symlinked` is true when a symlink sits anywhere between the root and the target (mutations
+    refuse that); `exists` says whether the target exists (only `for_write` resolution admits a
+    missing target); `missing_parents` counts directories between the deepest existing ancestor
+    and the target (fs_write refuses them, fs_patch creates them).
+    """
+
+    root: Root
+    path: Path
+    relative: str
+    lexical: Path
+    symlinked: bool
+    exists: bool
+    missing_parents: int = 0
+
+    @property
+    def lexical_relative(self) -> str:
+        """The root-relative form of what the caller named (differs from `relative` via symlinks)."""
+        return _relative_to(self.lexical, self.root.path)
+
+
+def _relative_to(path: Path, base: Path) -> str:
+    if path == base:
+        return "."
+    return path.relative_to(base).as_posix()
+
+
+def normalize_lexical(path: str, *, base: Path | None) -> Path:
+    """Fold `.`, `..` and empty segments without touching the disk.
+
+    Absolute paths ignore `base`; relative ones are joined to it (`base` must then be given).
+    `..` above `/` stays at `/`, as the kernel does.
+    """
+    if path.startswith("/"):
+        parts: list[str] = []
+    elif base is None:
+        raise ValueError("a relative path needs a base")
+    else:
+        parts = list(base.parts[1:])
+    for segment in path.split("/"):
+        if segment in ("", "."):
+            continue
+        if segment == "..":
+            if parts:
+                parts.pop()
+            continue
+        parts.append(segment)
+    return Path("/", *parts)
+
+
+def is_within(path: Path, directory: Path) -> bool:
+    """Component-wise containment: /x/repo2 is not within /x/repo; a directory is within itself."""
+    return path == directory or directory in path.parents
+
+
+def relative_parts(relative: str) -> list[str]:
+    """The components of a root-relative path ("." has none)."""
+    return [part for part in PurePosixPath(relative).parts if part != "."]
+
+
+def open_error(exc: OSError, relative: str) -> ToolError:
+    """Translate an OSError from a boundary open into the ToolError a planner sees."""
+    if exc.errno == errno.ELOOP:
+        return ToolError(
+            "symlink_refused",
+            f"{relative} is (or changed into) a symlink; symlinks are never followed here.",
+            path=relative,
+        )
+    if exc.errno == errno.ENOENT:
+        return ToolError("not_found", f"{relative} does not exist; check the path.", path=relative)
+    if exc.errno == errno.ENOTDIR:
+        return ToolError(
+            "not_a_directory",
+            f"A parent of {relative} is not a directory (or is a symlink); check the path.",
+            path=relative,
+        )
+    return ToolError(
+        "io_error", f"Could not open {relative}: {exc.strerror}; check permissions.", path=relative
+    )
+
+
+def open_beneath(root: Root, relative: str, flags: int) -> int:
+    """Open `relative` under `root` without following any symlink on the way; return the fd.
+
+    Every directory is opened relative to its parent's descriptor with O_NOFOLLOW, and the final
+    component with `flags | O_NOFOLLOW | O_CLOEXEC`. Raises ToolError (`symlink_refused`,
+    `not_found`, `not_a_directory`, `io_error`).
+    """
+    parts = relative_parts(relative)
+    try:
+        current = os.open(root.path, _DIR_ANCHOR_FLAGS)
+    except OSError as exc:
+        raise open_error(exc, relative) from exc
+    try:
+        if not parts:
+            return os.open(".", flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=current)
+        for name in parts[:-1]:
+            nxt = os.open(name, _DIR_ANCHOR_FLAGS, dir_fd=current)
+            os.close(current)
+            current = nxt
+        return os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=current)
+    except OSError as exc:
+        raise open_error(exc, relative) from exc
+    finally:
+        os.close(current)
