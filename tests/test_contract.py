@@ -53,7 +53,8 @@ def test_packaged_catalog_is_the_source_catalog(epoch: int) -> None:
 
 def test_hash_is_sha256_of_jcs_of_tools_sorted_by_name() -> None:
     tools = load_catalog(5)
-    expected = hashlib.sha256(rfc8785.dumps(sorted(tools, key=lambda t: t["name"]))).hexdigest()
+    ordered: list[dict[str, Any]] = sorted(tools, key=lambda t: str(t["name"]))
+    expected = hashlib.sha256(rfc8785.dumps(ordered)).hexdigest()
     assert contract_identity(5).hash == f"sha256:{expected}"
     assert identity_of(list(reversed(tools)), 5) == contract_identity(5)
 

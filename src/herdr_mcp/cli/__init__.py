@@ -67,7 +67,9 @@ def _cmd_sim(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="herdr-mcp", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        prog="herdr-mcp", description=__doc__.splitlines()[0] if __doc__ else None
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     version = commands.add_parser("version", help="print version, contract identity and state schema")
@@ -82,21 +84,39 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run the runtime (Streamable HTTP MCP on loopback)")
     serve.add_argument("--host", default="127.0.0.1", help="loopback address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}; 0 picks one")
-    serve.add_argument("--config-dir", type=_path, default=None, help="token and state (default: user config)")
-    serve.add_argument("--herdr-socket", type=_path, default=None, help="Herdr socket (default: Herdr's rules)")
+    serve.add_argument(
+        "--config-dir", type=_path, default=None, help="token and state (default: user config)"
+    )
+    serve.add_argument(
+        "--herdr-socket", type=_path, default=None, help="Herdr socket (default: Herdr's rules)"
+    )
     mode = serve.add_mutually_exclusive_group()
-    mode.add_argument("--sim", dest="sim", action="store_const", const="on", help="always embed the simulator")
+    mode.add_argument(
+        "--sim", dest="sim", action="store_const", const="on", help="always embed the simulator"
+    )
     mode.add_argument("--no-sim", dest="sim", action="store_const", const="off", help="never embed it")
     serve.set_defaults(sim="auto")
-    serve.add_argument("--sim-root", type=_path, action="append", default=None,
-                       help="workspace root for the embedded simulator (repeatable; default: cwd)")
+    serve.add_argument(
+        "--sim-root",
+        type=_path,
+        action="append",
+        default=None,
+        help="workspace root for the embedded simulator (repeatable; default: cwd)",
+    )
     serve.add_argument("--read-only", action="store_true", help="refuse every mutation")
-    serve.add_argument("--write-root", type=_path, action="append", default=None,
-                       help="allow writes only under this directory (repeatable)")
+    serve.add_argument(
+        "--write-root",
+        type=_path,
+        action="append",
+        default=None,
+        help="allow writes only under this directory (repeatable)",
+    )
     serve.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     serve.set_defaults(run=_cmd_serve)
 
-    sim = commands.add_parser("sim", help="run the Herdr simulator (see `herdr-mcp sim --help`)", add_help=False)
+    sim = commands.add_parser(
+        "sim", help="run the Herdr simulator (see `herdr-mcp sim --help`)", add_help=False
+    )
     sim.add_argument("sim_args", nargs=argparse.REMAINDER)
     sim.set_defaults(run=_cmd_sim)
     return parser

@@ -38,7 +38,9 @@ def serve(args: argparse.Namespace) -> int:
 
     if args.host not in LOOPBACK_HOSTS:
         raise UsageError(f"--host {args.host} is not loopback; the runtime only listens on {LOOPBACK_HOSTS}")
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     return asyncio.run(_serve(args))
 
 
@@ -62,7 +64,7 @@ async def _herdr(args: argparse.Namespace) -> AsyncIterator[tuple[Path, str]]:
     roots = [root.resolve() for root in (args.sim_root or [Path.cwd()])]
     with tempfile.TemporaryDirectory(prefix="herdr-sim-", dir="/tmp") as private:
         sim_socket = Path(private) / "herdr.sock"
-        simulator = Simulator(SimConfig.with_roots(roots), sim_socket)
+        simulator = Simulator(SimConfig.for_roots(roots), sim_socket)
         await simulator.start()
         try:
             yield sim_socket, f"embedded Herdr simulator rooted at {', '.join(map(str, roots))}"
@@ -72,7 +74,9 @@ async def _herdr(args: argparse.Namespace) -> AsyncIterator[tuple[Path, str]]:
 
 def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto must say TCP: asyncio only turns on TCP_NODELAY for sockets that do, and without it
+    # every keep-alive request waits ~40 ms for a delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(128)
@@ -100,7 +104,9 @@ async def _serve(args: argparse.Namespace) -> int:
         print(f"  herdr: {herdr_source}", file=sys.stderr)
         print(f"  bearer token file: {config.token_file}", file=sys.stderr, flush=True)
         server = uvicorn.Server(
-            uvicorn.Config(app, log_level=args.log_level, lifespan="on", access_log=False, timeout_graceful_shutdown=5)
+            uvicorn.Config(
+                app, log_level=args.log_level, lifespan="on", access_log=False, timeout_graceful_shutdown=5
+            )
         )
         await server.serve(sockets=[sock])
     return 0

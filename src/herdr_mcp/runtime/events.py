@@ -22,25 +22,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from herdr_mcp.herdr import HerdrClient, HerdrError
+from herdr_mcp.herdr import HerdrClient, HerdrError, HerdrUnavailable
+from herdr_mcp.herdr.methods import AGENT_STATUS_SUBSCRIPTION, LIFECYCLE_SUBSCRIPTIONS
 
 log = logging.getLogger(__name__)
 
 #: Events kept in memory for herdr_since; older cursors get `gap: true`.
 DEFAULT_CAPACITY = 10_000
-#: What we ask Herdr to stream: lifecycle changes and agent status changes.
-SUBSCRIPTIONS: tuple[str, ...] = (
-    "workspace_created",
-    "workspace_closed",
-    "workspace_updated",
-    "tab_created",
-    "tab_closed",
-    "pane_created",
-    "pane_updated",
-    "pane_closed",
-    "pane_exited",
-    "pane.agent_status_changed",
-)
 _RECONNECT_DELAYS = (0.2, 0.5, 1.0, 2.0, 5.0)
 
 
@@ -61,11 +49,16 @@ class FeedEvent:
 
     @property
     def workspace_id(self) -> str | None:
-        value = self.data.get("workspace_id")
-        if isinstance(value, str):
-            return value
-        pane = self.data.get("pane_id")
-        return pane.split(":", 1)[0] if isinstance(pane, str) else None
+        """The workspace the event concerns, from its data or the object it carries."""
+        nested = [value for value in self.data.values() if isinstance(value, dict)]
+        for source in (self.data, *nested):
+            value = source.get("workspace_id")
+            if isinstance(value, str):
+                return value
+            pane = source.get("pane_id")
+            if isinstance(pane, str) and ":" in pane:
+                return pane.split(":", 1)[0]
+        return None
 
 
 class EventFeed:
@@ -132,11 +125,9 @@ class EventFeed:
         attempt = 0
         while True:
             try:
-                async with self._herdr.subscribe([{"type": name} for name in SUBSCRIPTIONS]) as stream:
-                    self.connected, self.last_error, attempt = True, None, 0
-                    self.record("feed_connected", {})
-                    async for event in stream:
-                        self.record(event.name, dict(event.data))
+                await self._follow()
+                attempt = 0
+                continue  # a new pane appeared: subscribe again so its agent status is included
             except HerdrError as exc:
                 self.last_error = exc.code
             except (OSError, ValueError) as exc:  # a connection torn mid-line
@@ -147,3 +138,23 @@ class EventFeed:
             delay = _RECONNECT_DELAYS[min(attempt, len(_RECONNECT_DELAYS) - 1)]
             attempt += 1
             await asyncio.sleep(delay)
+
+    async def _follow(self) -> None:
+        """One subscription: lifecycle events plus agent status of every pane that exists now.
+
+        Herdr filters `pane.agent_status_changed` by pane, so a `pane_created` ends this
+        subscription and `run()` opens a new one that names the new pane too.
+        """
+        panes = await self._herdr.call("pane.list", {})
+        pane_ids = [p["pane_id"] for p in panes.get("panes", []) if isinstance(p, dict) and "pane_id" in p]
+        subscriptions: list[dict[str, Any]] = [{"type": name} for name in LIFECYCLE_SUBSCRIPTIONS]
+        subscriptions += [{"type": AGENT_STATUS_SUBSCRIPTION, "pane_id": pane} for pane in pane_ids]
+        async with self._herdr.subscribe(subscriptions) as stream:
+            if not self.connected:
+                self.connected, self.last_error = True, None
+                self.record("feed_connected", {})
+            async for event in stream:
+                self.record(event.name, dict(event.data))
+                if event.name == "pane_created":
+                    return
+        raise HerdrUnavailable("Herdr closed the event stream")

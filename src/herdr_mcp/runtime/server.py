@@ -42,8 +42,9 @@ class ToolDispatcher:
         missing = {tool["name"] for tool in self.catalog} - set(HANDLERS)
         if missing:
             raise RuntimeError(f"catalog tools without a handler: {sorted(missing)}")
-        self._validators = {
-            tool["name"]: Draft202012Validator(tool["inputSchema"]) for tool in self.catalog
+        self._validators = {tool["name"]: Draft202012Validator(tool["inputSchema"]) for tool in self.catalog}
+        self.input_schemas: dict[str, Mapping[str, Any]] = {
+            tool["name"]: tool["inputSchema"] for tool in self.catalog
         }
         self.list_result = types.ListToolsResult(
             tools=[types.Tool.model_validate(tool) for tool in self.catalog]
@@ -114,4 +115,6 @@ def build_mcp_server(dispatcher: ToolDispatcher) -> Server[Any]:
         instructions=INSTRUCTIONS,
         on_list_tools=on_list_tools,
         on_call_tool=on_call_tool,
+        # Without this the SDK runs tools/list on every call to check Mcp-Param headers.
+        get_tool_input_schema=dispatcher.input_schemas.get,
     )

@@ -8,7 +8,7 @@ and mutating native methods are refused in read-only mode.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +47,10 @@ INTERNAL_METHODS: dict[str, InternalMethod] = {
     method.name: method
     for method in (
         InternalMethod(
-            "herdr_mcp.skill.list", "List the on-demand planner policy modules.", _NO_PARAMS, skill.internal_list
+            "herdr_mcp.skill.list",
+            "List the on-demand planner policy modules.",
+            _NO_PARAMS,
+            skill.internal_list,
         ),
         InternalMethod(
             "herdr_mcp.skill.describe",
@@ -87,7 +90,9 @@ def method_index(query: str | None, *, native_only: bool = False) -> list[dict[s
         )
     if query:
         needle = query.casefold()
-        entries = [e for e in entries if needle in e["method"].casefold() or needle in e["summary"].casefold()]
+        entries = [
+            e for e in entries if needle in e["method"].casefold() or needle in e["summary"].casefold()
+        ]
     return sorted(entries, key=lambda e: str(e["method"]))
 
 
@@ -96,7 +101,7 @@ async def methods(svc: Services, args: dict[str, Any]) -> dict[str, Any]:
     return {"methods": entries, "count": len(entries)}
 
 
-def _validate(method: str, schema: dict[str, Any], params: dict[str, Any]) -> None:
+def _validate(method: str, schema: Mapping[str, Any], params: dict[str, Any]) -> None:
     problem = next(iter(Draft202012Validator(schema).iter_errors(params)), None)
     if problem is not None:
         where = "/".join(str(part) for part in problem.absolute_path) or "(params)"

@@ -1,0 +1,146 @@
+"""A real runtime for end-to-end tests: `herdr-mcp serve` as a subprocess on a loopback port.
+
+The simulator runs in the test process (a `SimulatorThread`) so tests can script agents and
+inject faults; the runtime talks to it over its Unix socket exactly as it would to Herdr, and
+tests talk to the runtime with the `mcp` SDK's client over Streamable HTTP.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "Test",
+    "GIT_AUTHOR_EMAIL": "test@example.invalid",
+    "GIT_COMMITTER_NAME": "Test",
+    "GIT_COMMITTER_EMAIL": "test@example.invalid",
+}
+START_TIMEOUT_S = 30.0
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(repo), *args],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **GIT_ENV},
+        timeout=30,
+    ).stdout
+
+
+def make_repo(path: Path, files: dict[str, bytes]) -> Path:
+    """A real Git repository at `path` with `files` committed."""
+    path.mkdir(parents=True, exist_ok=True)
+    git(path, "init", "-q", "-b", "main")
+    for name, data in files.items():
+        target = path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", "initial")
+    return path
+
+
+@dataclass
+class RunningRuntime:
+    url: str
+    token: str
+    process: subprocess.Popen[str]
+    config_dir: Path
+
+    @property
+    def base(self) -> str:
+        return self.url.removesuffix("/mcp")
+
+    @contextlib.asynccontextmanager
+    async def client(self) -> AsyncIterator[Client]:
+        headers = {"Authorization": f"Bearer {self.token}"}
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=60) as http,
+            Client(streamable_http_client(self.url, http_client=http)) as client,
+        ):
+            yield client
+
+    async def call(self, name: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Call one tool; return its structured result, or `{"error": ...}` for a refusal."""
+        async with self.client() as client:
+            return await call_tool(client, name, arguments)
+
+
+async def call_tool(client: Client, name: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
+    result = await client.call_tool(name, arguments or {})
+    structured = result.structured_content
+    assert isinstance(structured, dict), result
+    assert ("error" in structured) == bool(result.is_error), structured
+    return structured
+
+
+@contextlib.contextmanager
+def running_runtime(
+    herdr_socket: Path, config_dir: Path, extra: Sequence[str] = (), env: dict[str, str] | None = None
+) -> Iterator[RunningRuntime]:
+    """Start `herdr-mcp serve --no-sim` on a free port; stop it (SIGTERM, then SIGKILL) after."""
+    command = [
+        sys.executable, "-m", "herdr_mcp", "serve", "--no-sim", "--port", "0",
+        "--herdr-socket", str(herdr_socket), "--config-dir", str(config_dir), *extra,
+    ]  # fmt: skip
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    try:
+        line = _first_line(process)
+        prefix = "herdr-mcp serving "
+        if not line.startswith(prefix):
+            process.kill()
+            raise RuntimeError(
+                f"runtime did not start: {line!r} {process.stderr.read() if process.stderr else ''}"
+            )
+        token = (config_dir / "token").read_text(encoding="utf-8").strip()
+        yield RunningRuntime(
+            url=line[len(prefix) :].strip(), token=token, process=process, config_dir=config_dir
+        )
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def _first_line(process: subprocess.Popen[str]) -> str:
+    found: list[str] = []
+    reader = threading.Thread(
+        target=lambda: found.append(process.stdout.readline() if process.stdout else "")
+    )
+    reader.start()
+    reader.join(START_TIMEOUT_S)
+    if not found:
+        process.kill()
+        raise RuntimeError("runtime printed nothing within the start timeout")
+    return found[0]
+
+
+def text_of(result: dict[str, Any]) -> str:
+    return json.dumps(result, sort_keys=True)
