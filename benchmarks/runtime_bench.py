@@ -77,6 +77,22 @@ async def _timed(call: Callable[[], Awaitable[Any]], count: int, warmup: int) ->
     return samples
 
 
+async def _interleaved(
+    calls: list[Callable[[], Awaitable[Any]]], count: int, warmup: int
+) -> list[list[float]]:
+    """Time the calls in turn, round after round, so drift in machine load hits all alike."""
+    for _ in range(warmup):
+        for call in calls:
+            await call()
+    samples: list[list[float]] = [[] for _ in calls]
+    for _ in range(count):
+        for call, bucket in zip(calls, samples, strict=True):
+            start = time.perf_counter()
+            await call()
+            bucket.append((time.perf_counter() - start) * 1000)
+    return samples
+
+
 def _p(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -114,9 +130,15 @@ async def _measure(args: argparse.Namespace, runtime: Client, echo: Client, repo
     idle_rss = _rss_kib(pid)
 
     rows = []
-    echo_samples = await _timed(lambda: ok(echo, "echo", {"text": payload}), args.calls, 50)
-    read_samples = await _timed(lambda: ok(runtime, "herdr_fs_read", read_args), args.calls, 50)
-    list_samples = await _timed(lambda: ok(runtime, "herdr_fs_list", list_args), args.calls, 50)
+    echo_samples, read_samples, list_samples = await _interleaved(
+        [
+            lambda: ok(echo, "echo", {"text": payload}),
+            lambda: ok(runtime, "herdr_fs_read", read_args),
+            lambda: ok(runtime, "herdr_fs_list", list_args),
+        ],
+        args.calls,
+        50,
+    )
     echo_p50 = statistics.median(echo_samples)
     for name, samples in (("echo (peer)", echo_samples), ("herdr_fs_read 4KiB", read_samples),
                           ("herdr_fs_list", list_samples)):  # fmt: skip

@@ -211,6 +211,19 @@ def test_bearer_is_required_and_health_is_open(world: tuple[RunningRuntime, Simu
     assert (runtime.config_dir / "token").stat().st_mode & 0o777 == 0o600
 
 
+def test_dns_rebinding_host_is_refused(world: tuple[RunningRuntime, SimulatorThread, Path]) -> None:
+    runtime, _, _ = world
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    headers = {
+        "Authorization": f"Bearer {runtime.token}",
+        "Host": "attacker.example",
+        "Accept": "application/json, text/event-stream",
+    }
+    with httpx2.Client(timeout=10) as http:
+        answer = http.post(runtime.url, json=body, headers=headers)
+    assert answer.status_code in (403, 421), answer.status_code
+
+
 def test_inspect_degrades_when_the_snapshot_fails(
     world: tuple[RunningRuntime, SimulatorThread, Path],
 ) -> None:

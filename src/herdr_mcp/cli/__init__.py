@@ -60,10 +60,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return serve(args)
 
 
-def _cmd_sim(args: argparse.Namespace) -> int:
+def _run_sim(argv: list[str]) -> int:
     from herdr_mcp.sim.cli import main as sim_main
 
-    return sim_main(list(args.sim_args))
+    return sim_main(argv)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -114,11 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     serve.set_defaults(run=_cmd_serve)
 
-    sim = commands.add_parser(
-        "sim", help="run the Herdr simulator (see `herdr-mcp sim --help`)", add_help=False
-    )
-    sim.add_argument("sim_args", nargs=argparse.REMAINDER)
-    sim.set_defaults(run=_cmd_sim)
+    # Listed for --help only: main() hands `sim ...` to the simulator's own parser untouched.
+    commands.add_parser("sim", help="run the Herdr simulator (see `herdr-mcp sim --help`)", add_help=False)
     return parser
 
 
@@ -129,7 +126,10 @@ def _path(value: str) -> object:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["sim"]:
+        return _run_sim(arguments[1:])
+    args = build_parser().parse_args(arguments)
     try:
         code: int = args.run(args)
     except (UsageError, TokenFileError, ContractError, OSError) as exc:

@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import signal
 import socket
 import sys
 import tempfile
@@ -41,7 +42,14 @@ def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # uvicorn shuts down gracefully on SIGTERM and then re-raises the signal with the handler that
+    # was there before it; make that handler a clean exit so a stop by a service manager is 0.
+    signal.signal(signal.SIGTERM, _exit_cleanly)
     return asyncio.run(_serve(args))
+
+
+def _exit_cleanly(signum: int, frame: object) -> None:
+    raise SystemExit(0)
 
 
 async def _herdr_answers(path: Path) -> bool:

@@ -21,7 +21,12 @@ from herdr_mcp.runtime.boundary.paths import (
     open_error,
 )
 from herdr_mcp.runtime.boundary.roots import ExcludedRoot, Root, RootCandidate, RootKind, RootSet
-from herdr_mcp.runtime.boundary.secrets import RG_SECRET_EXCLUDE_GLOBS, is_secret_name, is_secret_path
+from herdr_mcp.runtime.boundary.secrets import (
+    RG_SECRET_EXCLUDE_GLOBS,
+    is_secret_entry,
+    is_secret_name,
+    is_secret_path,
+)
 
 __all__ = [
     "RG_SECRET_EXCLUDE_GLOBS",
@@ -37,6 +42,7 @@ __all__ = [
     "check_acknowledged",
     "check_target",
     "dirty_paths",
+    "is_secret_entry",
     "is_secret_name",
     "is_secret_path",
     "is_within",

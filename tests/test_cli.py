@@ -1,0 +1,137 @@
+"""The `herdr-mcp` command as a user runs it: real processes, real sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx2
+
+from herdr_mcp.herdr import HerdrClient
+from tests.runtime_harness import make_repo
+from tests.sim_helpers import short_tmp_dir
+
+CLI = [sys.executable, "-m", "herdr_mcp"]
+
+
+def _wait_for(path: Path, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path} did not appear")
+        time.sleep(0.05)
+
+
+def test_sim_subcommand_serves_the_protocol_and_stops_on_sigterm() -> None:
+    with short_tmp_dir() as tmp:
+        sock = tmp / "herdr.sock"
+        process = subprocess.Popen(
+            [*CLI, "sim", "--socket", str(sock), "--root", str(tmp)], stdout=subprocess.PIPE, text=True
+        )
+        try:
+            _wait_for(sock)
+            pong = asyncio.run(HerdrClient(sock).call("ping", {}))
+            assert (pong["type"], pong["protocol"]) == ("pong", 22)
+            assert sock.stat().st_mode & 0o777 == 0o600
+        finally:
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=10) == 0
+            assert process.stdout is not None
+            process.stdout.close()
+        assert not sock.exists()
+
+
+def _serve(tmp: Path, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*CLI, "serve", "--port", "0", "--config-dir", str(tmp / "config"), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp / "repo",
+    )
+
+
+def _stop(process: subprocess.Popen[str]) -> str:
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=15)
+    return stderr
+
+
+def test_serve_embeds_the_simulator_when_no_herdr_answers() -> None:
+    with short_tmp_dir() as tmp:
+        make_repo(tmp / "repo", {"a.txt": b"a\n"})
+        missing = tmp / "no-herdr.sock"
+        process = _serve(tmp, "--herdr-socket", str(missing))
+        try:
+            assert process.stdout is not None
+            line = process.stdout.readline()
+            assert line.startswith("herdr-mcp serving http://127.0.0.1:")
+            base = line.split()[-1].removesuffix("/mcp")
+            health = httpx2.get(f"{base}/health", timeout=10).json()
+            assert health["herdr"]["reachable"] is True
+            assert health["herdr"]["protocol"] == 22
+        finally:
+            stderr = _stop(process)
+        assert process.returncode == 0
+        assert f"embedded Herdr simulator rooted at {(tmp / 'repo').resolve()}" in stderr
+
+
+def test_serve_with_no_sim_reports_herdr_unreachable_in_health() -> None:
+    with short_tmp_dir() as tmp:
+        make_repo(tmp / "repo", {"a.txt": b"a\n"})
+        process = _serve(tmp, "--no-sim", "--herdr-socket", str(tmp / "absent.sock"))
+        try:
+            assert process.stdout is not None
+            base = process.stdout.readline().split()[-1].removesuffix("/mcp")
+            health = httpx2.get(f"{base}/health", timeout=10).json()
+        finally:
+            _stop(process)
+        assert health["herdr"] == {
+            "socket": str(tmp / "absent.sock"),
+            "reachable": False,
+            "error": "herdr_unavailable",
+        }
+
+
+def test_serve_refuses_a_token_file_others_can_read() -> None:
+    with short_tmp_dir() as tmp:
+        make_repo(tmp / "repo", {"a.txt": b"a\n"})
+        (tmp / "config").mkdir(mode=0o700)
+        token = tmp / "config" / "token"
+        token.write_text("x" * 40)
+        os.chmod(token, 0o644)
+        result = subprocess.run(
+            [*CLI, "serve", "--config-dir", str(tmp / "config"), "--sim"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp / "repo",
+        )
+        assert result.returncode == 2
+        assert "readable by other users" in result.stderr
+        assert token.read_text() == "x" * 40
+
+
+def test_serve_refuses_a_non_loopback_host() -> None:
+    result = subprocess.run(
+        [*CLI, "serve", "--host", "0.0.0.0", "--sim"], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2
+    assert "not loopback" in result.stderr
+
+
+def test_token_is_created_once_with_mode_0600() -> None:
+    with short_tmp_dir() as tmp:
+        first = subprocess.run(
+            [*CLI, "token", "--config-dir", str(tmp / "cfg")], capture_output=True, text=True, check=True
+        ).stdout
+        second = subprocess.run(
+            [*CLI, "token", "--config-dir", str(tmp / "cfg")], capture_output=True, text=True, check=True
+        ).stdout
+        assert first == second and len(first.strip()) >= 40
+        assert (tmp / "cfg" / "token").stat().st_mode & 0o777 == 0o600
