@@ -1,20 +1,19 @@
 """The runtime's own event feed: Herdr events numbered with cursors for herdr_since.
 
-One background task keeps an `events.subscribe` connection to Herdr open (reconnecting with
-backoff when Herdr goes away), numbers every event with a runtime sequence number and keeps the
-last `capacity` of them. Each lifecycle event also invalidates the cached topology.
+A background task keeps Herdr subscriptions open (reconnecting with backoff when Herdr goes
+away), numbers every event with a runtime sequence number and keeps the last `capacity` of
+them. Each event also invalidates the cached topology.
 
 Cursors are plain integers that only grow, also across runtime restarts: the first number of a
 process is its start time in milliseconds times 1000, so a cursor handed out by an earlier
-process is always below the current window and is answered with `gap: true` instead of being
-silently misread. (Durable cursors that replay history across restarts come with the state
-store.)
+process (which numbered fewer than 1000 events per millisecond it lived) is below the current
+window and is answered with `gap: true` instead of being silently misread. Durable cursors that
+replay history across restarts come with the state store.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import deque
@@ -78,7 +77,7 @@ class EventFeed:
         self._next_seq = self.first_seq
         self.connected = False
         self.last_error: str | None = None
-        self._changed = asyncio.Event()
+        self._attempt = 0  # reconnects since the feed last connected (sets the backoff)
 
     @property
     def last_seq(self) -> int:
@@ -90,8 +89,6 @@ class EventFeed:
         self._events.append(event)
         if self._on_event is not None:
             self._on_event(event)
-        self._changed.set()
-        self._changed = asyncio.Event()
         return event
 
     def since(self, cursor: int, *, workspace: str | None, limit: int) -> dict[str, Any]:
@@ -116,18 +113,11 @@ class EventFeed:
             "feed_connected": self.connected,
         }
 
-    async def wait_for_change(self, timeout: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._changed.wait(), timeout)
-
     async def run(self) -> None:
         """Follow Herdr until cancelled; never raises for Herdr being away."""
-        attempt = 0
         while True:
             try:
                 await self._follow()
-                attempt = 0
-                continue  # a new pane appeared: subscribe again so its agent status is included
             except HerdrError as exc:
                 self.last_error = exc.code
             except (OSError, ValueError) as exc:  # a connection torn mid-line
@@ -135,26 +125,57 @@ class EventFeed:
             if self.connected:
                 self.connected = False
                 self.record("feed_disconnected", {"reason": self.last_error or "stream_ended"})
-            delay = _RECONNECT_DELAYS[min(attempt, len(_RECONNECT_DELAYS) - 1)]
-            attempt += 1
+            delay = _RECONNECT_DELAYS[min(self._attempt, len(_RECONNECT_DELAYS) - 1)]
+            self._attempt += 1
             await asyncio.sleep(delay)
 
     async def _follow(self) -> None:
-        """One subscription: lifecycle events plus agent status of every pane that exists now.
+        """One lifecycle subscription, plus agent-status subscriptions for every pane.
 
-        Herdr filters `pane.agent_status_changed` by pane, so a `pane_created` ends this
-        subscription and `run()` opens a new one that names the new pane too.
+        Herdr filters `pane.agent_status_changed` by pane, so the panes that exist once the
+        lifecycle stream is open get one status subscription, and each `pane_created` opens one
+        more for the new pane; the lifecycle stream itself is never interrupted. A pane listed
+        and also announced is followed once.
         """
-        panes = await self._herdr.call("pane.list", {})
-        pane_ids = [p["pane_id"] for p in panes.get("panes", []) if isinstance(p, dict) and "pane_id" in p]
-        subscriptions: list[dict[str, Any]] = [{"type": name} for name in LIFECYCLE_SUBSCRIPTIONS]
-        subscriptions += [{"type": AGENT_STATUS_SUBSCRIPTION, "pane_id": pane} for pane in pane_ids]
-        async with self._herdr.subscribe(subscriptions) as stream:
-            if not self.connected:
-                self.connected, self.last_error = True, None
-                self.record("feed_connected", {})
-            async for event in stream:
-                self.record(event.name, dict(event.data))
-                if event.name == "pane_created":
-                    return
+        followed: set[str] = set()
+        status_tasks: set[asyncio.Task[None]] = set()
+
+        def follow(pane_ids: list[str]) -> None:
+            fresh = [pane for pane in pane_ids if pane not in followed]
+            if fresh:
+                followed.update(fresh)
+                task = asyncio.create_task(self._follow_status(fresh), name="herdr-agent-status")
+                status_tasks.add(task)
+                task.add_done_callback(status_tasks.discard)
+
+        lifecycle = [{"type": name} for name in LIFECYCLE_SUBSCRIPTIONS]
+        try:
+            async with self._herdr.subscribe(lifecycle) as stream:
+                panes = await self._herdr.call("pane.list", {})
+                listed = panes.get("panes", [])
+                follow([p["pane_id"] for p in listed if isinstance(p, dict) and "pane_id" in p])
+                if not self.connected:
+                    self.connected, self.last_error = True, None
+                    self.record("feed_connected", {})
+                self._attempt = 0
+                async for event in stream:
+                    self.record(event.name, dict(event.data))
+                    pane = event.data.get("pane")
+                    if event.name == "pane_created" and isinstance(pane, dict) and "pane_id" in pane:
+                        follow([str(pane["pane_id"])])
+        finally:
+            for task in status_tasks:
+                task.cancel()
+            await asyncio.gather(*status_tasks, return_exceptions=True)
         raise HerdrUnavailable("Herdr closed the event stream")
+
+    async def _follow_status(self, pane_ids: list[str]) -> None:
+        subscriptions = [{"type": AGENT_STATUS_SUBSCRIPTION, "pane_id": pane} for pane in pane_ids]
+        try:
+            async with self._herdr.subscribe(subscriptions) as stream:
+                async for event in stream:
+                    self.record(event.name, dict(event.data))
+        except (HerdrError, OSError, ValueError) as exc:
+            # Closed panes end their stream; anything else is covered by the lifecycle stream's
+            # pane_updated events, so this is worth a log line, not a reconnect.
+            log.debug("agent status stream for %s ended: %s", pane_ids, exc)

@@ -75,7 +75,7 @@ def method_index(query: str | None, *, native_only: bool = False) -> list[dict[s
             "params_schema": method.params_schema,
         }
         for method in NATIVE_METHODS.values()
-        if not getattr(method, "streaming", False)
+        if not method.streaming
     ]
     if not native_only:
         entries.extend(
@@ -118,7 +118,7 @@ async def call(svc: Services, args: dict[str, Any]) -> dict[str, Any]:
         _validate(name, internal.params_schema, params)
         return {"method": name, "result": await internal.run(svc, params)}
     native = NATIVE_METHODS.get(name)
-    if native is None or getattr(native, "streaming", False):
+    if native is None or native.streaming:
         raise ToolError(
             "unknown_method",
             f"{name!r} is not a method herdr_call can run; herdr_methods lists the ones it can",

@@ -1,0 +1,133 @@
+"""Roots proven by the live Herdr session, and the numbered event feed behind herdr_since."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+
+from herdr_mcp.herdr import HerdrClient
+from herdr_mcp.runtime.events import EventFeed
+from herdr_mcp.runtime.topology import Topology
+from herdr_mcp.sim import AgentConfig, PaneConfig, SimConfig, WorkspaceConfig
+from tests.runtime_harness import make_repo
+from tests.sim_helpers import run, running_sim, short_tmp_dir
+
+
+def _config(tmp: Path) -> tuple[SimConfig, Path, Path, Path]:
+    repo = make_repo(tmp / "home" / "me" / "repo", {"a.txt": b"a\n"})
+    (repo / "sub").mkdir()
+    plain = tmp / "plain"
+    plain.mkdir()
+    home = tmp / "home" / "me"
+    config = SimConfig(
+        (
+            WorkspaceConfig(
+                cwd=repo,
+                label="repo",
+                tabs=(),
+            ),
+            WorkspaceConfig(cwd=plain, label="plain"),
+            WorkspaceConfig(cwd=home, label="home"),
+        )
+    )
+    return config, repo, plain, home
+
+
+def test_roots_are_managed_operational_and_never_home() -> None:
+    with short_tmp_dir() as tmp:
+        config, repo, plain, home = _config(tmp)
+
+        async def body() -> None:
+            async with running_sim(tmp, config) as (sim, client):
+                sim.add_pane("w1", PaneConfig(cwd=repo / "sub", agent=AgentConfig("coder")))
+                roots = await Topology(client, home=home).roots()
+                kinds = {str(root.path): root.kind for root in roots.roots}
+                assert kinds == {str(repo.resolve()): "managed", str(plain.resolve()): "operational"}
+                assert [item.code for item in roots.excluded] == ["home_or_ancestor"]
+                managed = roots.root_for(str(repo))
+                assert managed.workspace_ids == frozenset({"w1"})
+                assert managed.busy is False
+
+        run(body())
+
+
+def test_busy_follows_a_working_agent_and_events_invalidate_the_cache() -> None:
+    with short_tmp_dir() as tmp:
+        config, repo, _, home = _config(tmp)
+
+        async def body() -> None:
+            async with running_sim(tmp, config) as (sim, client):
+                topology = Topology(client, home=home, ttl=3600)
+                feed = EventFeed(client, on_event=lambda _e: topology.invalidate())
+                follower = asyncio.create_task(feed.run())
+                try:
+                    while not feed.connected:
+                        await asyncio.sleep(0.01)
+                    assert (await topology.roots()).root_for(str(repo)).busy is False
+                    pane = sim.add_pane("w1", PaneConfig(agent=AgentConfig("coder")))
+                    await _until(lambda: _has_event(feed, "pane_created"))
+                    cursor = feed.last_seq
+                    sim.set_agent_status("coder", "working")
+                    await _until(lambda: _has_event(feed, "pane.agent_status_changed"))
+                    assert (await topology.roots()).root_for(str(repo)).busy is True
+                    answer = feed.since(cursor, workspace="w1", limit=100)
+                    changed = [e for e in answer["events"] if e["event"] == "pane.agent_status_changed"]
+                    assert changed[-1]["data"]["pane_id"] == pane
+                    assert changed[-1]["data"]["agent_status"] == "working"
+                    assert feed.since(cursor, workspace="w2", limit=100)["events"] == []
+                finally:
+                    follower.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await follower
+
+        run(body())
+
+
+def _has_event(feed: EventFeed, name: str) -> bool:
+    return any(event["event"] == name for event in feed.since(0, workspace=None, limit=10_000)["events"])
+
+
+async def _until(condition: object, timeout: float = 5.0) -> None:
+    assert callable(condition)
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
+def test_cursor_paging_gap_and_restart_ordering() -> None:
+    async def body() -> None:
+        feed = EventFeed(HerdrClient(Path("/nonexistent/herdr.sock")), capacity=5)
+        first = feed.record("pane_created", {"pane": {"pane_id": "w1:p1", "workspace_id": "w1"}})
+        for index in range(7):
+            feed.record("pane_updated", {"pane_id": f"w2:p{index}"})
+        page = feed.since(0, workspace=None, limit=2)
+        assert [e["seq"] for e in page["events"]] == [first.seq + 3, first.seq + 4]
+        assert page["more"] is True and page["gap"] is False
+        rest = feed.since(page["next_cursor"], workspace=None, limit=100)
+        assert len(rest["events"]) == 3 and rest["more"] is False
+        assert rest["next_cursor"] == feed.last_seq
+        assert feed.since(first.seq, workspace=None, limit=100)["gap"] is True
+        assert feed.since(first.seq - 1000, workspace="w2", limit=100)["gap"] is True
+        await asyncio.sleep(0.01)  # a restart takes at least this long
+        later = EventFeed(HerdrClient(Path("/nonexistent/herdr.sock")))
+        assert later.first_seq > feed.last_seq, "a new process numbers above every earlier cursor"
+
+    run(body())
+
+
+def test_unreachable_herdr_gives_an_unavailable_view_with_warnings() -> None:
+    with short_tmp_dir() as tmp:
+
+        async def body() -> None:
+            view = await Topology(HerdrClient(tmp / "absent.sock", timeout=0.5), home=tmp).view()
+            assert view.source == "unavailable"
+            assert [w["code"] for w in view.warnings] == [
+                "snapshot_failed",
+                "workspaces_unavailable",
+                "tabs_unavailable",
+                "panes_unavailable",
+                "agents_unavailable",
+            ]
+
+        run(body())
