@@ -178,11 +178,11 @@ def test_paths_outside_the_root_are_refused(repo: Path, path: str) -> None:
 
 
 def test_bad_arguments_are_refused(repo: Path) -> None:
-    assert refusal(repo, action="push") == "invalid_argument"
-    assert refusal(repo, action="log", max_count=True) == "invalid_argument"
-    assert refusal(repo, action="log", max_count=101) == "invalid_argument"
-    assert refusal(repo, action="diff", max_bytes=0) == "invalid_argument"
-    assert refusal(repo, action="diff", staged="yes") == "invalid_argument"
+    assert refusal(repo, action="push") == "invalid_arguments"
+    assert refusal(repo, action="log", max_count=True) == "invalid_arguments"
+    assert refusal(repo, action="log", max_count=101) == "invalid_arguments"
+    assert refusal(repo, action="diff", max_bytes=0) == "invalid_arguments"
+    assert refusal(repo, action="diff", staged="yes") == "invalid_arguments"
 
 
 def test_glob_paths_are_literal(repo: Path) -> None:

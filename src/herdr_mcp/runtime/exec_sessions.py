@@ -418,7 +418,7 @@ class ExecSessions:
         inside a UTF-8 sequence. Raises what `start` raises, and `invalid_argument`.
         """
         if timeout_ms < 1:
-            raise ToolError("invalid_argument", "timeout_ms must be at least 1; pass a positive timeout.")
+            raise ToolError("invalid_arguments", "timeout_ms must be at least 1; pass a positive timeout.")
         _check_read_bytes(max_bytes)
         session = self._spawn(cwd, command)
         with contextlib.suppress(TimeoutError):
@@ -473,9 +473,9 @@ class ExecSessions:
         self._prune()
         session = self._get(session_id)
         if stream not in ("stdout", "stderr", "both"):
-            raise ToolError("invalid_argument", "stream must be stdout, stderr or both.")
+            raise ToolError("invalid_arguments", "stream must be stdout, stderr or both.")
         if stdout_offset < 0 or stderr_offset < 0:
-            raise ToolError("invalid_argument", "Offsets are byte offsets and must be 0 or more.")
+            raise ToolError("invalid_arguments", "Offsets are byte offsets and must be 0 or more.")
         _check_read_bytes(max_bytes)
         result = self._state(session)
         if stream in ("stdout", "both"):
@@ -493,7 +493,7 @@ class ExecSessions:
         (`already_finished: True`). Raises ToolError `session_not_found` or `invalid_argument`.
         """
         if grace_ms < 0:
-            raise ToolError("invalid_argument", "grace_ms must be 0 or more.")
+            raise ToolError("invalid_arguments", "grace_ms must be 0 or more.")
         session = self._get(session_id)
         already_finished = not session.running
         await self._terminate(session, grace_ms)
@@ -631,7 +631,7 @@ class ExecSessions:
 
 def _check_read_bytes(max_bytes: int) -> None:
     if not 1 <= max_bytes <= _MAX_READ_BYTES:
-        raise ToolError("invalid_argument", f"max_bytes must be between 1 and {_MAX_READ_BYTES}.")
+        raise ToolError("invalid_arguments", f"max_bytes must be between 1 and {_MAX_READ_BYTES}.")
 
 
 def _chunk(session: _Session, spool: _Spool, offset: int, max_bytes: int) -> dict[str, Any]:

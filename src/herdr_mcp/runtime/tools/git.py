@@ -110,7 +110,7 @@ def git_facts(root: Path, args: Mapping[str, Any], *, timeout: float = GIT_TIMEO
     """
     action = args.get("action")
     if action not in _ACTIONS:
-        raise ToolError("invalid_argument", "action must be one of status, diff or log.", argument="action")
+        raise ToolError("invalid_arguments", "action must be one of status, diff or log.", argument="action")
     path = _checked_path(args.get("path"))
     staged = _bool_argument(args, "staged", False)
     max_count = _int_argument(args, "max_count", DEFAULT_MAX_COUNT, MAX_MAX_COUNT)
@@ -173,7 +173,7 @@ def _checked_path(value: object) -> str | None:
     if value is None or value == "":
         return None
     if not isinstance(value, str):
-        raise ToolError("invalid_argument", "path must be a string.", argument="path")
+        raise ToolError("invalid_arguments", "path must be a string.", argument="path")
     if value.startswith("-"):
         raise ToolError(
             "argument_looks_like_option",
@@ -181,7 +181,7 @@ def _checked_path(value: object) -> str | None:
             argument="path",
         )
     if "\0" in value:
-        raise ToolError("invalid_argument", "path must not contain NUL characters.", argument="path")
+        raise ToolError("invalid_arguments", "path must not contain NUL characters.", argument="path")
     if posixpath.isabs(value):
         raise ToolError(
             "path_outside_root", "path must be relative to the root; drop the leading '/'.", argument="path"
@@ -205,14 +205,14 @@ def _checked_path(value: object) -> str | None:
 def _bool_argument(args: Mapping[str, Any], name: str, default: bool) -> bool:
     value = args.get(name, default)
     if not isinstance(value, bool):
-        raise ToolError("invalid_argument", f"{name} must be true or false.", argument=name)
+        raise ToolError("invalid_arguments", f"{name} must be true or false.", argument=name)
     return value
 
 
 def _int_argument(args: Mapping[str, Any], name: str, default: int, maximum: int) -> int:
     value = args.get(name, default)
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
-        raise ToolError("invalid_argument", f"{name} must be an integer from 1 to {maximum}.", argument=name)
+        raise ToolError("invalid_arguments", f"{name} must be an integer from 1 to {maximum}.", argument=name)
     return value
 
 
