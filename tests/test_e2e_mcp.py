@@ -260,3 +260,29 @@ def test_read_only_runtime_refuses_writes_and_changes_nothing() -> None:
         assert [r["error"]["code"] for r in results] == ["read_only_mode"] * 3
         assert git(repo, "status", "--porcelain") == ""
         assert (repo / "a.txt").read_text() == "a\n"
+
+
+def test_exec_timeout_becomes_a_readable_background_session(
+    world: tuple[RunningRuntime, SimulatorThread, Path],
+) -> None:
+    runtime, _, _ = world
+
+    async def body() -> tuple[dict[str, Any], dict[str, Any]]:
+        async with runtime.client() as client:
+            first = await call_tool(
+                client,
+                "herdr_exec",
+                {"workspace": "w1", "command": "echo early; sleep 1; echo late >&2", "timeout_ms": 200},
+            )
+            for _ in range(100):
+                read = await call_tool(client, "herdr_exec_read", {"session_id": first["session_id"]})
+                if not read["running"]:
+                    return first, read
+                await asyncio.sleep(0.05)
+        raise AssertionError("session never finished")
+
+    first, final = run(body())
+    assert (first["completed"], first["running"]) == (False, True)
+    assert final["exit_code"] == 0
+    assert final["stdout"]["text"] == "early\n"
+    assert final["stderr"]["text"] == "late\n"
