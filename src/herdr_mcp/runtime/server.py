@@ -3,11 +3,12 @@
 The tool list is served byte-for-byte from the frozen catalog of the current epoch, so what a
 client receives hashes to the contract identity in `herdr-mcp version`. Arguments are validated
 against the catalog's own JSON schema before a handler runs; a handler returns a dict (the
-structured result) or an `ImageOutput`, or raises `ToolError`.
+structured result) or an `ImageResult`, or raises `ToolError`.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 from collections.abc import Mapping
@@ -22,7 +23,8 @@ from herdr_mcp import __version__
 from herdr_mcp.contract import CURRENT_EPOCH, load_catalog
 from herdr_mcp.errors import ToolError
 from herdr_mcp.runtime.services import Services
-from herdr_mcp.runtime.tools import HANDLERS, ImageOutput
+from herdr_mcp.runtime.tools import HANDLERS
+from herdr_mcp.runtime.tools.fs import ImageResult
 
 log = logging.getLogger(__name__)
 
@@ -60,19 +62,21 @@ class ToolDispatcher:
             return _error_result(
                 ToolError("internal_error", f"{name} failed inside the runtime; see the runtime log")
             )
-        if isinstance(output, ImageOutput):
+        if isinstance(output, ImageResult):
+            encoded = base64.b64encode(output.data).decode("ascii")
+            info = dict(output.info)
             return types.CallToolResult(
                 content=[
-                    types.ImageContent(type="image", data=output.base64_data(), mime_type=output.mime_type),
-                    types.TextContent(type="text", text=_json(output.info)),
+                    types.ImageContent(type="image", data=encoded, mime_type=output.mime_type),
+                    types.TextContent(type="text", text=_json(info)),
                 ],
-                structured_content=output.info,
+                structured_content=info,
             )
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=_json(output))], structured_content=output
         )
 
-    async def _run(self, name: str, arguments: dict[str, Any]) -> dict[str, Any] | ImageOutput:
+    async def _run(self, name: str, arguments: dict[str, Any]) -> dict[str, Any] | ImageResult:
         validator = self._validators.get(name)
         if validator is None:
             raise ToolError("unknown_tool", f"no tool named {name!r}; tools/list shows the 18 tools")

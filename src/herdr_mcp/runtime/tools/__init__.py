@@ -1,47 +1,35 @@
 """The 18 tool handlers of the epoch-5 contract, by name.
 
 A handler takes the runtime `Services` and the schema-validated arguments and returns the
-structured result (a dict) or an `ImageOutput`; refusals raise `ToolError`. File and Git work is
-blocking and runs in a worker thread so one slow disk never stalls the event loop.
+structured result (a dict) or an `ImageResult` (herdr_fs_image); refusals raise `ToolError`.
+File and Git work is blocking and runs in a worker thread so one slow disk never stalls the
+event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from herdr_mcp.errors import ToolError
 from herdr_mcp.runtime.tools import fs
+from herdr_mcp.runtime.tools.fs import ImageResult
 from herdr_mcp.runtime.tools.git import git_facts
 
 if TYPE_CHECKING:
     from herdr_mcp.runtime.services import Services
 
 
-@dataclass(frozen=True)
-class ImageOutput:
-    data: bytes
-    mime_type: str
-    info: dict[str, Any]
-
-    def base64_data(self) -> str:
-        return base64.b64encode(self.data).decode("ascii")
-
-
-Handler = Callable[["Services", dict[str, Any]], Awaitable["dict[str, Any] | ImageOutput"]]
+Handler = Callable[["Services", dict[str, Any]], Awaitable["dict[str, Any] | ImageResult"]]
 
 
 def _fs(name: str) -> Handler:
-    async def handler(svc: Services, args: dict[str, Any]) -> dict[str, Any] | ImageOutput:
+    function: Callable[..., dict[str, Any] | ImageResult] = getattr(fs, name)
+
+    async def handler(svc: Services, args: dict[str, Any]) -> dict[str, Any] | ImageResult:
         roots = await svc.topology.roots()
-        function: Callable[..., Any] = getattr(fs, name)
-        result = await asyncio.to_thread(function, roots, svc.policy, args)
-        if isinstance(result, dict):
-            return result
-        return ImageOutput(data=result.data, mime_type=result.mime_type, info=dict(result.info))
+        return await asyncio.to_thread(function, roots, svc.policy, args)
 
     return handler
 
