@@ -1,8 +1,9 @@
-"""Durable state of the runtime.
+"""Durable state of the runtime: `state.db` (see `store`) and what lives in it.
 
-`STATE_SCHEMA` is the schema number that manifests call `state_schema`. This runtime does not
-keep a state database yet (the SQLite store, its migrations and the idempotency ledger arrive
-with issue 3), so the number is 0: "no durable state". The first migration will make it 1.
+`STATE_SCHEMA` is the schema number that manifests call `state_schema`: the number of
+migrations this code knows.
 """
 
-STATE_SCHEMA = 0
+from herdr_mcp.state.migrations import MIGRATIONS
+
+STATE_SCHEMA = len(MIGRATIONS)
