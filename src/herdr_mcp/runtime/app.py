@@ -60,13 +60,16 @@ def build_app(services: Services, token: str) -> ASGIApp:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with server.session_manager.run():
-            feed = asyncio.create_task(services.events.run(), name="herdr-event-feed")
+            background = [
+                asyncio.create_task(services.events.run(), name="herdr-event-feed"),
+                asyncio.create_task(services.tasks.run_reconciler(), name="task-reconciler"),
+            ]
             try:
                 yield
             finally:
-                feed.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await feed
+                for task in background:
+                    task.cancel()
+                await asyncio.gather(*background, return_exceptions=True)
                 await services.sessions.shutdown()
 
     app = Starlette(routes=[Route("/health", health, methods=["GET"]), *sdk_app.routes], lifespan=lifespan)

@@ -88,7 +88,10 @@ class EventFeed:
         self._next_seq += 1
         self._events.append(event)
         if self._on_event is not None:
-            self._on_event(event)
+            try:
+                self._on_event(event)
+            except Exception:  # a listener's failure must not stop the feed
+                log.exception("event listener failed on %s", name)
         return event
 
     def since(self, cursor: int, *, workspace: str | None, limit: int) -> dict[str, Any]:

@@ -7,9 +7,12 @@ from dataclasses import dataclass
 from herdr_mcp.herdr import HerdrClient
 from herdr_mcp.runtime.boundary import Policy
 from herdr_mcp.runtime.config import RuntimeConfig
-from herdr_mcp.runtime.events import EventFeed
+from herdr_mcp.runtime.events import EventFeed, FeedEvent
 from herdr_mcp.runtime.exec_sessions import ExecSessions
+from herdr_mcp.runtime.tasks import TaskTracker
 from herdr_mcp.runtime.topology import Topology
+from herdr_mcp.state.store import STATE_FILE_NAME, StateStore
+from herdr_mcp.state.tasks import TaskStore
 
 
 @dataclass(frozen=True)
@@ -20,17 +23,27 @@ class Services:
     events: EventFeed
     sessions: ExecSessions
     policy: Policy
+    state: StateStore
+    tasks: TaskTracker
 
     @classmethod
     def create(cls, config: RuntimeConfig) -> Services:
         herdr = HerdrClient(config.herdr_socket)
+        state = StateStore.open(config.config_dir / STATE_FILE_NAME)
         topology = Topology(herdr, home=config.home)
-        events = EventFeed(herdr, on_event=lambda _event: topology.invalidate())
+        tasks = TaskTracker(herdr, TaskStore(state))
+
+        def on_event(event: FeedEvent) -> None:
+            topology.invalidate()
+            tasks.on_event(event)
+
         return cls(
             config=config,
             herdr=herdr,
             topology=topology,
-            events=events,
+            events=EventFeed(herdr, on_event=on_event),
             sessions=ExecSessions(config.spool_dir),
             policy=Policy(read_only=config.read_only, write_roots=config.write_roots),
+            state=state,
+            tasks=tasks,
         )

@@ -18,7 +18,7 @@ from herdr_mcp.errors import ToolError
 from herdr_mcp.herdr import HerdrError
 from herdr_mcp.herdr.methods import NATIVE_METHODS
 from herdr_mcp.runtime.herdr_errors import tool_error_from_herdr
-from herdr_mcp.runtime.tools import skill
+from herdr_mcp.runtime.tools import agents, skill
 
 if TYPE_CHECKING:
     from herdr_mcp.runtime.services import Services
@@ -41,6 +41,36 @@ class InternalMethod:
     summary: str
     params_schema: dict[str, Any]
     run: Callable[[Services, dict[str, Any]], Awaitable[dict[str, Any]]]
+    mutates: bool = False
+
+
+_SCOPE = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 256,
+    "description": "The caller's browser session scope; omit for the default scope.",
+}
+_KEY = {"type": "string", "minLength": 8, "maxLength": 128, "pattern": "^[A-Za-z0-9._:-]+$"}
+_WAIT = {
+    "type": "object",
+    "properties": {
+        "until": {
+            "type": "array",
+            "items": {"type": "string", "enum": ["idle", "done", "blocked", "working"]},
+            "minItems": 1,
+            "uniqueItems": True,
+        },
+        "timeout_ms": {"type": "integer", "minimum": 1, "maximum": 600000},
+    },
+    "additionalProperties": False,
+}
+
+
+def _object(properties: dict[str, Any], *required: str) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
+    if required:
+        schema["required"] = list(required)
+    return schema
 
 
 INTERNAL_METHODS: dict[str, InternalMethod] = {
@@ -60,6 +90,55 @@ INTERNAL_METHODS: dict[str, InternalMethod] = {
         ),
         InternalMethod(
             "herdr_mcp.skill.load", "The full text of one policy module.", _MODULE_PARAMS, skill.internal_load
+        ),
+        InternalMethod(
+            "herdr_mcp.agent.task.dispatch",
+            "Submit a prompt to a Herdr agent as a task scoped to browser_session_ref (like herdr_prompt).",
+            _object(
+                {
+                    "target": {"type": "string", "minLength": 1, "maxLength": 128},
+                    "text": {"type": "string", "minLength": 1, "maxLength": 200000},
+                    "browser_session_ref": _SCOPE,
+                    "idempotency_key": _KEY,
+                    "wait": _WAIT,
+                },
+                "target",
+                "text",
+            ),
+            agents.task_dispatch,
+            mutates=True,
+        ),
+        InternalMethod(
+            "herdr_mcp.agent.task.inbox",
+            "Unacknowledged terminal task outcomes (completed, blocked, failed) of one scope, oldest first.",
+            _object(
+                {"browser_session_ref": _SCOPE, "limit": {"type": "integer", "minimum": 1, "maximum": 100}}
+            ),
+            agents.task_inbox,
+        ),
+        InternalMethod(
+            "herdr_mcp.agent.task.ack",
+            "Acknowledge inbox entries (after the wake was delivered) so the inbox stops listing them.",
+            _object(
+                {
+                    "browser_session_ref": _SCOPE,
+                    "inbox_ids": {
+                        "type": "array",
+                        "items": {"type": "integer", "minimum": 1},
+                        "minItems": 1,
+                        "maxItems": 100,
+                    },
+                },
+                "inbox_ids",
+            ),
+            agents.task_ack,
+            mutates=True,
+        ),
+        InternalMethod(
+            "herdr_mcp.agent.task.get",
+            "One task's current state.",
+            _object({"task_id": {"type": "string", "minLength": 1, "maxLength": 64}}, "task_id"),
+            agents.task_get,
         ),
     )
 }
@@ -83,7 +162,7 @@ def method_index(query: str | None, *, native_only: bool = False) -> list[dict[s
                 "method": method.name,
                 "kind": "internal",
                 "summary": method.summary,
-                "mutates": False,
+                "mutates": method.mutates,
                 "params_schema": method.params_schema,
             }
             for method in INTERNAL_METHODS.values()
