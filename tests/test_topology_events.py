@@ -10,6 +10,8 @@ from herdr_mcp.herdr import HerdrClient
 from herdr_mcp.runtime.events import EventFeed
 from herdr_mcp.runtime.topology import Topology
 from herdr_mcp.sim import AgentConfig, PaneConfig, SimConfig, WorkspaceConfig
+from herdr_mcp.state.event_log import EventLog
+from herdr_mcp.state.store import StateStore
 from tests.runtime_harness import make_repo
 from tests.sim_helpers import run, running_sim, short_tmp_dir
 
@@ -59,7 +61,8 @@ def test_busy_follows_a_working_agent_and_events_invalidate_the_cache() -> None:
         async def body() -> None:
             async with running_sim(tmp, config) as (sim, client):
                 topology = Topology(client, home=home, ttl=3600)
-                feed = EventFeed(client, on_event=lambda _e: topology.invalidate())
+                log = EventLog(StateStore.open(tmp / "state.db"))
+                feed = EventFeed(client, log, on_event=lambda _e: topology.invalidate())
                 follower = asyncio.create_task(feed.run())
                 try:
                     while not feed.connected:
@@ -95,25 +98,19 @@ async def _until(condition: object, timeout: float = 5.0) -> None:
             await asyncio.sleep(0.01)
 
 
-def test_cursor_paging_gap_and_restart_ordering() -> None:
-    async def body() -> None:
-        feed = EventFeed(HerdrClient(Path("/nonexistent/herdr.sock")), capacity=5)
-        first = feed.record("pane_created", {"pane": {"pane_id": "w1:p1", "workspace_id": "w1"}})
-        for index in range(7):
-            feed.record("pane_updated", {"pane_id": f"w2:p{index}"})
-        page = feed.since(0, workspace=None, limit=2)
-        assert [e["seq"] for e in page["events"]] == [first.seq + 3, first.seq + 4]
-        assert page["more"] is True and page["gap"] is False
-        rest = feed.since(page["next_cursor"], workspace=None, limit=100)
-        assert len(rest["events"]) == 3 and rest["more"] is False
-        assert rest["next_cursor"] == feed.last_seq
-        assert feed.since(first.seq, workspace=None, limit=100)["gap"] is True
-        assert feed.since(first.seq - 1000, workspace="w2", limit=100)["gap"] is True
-        await asyncio.sleep(0.01)  # a restart takes at least this long
-        later = EventFeed(HerdrClient(Path("/nonexistent/herdr.sock")))
-        assert later.first_seq > feed.last_seq, "a new process numbers above every earlier cursor"
-
-    run(body())
+def test_cursors_keep_their_meaning_across_a_restart(tmp_path: Path) -> None:
+    store_path = tmp_path / "state.db"
+    absent = HerdrClient(Path("/nonexistent/herdr.sock"))
+    first = EventFeed(absent, EventLog(StateStore.open(store_path)))
+    seen = first.record("pane_created", {"pane": {"pane_id": "w1:p1", "workspace_id": "w1"}})
+    cursor = first.since(0, workspace=None, limit=10)["next_cursor"]
+    assert cursor == seen.seq
+    restarted = EventFeed(absent, EventLog(StateStore.open(store_path)))
+    later = restarted.record("pane_closed", {"pane_id": "w1:p1"})
+    answer = restarted.since(cursor, workspace="w1", limit=10)
+    assert [e["seq"] for e in answer["events"]] == [later.seq]
+    assert answer["gap"] is False
+    assert answer["feed_connected"] is False
 
 
 def test_unreachable_herdr_gives_an_unavailable_view_with_warnings() -> None:

@@ -66,6 +66,16 @@ def _run_sim(argv: list[str]) -> int:
     return sim_main(argv)
 
 
+def _run_handoff(argv: list[str]) -> int:
+    from herdr_mcp.cli.handoff import main as handoff_main
+
+    return handoff_main(argv)
+
+
+#: Subcommands with parsers of their own: main() hands them their arguments untouched.
+_DELEGATED = {"sim": _run_sim, "handoff": _run_handoff}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="herdr-mcp", description=__doc__.splitlines()[0] if __doc__ else None
@@ -114,8 +124,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     serve.set_defaults(run=_cmd_serve)
 
-    # Listed for --help only: main() hands `sim ...` to the simulator's own parser untouched.
+    # Listed for --help only: main() hands these to their own parsers (see _DELEGATED).
     commands.add_parser("sim", help="run the Herdr simulator (see `herdr-mcp sim --help`)", add_help=False)
+    commands.add_parser(
+        "handoff", help="build a handoff document from a continuity chain (see --help)", add_help=False
+    )
     return parser
 
 
@@ -127,8 +140,8 @@ def _path(value: str) -> object:
 
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
-    if arguments[:1] == ["sim"]:
-        return _run_sim(arguments[1:])
+    if arguments and arguments[0] in _DELEGATED:
+        return _DELEGATED[arguments[0]](arguments[1:])
     args = build_parser().parse_args(arguments)
     try:
         code: int = args.run(args)

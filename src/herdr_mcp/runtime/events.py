@@ -1,14 +1,9 @@
 """The runtime's own event feed: Herdr events numbered with cursors for herdr_since.
 
 A background task keeps Herdr subscriptions open (reconnecting with backoff when Herdr goes
-away), numbers every event with a runtime sequence number and keeps the last `capacity` of
-them. Each event also invalidates the cached topology.
-
-Cursors are plain integers that only grow, also across runtime restarts: the first number of a
-process is its start time in milliseconds times 1000, so a cursor handed out by an earlier
-process (which numbered fewer than 1000 events per millisecond it lived) is below the current
-window and is answered with `gap: true` instead of being silently misread. Durable cursors that
-replay history across restarts come with the state store.
+away) and appends every event to the durable `EventLog` in `state.db`, whose sequence numbers
+are the cursors: they only grow and keep their meaning across runtime restarts. Each event is
+also handed to the listener (topology invalidation, the task tracker).
 """
 
 from __future__ import annotations
@@ -16,18 +11,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from herdr_mcp.herdr import HerdrClient, HerdrError, HerdrUnavailable
 from herdr_mcp.herdr.methods import AGENT_STATUS_SUBSCRIPTION, LIFECYCLE_SUBSCRIPTIONS
+from herdr_mcp.state.event_log import EventLog
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
-#: Events kept in memory for herdr_since; older cursors get `gap: true`.
-DEFAULT_CAPACITY = 10_000
 _RECONNECT_DELAYS = (0.2, 0.5, 1.0, 2.0, 5.0)
 
 
@@ -38,83 +31,57 @@ class FeedEvent:
     data: dict[str, Any]
     at: float
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "seq": self.seq,
-            "event": self.name,
-            "data": self.data,
-            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.at)),
-        }
-
     @property
     def workspace_id(self) -> str | None:
-        """The workspace the event concerns, from its data or the object it carries."""
-        nested = [value for value in self.data.values() if isinstance(value, dict)]
-        for source in (self.data, *nested):
-            value = source.get("workspace_id")
-            if isinstance(value, str):
-                return value
-            pane = source.get("pane_id")
-            if isinstance(pane, str) and ":" in pane:
-                return pane.split(":", 1)[0]
-        return None
+        return workspace_of(self.data)
+
+
+def workspace_of(data: dict[str, Any]) -> str | None:
+    """The workspace an event concerns, from its data or the object it carries."""
+    nested = [value for value in data.values() if isinstance(value, dict)]
+    for source in (data, *nested):
+        value = source.get("workspace_id")
+        if isinstance(value, str):
+            return value
+        pane = source.get("pane_id")
+        if isinstance(pane, str) and ":" in pane:
+            return pane.split(":", 1)[0]
+    return None
 
 
 class EventFeed:
-    """Numbered Herdr events in a bounded window, filled by `run()`."""
+    """Herdr events, numbered durably in `log`, filled by `run()`."""
 
     def __init__(
-        self,
-        herdr: HerdrClient,
-        *,
-        on_event: Callable[[FeedEvent], None] | None = None,
-        capacity: int = DEFAULT_CAPACITY,
+        self, herdr: HerdrClient, log: EventLog, *, on_event: Callable[[FeedEvent], None] | None = None
     ) -> None:
         self._herdr = herdr
+        self._log = log
         self._on_event = on_event
-        self._events: deque[FeedEvent] = deque(maxlen=capacity)
-        self.first_seq = int(time.time() * 1000) * 1000
-        self._next_seq = self.first_seq
         self.connected = False
         self.last_error: str | None = None
         self._attempt = 0  # reconnects since the feed last connected (sets the backoff)
 
     @property
     def last_seq(self) -> int:
-        return self._next_seq - 1
+        return self._log.last_seq()
 
     def record(self, name: str, data: dict[str, Any]) -> FeedEvent:
-        event = FeedEvent(seq=self._next_seq, name=name, data=data, at=time.time())
-        self._next_seq += 1
-        self._events.append(event)
+        at = time.time()
+        seq = self._log.append(name, workspace_of(data), data, at)
+        event = FeedEvent(seq=seq, name=name, data=data, at=at)
         if self._on_event is not None:
             try:
                 self._on_event(event)
             except Exception:  # a listener's failure must not stop the feed
-                log.exception("event listener failed on %s", name)
+                _log.exception("event listener failed on %s", name)
         return event
 
     def since(self, cursor: int, *, workspace: str | None, limit: int) -> dict[str, Any]:
         """Events with seq > cursor (oldest first), the cursor to pass next, and gap facts."""
-        oldest = self._events[0].seq if self._events else self._next_seq
-        gap = cursor < oldest - 1 and cursor != 0
-        selected: list[FeedEvent] = []
-        more = False
-        for event in self._events:
-            if event.seq <= cursor or (workspace is not None and event.workspace_id != workspace):
-                continue
-            if len(selected) == limit:
-                more = True
-                break
-            selected.append(event)
-        next_cursor = selected[-1].seq if more else max(cursor, self.last_seq)
-        return {
-            "events": [event.to_dict() for event in selected],
-            "next_cursor": next_cursor,
-            "more": more,
-            "gap": gap,
-            "feed_connected": self.connected,
-        }
+        answer = self._log.since(cursor, workspace=workspace, limit=limit)
+        answer["feed_connected"] = self.connected
+        return answer
 
     async def run(self) -> None:
         """Follow Herdr until cancelled; never raises for Herdr being away."""
@@ -181,4 +148,4 @@ class EventFeed:
         except (HerdrError, OSError, ValueError) as exc:
             # Closed panes end their stream; anything else is covered by the lifecycle stream's
             # pane_updated events, so this is worth a log line, not a reconnect.
-            log.debug("agent status stream for %s ended: %s", pane_ids, exc)
+            _log.debug("agent status stream for %s ended: %s", pane_ids, exc)

@@ -38,6 +38,27 @@ prunes the oldest finished session, and is refused with `too_many_sessions` when
 are running. Each session directory also holds `metadata.json` (command, cwd, pid, times, exit
 status), replaced atomically on start and on finish, so a later runtime can find old sessions.
 
+Surviving a restart
+-------------------
+With a `StateStore`, every session also has an `exec_sessions` row in `state.db`: inserted at
+start (command, cwd, pid, the pid's identity, this runtime instance, optionally the ledger
+operation it carries out) and updated when it settles (exit status, totals, dropped bytes). A
+later runtime answers `read`, `kill` and `result_of` for sessions it does not hold in memory
+from that row and the spool files:
+
+- A finished session stays readable until its retention ends, exactly as before the restart.
+- A session whose row still says running but belongs to another runtime instance when this one
+  starts is `lost`: its pipes died with the runtime that drained them, so its output up to that
+  moment is all there will ever be. It reads as `running: false, lost: true, exit_code: null`.
+  (If that other runtime is in fact still alive, its own finish update wins over `lost`.)
+- Killing a lost session signals its process group only when the pid still names the very
+  process that was started (same boot, same kernel start time); when that cannot be confirmed
+  nothing is sent, and the answer's `kill_result` says what was done.
+- Retention pruning deletes expired rows together with their spool directories.
+
+Database writes are best effort (a failure is logged; the session itself goes on) and take well
+under a millisecond, so they run on the event loop.
+
 Everything here runs on the runtime's event loop: `start` and `read` are plain methods that
 must be called from a coroutine on that loop (they never block on the process); `run`, `kill`
 and `shutdown` are coroutines.
@@ -47,21 +68,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
+import re
 import secrets
 import shutil
 import signal
+import sqlite3
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, Literal
 
 from herdr_mcp.errors import ToolError
+from herdr_mcp.state.store import StateStore, new_runtime_instance
 
 __all__ = [
     "DEFAULT_GRACE_MS",
@@ -70,6 +96,7 @@ __all__ = [
     "DEFAULT_READ_BYTES",
     "DEFAULT_RETENTION_SECONDS",
     "ExecSessions",
+    "KillResult",
 ]
 
 _log = logging.getLogger(__name__)
@@ -98,14 +125,34 @@ _UTF8_LOOKAHEAD = 3
 
 StreamName = Literal["stdout", "stderr"]
 StreamChoice = Literal["stdout", "stderr", "both"]
+#: What killing a session of an earlier runtime did (`kill_result` of its answer).
+KillResult = Literal["terminated", "killed", "already_gone", "unverified"]
 
-
-def _utc_now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+_SESSION_ID = re.compile(r"x[0-9a-f]{16}")
+_KILL_MESSAGES: dict[KillResult, str] = {
+    "terminated": "The session's process group was still running and stopped on SIGTERM.",
+    "killed": "The session's process group was still running and needed SIGKILL after the grace period.",
+    "already_gone": "No process of this session is running any more; nothing was sent.",
+    "unverified": (
+        "A process that may belong to this session still exists, but it cannot be confirmed to be the "
+        "one that was started (its pid may have been reused), so nothing was sent; check it with ps "
+        "and stop it by hand if it is yours."
+    ),
+}
 
 
 def _new_session_id() -> str:
     return "x" + secrets.token_hex(8)
+
+
+def _epoch_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _iso_from_ms(epoch_ms: int) -> str:
+    return (
+        datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    )
 
 
 def _utf8_sequence_length(lead: int) -> int:
@@ -198,12 +245,30 @@ class _Spool:
             os.close(self.fd)
             self.fd = None
 
+    def view(self, *, settled: bool) -> _StreamView:
+        return _StreamView(self.path, self.stored, self.total, self.dropped, final=self.eof, settled=settled)
+
+
+@dataclass(frozen=True)
+class _StreamView:
+    """What a read may see of one stream right now, whether it is live or from an earlier runtime."""
+
+    path: Path
+    stored: int  # bytes in the spool file that may be read
+    total: int
+    dropped: int
+    final: bool  # no byte will ever be added to the file
+    settled: bool  # the session is over: reading up to `stored` reaches the end
+
     def read(self, offset: int, limit: int) -> bytes:
         if offset >= self.stored:
             return b""
-        with self.path.open("rb") as handle:
-            handle.seek(offset)
-            return handle.read(min(limit, self.stored - offset))
+        try:
+            with self.path.open("rb") as handle:
+                handle.seek(offset)
+                return handle.read(min(limit, self.stored - offset))
+        except FileNotFoundError:  # the spool directory was removed by hand
+            return b""
 
 
 @dataclass
@@ -216,11 +281,14 @@ class _Session:
     stderr: _Spool
     started_at: str
     started_monotonic: float
+    started_epoch_ms: int
     loop: asyncio.AbstractEventLoop
+    on_settle: Callable[[_Session], None] | None = None
     process: subprocess.Popen[bytes] | None = None
     returncode: int | None = None
     finished_at: str | None = None
     finished_monotonic: float | None = None
+    finished_epoch_ms: int | None = None
     escalated: bool = False
     exited: asyncio.Event = field(default_factory=asyncio.Event)
     settled: asyncio.Event = field(default_factory=asyncio.Event)
@@ -251,6 +319,17 @@ class _Session:
 
     def spools(self) -> tuple[_Spool, _Spool]:
         return self.stdout, self.stderr
+
+    def view(self, stream: StreamName) -> _StreamView:
+        return (self.stdout if stream == "stdout" else self.stderr).view(settled=not self.running)
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "running": self.running,
+            "exit_code": self.exit_code,
+            "signal": self.signal_name,
+        }
 
     def attach(self, process: subprocess.Popen[bytes]) -> None:
         """Start draining the process's pipes on the loop and watching for its exit."""
@@ -302,10 +381,13 @@ class _Session:
             return
         if not (self.stdout.eof and self.stderr.eof):
             return
-        self.finished_at = _utc_now()
+        self.finished_epoch_ms = _epoch_ms()
+        self.finished_at = _iso_from_ms(self.finished_epoch_ms)
         self.finished_monotonic = time.monotonic()
         self.settled.set()
         self.write_metadata()
+        if self.on_settle is not None:
+            self.on_settle(self)
 
     def metadata(self) -> dict[str, Any]:
         return {
@@ -366,21 +448,232 @@ def _signal_group(pgid: int, signum: signal.Signals) -> None:
         os.killpg(pgid, signum)
 
 
+@functools.cache
+def _boot_id() -> str | None:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip() or None
+    except OSError:
+        return None
+
+
+def _process_identity(pid: int) -> str | None:
+    """`<boot id>:<kernel start time>` of process `pid` (live or zombie); None when it does not
+    exist or this system has no /proc to tell. Equal identities mean the very same process."""
+    boot = _boot_id()
+    if boot is None:
+        return None
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    # Fields after the parenthesised command name start at field 3 (state); starttime is field 22.
+    fields = text[text.rfind(")") + 2 :].split()
+    return f"{boot}:{fields[19]}" if len(fields) > 19 else None
+
+
+def _orphan_group_status(pid: int, recorded: str | None) -> Literal["alive", "gone", "unsure"]:
+    """Whether the process group an earlier runtime started as `pid` still has live members.
+
+    Linux never hands out a pid again while it still names a process group, so a pid now held
+    by a different process proves the old group is gone. "unsure" when the leader is gone but
+    the group id is still in use (a new group could have taken it) or nothing was recorded.
+    """
+    current = _process_identity(pid)
+    if current is None:
+        return "unsure" if _group_has_live_members(pid) else "gone"
+    if recorded is None:
+        return "unsure"
+    if current != recorded:
+        return "gone"
+    return "alive" if _group_has_live_members(pid) else "gone"
+
+
+@dataclass(frozen=True)
+class _StoredSession:
+    """A session known only from its `exec_sessions` row (started by an earlier runtime)."""
+
+    session_id: str
+    directory: Path
+    state: Literal["running", "finished", "lost"]
+    pid: int | None
+    pid_start: str | None
+    exit_code: int | None
+    signal_name: str | None
+    totals: dict[StreamName, int]
+    dropped: dict[StreamName, int]
+    started_at_ms: int
+    finished_at_ms: int | None
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row, spool_dir: Path) -> _StoredSession:
+        return cls(
+            session_id=row["session_id"],
+            directory=spool_dir / row["session_id"],
+            state=row["state"],
+            pid=row["pid"],
+            pid_start=row["pid_start"],
+            exit_code=row["exit_code"],
+            signal_name=row["signal"],
+            totals={"stdout": row["stdout_total"], "stderr": row["stderr_total"]},
+            dropped={"stdout": row["stdout_dropped"], "stderr": row["stderr_dropped"]},
+            started_at_ms=row["started_at"],
+            finished_at_ms=row["finished_at"],
+        )
+
+    @property
+    def running(self) -> bool:
+        """Still running under another, live runtime (a lost session is not running)."""
+        return self.state == "running"
+
+    def view(self, stream: StreamName) -> _StreamView:
+        path = self.directory / stream
+        try:
+            size = path.stat().st_size
+        except OSError:
+            size = 0
+        if self.state == "finished":
+            total, dropped = self.totals[stream], self.dropped[stream]
+            return _StreamView(path, min(size, total - dropped), total, dropped, final=True, settled=True)
+        # Lost: what is in the file is all there is (the totals were never recorded).
+        # Running: the other runtime is still appending.
+        return _StreamView(path, size, size, 0, final=not self.running, settled=not self.running)
+
+    def state_answer(self) -> dict[str, Any]:
+        answer: dict[str, Any] = {
+            "session_id": self.session_id,
+            "running": self.running,
+            "exit_code": self.exit_code,
+            "signal": self.signal_name,
+        }
+        if self.state == "lost":
+            answer["lost"] = True
+        return answer
+
+
+_SELECT_SESSION = (
+    "SELECT session_id, state, pid, pid_start, exit_code, signal, stdout_total, stderr_total, "
+    "stdout_dropped, stderr_dropped, started_at, finished_at FROM exec_sessions WHERE session_id = ?"
+)
+
+
+class _SessionRecords:
+    """The `exec_sessions` rows of one runtime instance. Writes are best effort: a database error
+    is logged and the session goes on in memory; reads raise ToolError `state_unavailable`."""
+
+    def __init__(self, store: StateStore, runtime_instance: str, spool_dir: Path) -> None:
+        self._store = store
+        self._instance = runtime_instance
+        self._spool_dir = spool_dir
+
+    def mark_lost(self) -> None:
+        """Every session another runtime left running: its pipes are gone with it."""
+        with self._best_effort("mark lost sessions"), self._store.transaction() as tx:
+            tx.execute(
+                "UPDATE exec_sessions SET state = 'lost', finished_at = ? "
+                "WHERE state = 'running' AND runtime_instance != ?",
+                (_epoch_ms(), self._instance),
+            )
+
+    def insert(self, session: _Session, op_id: str | None, pid_start: str | None) -> None:
+        with self._best_effort(f"record session {session.session_id}"), self._store.transaction() as tx:
+            tx.execute(
+                "INSERT INTO exec_sessions (session_id, op_id, command, cwd, pid, pid_start, "
+                "runtime_instance, state, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?)",
+                (
+                    session.session_id,
+                    op_id,
+                    session.command,
+                    str(session.cwd),
+                    session.pid,
+                    pid_start,
+                    self._instance,
+                    session.started_epoch_ms,
+                ),
+            )
+
+    def finish(self, session: _Session) -> None:
+        # Whatever the row says (another runtime may have marked it lost meanwhile), the owner knows.
+        with (
+            self._best_effort(f"record the end of session {session.session_id}"),
+            self._store.transaction() as tx,
+        ):
+            tx.execute(
+                "UPDATE exec_sessions SET state = 'finished', finished_at = ?, exit_code = ?, signal = ?, "
+                "stdout_total = ?, stderr_total = ?, stdout_dropped = ?, stderr_dropped = ? "
+                "WHERE session_id = ?",
+                (
+                    session.finished_epoch_ms,
+                    session.exit_code,
+                    session.signal_name,
+                    session.stdout.total,
+                    session.stderr.total,
+                    session.stdout.dropped,
+                    session.stderr.dropped,
+                    session.session_id,
+                ),
+            )
+
+    def load(self, session_id: str) -> _StoredSession | None:
+        row = self._read(_SELECT_SESSION, (session_id,))
+        return None if not row else _StoredSession.from_row(row[0], self._spool_dir)
+
+    def expired(self, horizon_ms: int) -> list[str]:
+        """Sessions over (finished or lost) at or before `horizon_ms`."""
+        rows = self._read(
+            "SELECT session_id FROM exec_sessions WHERE finished_at <= ? AND state != 'running'",
+            (horizon_ms,),
+        )
+        return [row[0] for row in rows]
+
+    def delete(self, session_ids: list[str]) -> None:
+        with self._best_effort("forget expired sessions"), self._store.transaction() as tx:
+            tx.executemany("DELETE FROM exec_sessions WHERE session_id = ?", [(sid,) for sid in session_ids])
+
+    def session_of_operation(self, op_id: str) -> str | None:
+        rows = self._read(
+            "SELECT session_id FROM exec_sessions WHERE op_id = ? ORDER BY started_at DESC LIMIT 1", (op_id,)
+        )
+        return rows[0][0] if rows else None
+
+    def _read(self, query: str, parameters: tuple[Any, ...]) -> list[sqlite3.Row]:
+        try:
+            return self._store.connection().execute(query, parameters).fetchall()
+        except sqlite3.Error as exc:
+            raise ToolError(
+                "state_unavailable",
+                f"The runtime's state database could not be read ({exc}); retry, and restart the runtime "
+                "if it persists.",
+            ) from exc
+
+    @contextlib.contextmanager
+    def _best_effort(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error:
+            _log.warning("state.db: could not %s", what, exc_info=True)
+
+
 class ExecSessions:
     """Owns every shell session of one runtime: start, capture, read, kill, prune.
 
     Refusals raise `ToolError` with these codes: `session_not_found`, `too_many_sessions`,
-    `cwd_not_found`, `shell_unavailable`, `exec_failed`, `invalid_argument`.
+    `cwd_not_found`, `shell_unavailable`, `exec_failed`, `invalid_arguments`, and
+    `state_unavailable` (a session not in memory could not be looked up in `state.db`).
     """
 
     def __init__(
         self,
         spool_dir: Path,
         *,
+        store: StateStore | None = None,
+        runtime_instance: str | None = None,
         max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
         retention_seconds: float = DEFAULT_RETENTION_SECONDS,
         max_sessions: int = DEFAULT_MAX_SESSIONS,
     ) -> None:
+        """With `store`, sessions are recorded in `state.db` under `runtime_instance` (a fresh
+        name when not given) and sessions of earlier runtimes stay readable; sessions other
+        instances left running are marked lost now."""
         if max_output_bytes < 0 or max_sessions < 1 or retention_seconds < 0:
             raise ValueError("max_output_bytes, retention_seconds must be >= 0 and max_sessions >= 1")
         self._spool_dir = spool_dir
@@ -388,15 +681,21 @@ class ExecSessions:
         self._retention_seconds = retention_seconds
         self._max_sessions = max_sessions
         self._sessions: dict[str, _Session] = {}
+        self.runtime_instance = runtime_instance if runtime_instance is not None else new_runtime_instance()
+        self._records = None if store is None else _SessionRecords(store, self.runtime_instance, spool_dir)
+        if self._records is not None:
+            self._records.mark_lost()
+            self._prune_records()
 
-    def start(self, cwd: Path, command: str) -> dict[str, Any]:
+    def start(self, cwd: Path, command: str, *, op_id: str | None = None) -> dict[str, Any]:
         """Start `bash -lc command` in `cwd` as a background session.
 
         Synchronous, but must be called on the running event loop that will drain the
-        output. Returns `{"session_id", "pid", "running": True, "started_at"}`. Raises
-        ToolError `cwd_not_found`, `too_many_sessions`, `shell_unavailable` or `exec_failed`.
+        output. `op_id` links the session to the ledger operation it carries out (it must
+        exist in `state.db`). Returns `{"session_id", "pid", "running": True, "started_at"}`.
+        Raises ToolError `cwd_not_found`, `too_many_sessions`, `shell_unavailable` or `exec_failed`.
         """
-        session = self._spawn(cwd, command)
+        session = self._spawn(cwd, command, op_id)
         return {
             "session_id": session.session_id,
             "pid": session.pid,
@@ -405,7 +704,13 @@ class ExecSessions:
         }
 
     async def run(
-        self, cwd: Path, command: str, timeout_ms: int, *, max_bytes: int = DEFAULT_READ_BYTES
+        self,
+        cwd: Path,
+        command: str,
+        timeout_ms: int,
+        *,
+        max_bytes: int = DEFAULT_READ_BYTES,
+        op_id: str | None = None,
     ) -> dict[str, Any]:
         """Run a command and wait up to `timeout_ms` for it to finish.
 
@@ -415,41 +720,31 @@ class ExecSessions:
         Otherwise the command keeps running as a background session and the answer is
         `{"session_id", "completed": False, "running": True, ...the same output keys...,
         "message"}`. `stdout`/`stderr` are the first `max_bytes` of each stream, never ending
-        inside a UTF-8 sequence. Raises what `start` raises, and `invalid_argument`.
+        inside a UTF-8 sequence. `op_id` as for `start`. Raises what `start` raises, and
+        `invalid_arguments`.
         """
         if timeout_ms < 1:
             raise ToolError("invalid_arguments", "timeout_ms must be at least 1; pass a positive timeout.")
         _check_read_bytes(max_bytes)
-        session = self._spawn(cwd, command)
+        session = self._spawn(cwd, command, op_id)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(session.settled.wait(), timeout_ms / 1000)
-        now = time.monotonic()
-        end = session.finished_monotonic if session.finished_monotonic is not None else now
-        stdout = _chunk(session, session.stdout, 0, max_bytes)
-        stderr = _chunk(session, session.stderr, 0, max_bytes)
-        result: dict[str, Any] = {"session_id": session.session_id}
-        if session.running:
-            result |= {"completed": False, "running": True}
-        else:
-            result |= {"completed": True, "exit_code": session.exit_code, "signal": session.signal_name}
-        result |= {
-            "stdout": stdout["text"],
-            "stderr": stderr["text"],
-            "stdout_total_bytes": session.stdout.total,
-            "stderr_total_bytes": session.stderr.total,
-            "stdout_next_offset": stdout["next_offset"],
-            "stderr_next_offset": stderr["next_offset"],
-            "truncated": stdout["next_offset"] < session.stdout.total
-            or stderr["next_offset"] < session.stderr.total,
-            "duration_ms": round((end - session.started_monotonic) * 1000),
-        }
-        if session.running:
-            result["message"] = (
-                f"The command is still running after {timeout_ms} ms as background session "
-                f"{session.session_id}; read with herdr_exec_read from stdout_offset="
-                f"{stdout['next_offset']} and stderr_offset={stderr['next_offset']}, "
-                "or stop it with herdr_exec_kill."
-            )
+        end = session.finished_monotonic if session.finished_monotonic is not None else time.monotonic()
+        duration_ms = round((end - session.started_monotonic) * 1000)
+        if not session.running:
+            return _completed_answer(session.state(), session.view, max_bytes, duration_ms)
+        result = _output_answer(
+            {"session_id": session.session_id, "completed": False, "running": True},
+            session.view,
+            max_bytes,
+            duration_ms,
+        )
+        result["message"] = (
+            f"The command is still running after {timeout_ms} ms as background session "
+            f"{session.session_id}; read with herdr_exec_read from stdout_offset="
+            f"{result['stdout_next_offset']} and stderr_offset={result['stderr_next_offset']}, "
+            "or stop it with herdr_exec_kill."
+        )
         return result
 
     def read(
@@ -467,21 +762,23 @@ class ExecSessions:
         stream, `{"text", "offset", "next_offset", "total_bytes", "dropped_bytes", "eof"}`.
         `next_offset` counts the bytes actually returned (a chunk never ends inside a UTF-8
         sequence); an offset at or past the stored bytes gives empty text; `eof` is true once
-        the session has finished and everything stored has been read. Raises ToolError
-        `session_not_found` or `invalid_argument`.
+        the session has finished and everything stored has been read. A session an earlier
+        runtime left running also has `lost: true` (its output up to the restart is readable;
+        totals are what was stored). Raises ToolError `session_not_found`, `invalid_arguments`
+        or `state_unavailable`.
         """
         self._prune()
-        session = self._get(session_id)
+        session = self._lookup(session_id)
         if stream not in ("stdout", "stderr", "both"):
             raise ToolError("invalid_arguments", "stream must be stdout, stderr or both.")
         if stdout_offset < 0 or stderr_offset < 0:
             raise ToolError("invalid_arguments", "Offsets are byte offsets and must be 0 or more.")
         _check_read_bytes(max_bytes)
-        result = self._state(session)
+        result = session.state() if isinstance(session, _Session) else session.state_answer()
         if stream in ("stdout", "both"):
-            result["stdout"] = _chunk(session, session.stdout, stdout_offset, max_bytes)
+            result["stdout"] = _chunk(session.view("stdout"), stdout_offset, max_bytes)
         if stream in ("stderr", "both"):
-            result["stderr"] = _chunk(session, session.stderr, stderr_offset, max_bytes)
+            result["stderr"] = _chunk(session.view("stderr"), stderr_offset, max_bytes)
         return result
 
     async def kill(self, session_id: str, grace_ms: int = DEFAULT_GRACE_MS) -> dict[str, Any]:
@@ -490,29 +787,59 @@ class ExecSessions:
         Returns the final state `{"session_id", "running", "exit_code", "signal",
         "stdout_total_bytes", "stderr_total_bytes", "already_finished", "escalated"}`;
         `escalated` says SIGKILL was needed. A finished session is not an error
-        (`already_finished: True`). Raises ToolError `session_not_found` or `invalid_argument`.
+        (`already_finished: True`). For a session an earlier runtime left running (lost, or
+        still owned by another runtime) the group is signalled only if its pid still names the
+        process that was started; the answer adds `kill_result` (`terminated`, `killed`,
+        `already_gone` or `unverified`: nothing sent) and a `message`. Raises ToolError
+        `session_not_found`, `invalid_arguments` or `state_unavailable`.
         """
         if grace_ms < 0:
             raise ToolError("invalid_arguments", "grace_ms must be 0 or more.")
-        session = self._get(session_id)
+        session = self._lookup(session_id)
+        if isinstance(session, _StoredSession):
+            return await _kill_stored(session, grace_ms)
         already_finished = not session.running
         await self._terminate(session, grace_ms)
-        return self._state(session) | {
+        return session.state() | {
             "stdout_total_bytes": session.stdout.total,
             "stderr_total_bytes": session.stderr.total,
             "already_finished": already_finished,
             "escalated": session.escalated,
         }
 
+    def result_of(self, session_id: str, *, max_bytes: int = DEFAULT_READ_BYTES) -> dict[str, Any] | None:
+        """The answer `run()` gives for a completed command, for a session that has finished
+        (in memory, or from `state.db` and its spool after a restart); None when the session is
+        unknown, still running or lost. Lets a replay of an idempotent exec answer in full.
+        Raises ToolError `invalid_arguments` or `state_unavailable`.
+        """
+        _check_read_bytes(max_bytes)
+        session = self._sessions.get(session_id)
+        if session is not None:
+            if session.finished_monotonic is None:  # still running
+                return None
+            duration_ms = round((session.finished_monotonic - session.started_monotonic) * 1000)
+            return _completed_answer(session.state(), session.view, max_bytes, duration_ms)
+        stored = self._records.load(session_id) if self._records is not None else None
+        if stored is None or stored.state != "finished" or stored.finished_at_ms is None:
+            return None
+        duration_ms = stored.finished_at_ms - stored.started_at_ms
+        return _completed_answer(stored.state_answer(), stored.view, max_bytes, duration_ms)
+
+    def session_of_operation(self, op_id: str) -> str | None:
+        """The session that carries out ledger operation `op_id`, if one was started (needs a
+        store; used to reconcile operations after a restart). Raises ToolError `state_unavailable`."""
+        return self._records.session_of_operation(op_id) if self._records is not None else None
+
     async def shutdown(self, grace_ms: int = DEFAULT_GRACE_MS) -> None:
         """Kill every running session (TERM, then KILL after `grace_ms`) and wait for them.
 
-        Spool files and metadata stay on disk.
+        Spool files and metadata stay on disk (and their rows record how they ended).
         """
         running = [session for session in self._sessions.values() if session.running]
         await asyncio.gather(*(self._terminate(session, grace_ms) for session in running))
 
-    def _spawn(self, cwd: Path, command: str) -> _Session:
+    def _spawn(self, cwd: Path, command: str, op_id: str | None) -> _Session:
         loop = asyncio.get_running_loop()
         self._prune()
         self._make_room()
@@ -528,6 +855,7 @@ class ExecSessions:
         directory = self._spool_dir / session_id
         directory.mkdir(mode=0o700)
         directory.chmod(0o700)
+        started_ms = _epoch_ms()
         session = _Session(
             session_id=session_id,
             command=command,
@@ -535,9 +863,11 @@ class ExecSessions:
             directory=directory,
             stdout=_Spool.create(directory / "stdout", self._max_output_bytes),
             stderr=_Spool.create(directory / "stderr", self._max_output_bytes),
-            started_at=_utc_now(),
+            started_at=_iso_from_ms(started_ms),
             started_monotonic=time.monotonic(),
+            started_epoch_ms=started_ms,
             loop=loop,
+            on_settle=self._on_settle,
         )
         try:
             process = subprocess.Popen(
@@ -555,10 +885,18 @@ class ExecSessions:
             raise ToolError(
                 "exec_failed", f"The command could not be started ({exc}); check the root."
             ) from exc
+        # Before attach() starts the thread that reaps it: until then the pid cannot be reused.
+        pid_start = _process_identity(process.pid)
         session.attach(process)
         self._sessions[session_id] = session
         session.write_metadata()
+        if self._records is not None:
+            self._records.insert(session, op_id, pid_start)
         return session
+
+    def _on_settle(self, session: _Session) -> None:
+        if self._records is not None:
+            self._records.finish(session)
 
     async def _terminate(self, session: _Session, grace_ms: int) -> None:
         async with session.kill_lock:
@@ -589,29 +927,39 @@ class ExecSessions:
                 session.close_pipe(spool)
             session.maybe_settle()
 
-    def _get(self, session_id: str) -> _Session:
+    def _lookup(self, session_id: str) -> _Session | _StoredSession:
+        """The live session, or the row of one an earlier runtime started."""
         session = self._sessions.get(session_id)
-        if session is None:
-            raise ToolError(
-                "session_not_found",
-                f"No session {session_id!r}: it never existed or expired; start the command again.",
-                session_id=session_id,
-            )
-        return session
-
-    def _state(self, session: _Session) -> dict[str, Any]:
-        return {
-            "session_id": session.session_id,
-            "running": session.running,
-            "exit_code": session.exit_code,
-            "signal": session.signal_name,
-        }
+        if session is not None:
+            return session
+        if self._records is not None and _SESSION_ID.fullmatch(session_id):
+            stored = self._records.load(session_id)
+            if stored is not None:
+                return stored
+        raise ToolError(
+            "session_not_found",
+            f"No session {session_id!r}: it never existed or expired; start the command again.",
+            session_id=session_id,
+        )
 
     def _prune(self) -> None:
         horizon = time.monotonic() - self._retention_seconds
         for session in list(self._sessions.values()):
             if session.finished_monotonic is not None and session.finished_monotonic <= horizon:
                 self._discard(session)
+        self._prune_records()
+
+    def _prune_records(self) -> None:
+        """Forget sessions of earlier runtimes whose retention has ended: rows and spool files."""
+        if self._records is None:
+            return
+        horizon_ms = _epoch_ms() - round(self._retention_seconds * 1000)
+        expired = [sid for sid in self._records.expired(horizon_ms) if sid not in self._sessions]
+        if not expired:
+            return
+        self._records.delete(expired)
+        for session_id in expired:
+            shutil.rmtree(self._spool_dir / session_id, ignore_errors=True)
 
     def _make_room(self) -> None:
         while len(self._sessions) >= self._max_sessions:
@@ -627,6 +975,49 @@ class ExecSessions:
     def _discard(self, session: _Session) -> None:
         del self._sessions[session.session_id]
         shutil.rmtree(session.directory, ignore_errors=True)
+        if self._records is not None:
+            self._records.delete([session.session_id])
+
+
+async def _kill_stored(session: _StoredSession, grace_ms: int) -> dict[str, Any]:
+    """Kill a session this runtime holds no pipes of; see `ExecSessions.kill`."""
+    answer = session.state_answer() | {
+        "stdout_total_bytes": session.view("stdout").total,
+        "stderr_total_bytes": session.view("stderr").total,
+    }
+    if session.state == "finished":
+        return answer | {"already_finished": True, "escalated": False}
+    outcome = await _stop_orphan_group(session.pid, session.pid_start, grace_ms)
+    if outcome != "unverified":
+        answer["running"] = False
+    return answer | {
+        "already_finished": outcome == "already_gone",
+        "escalated": outcome == "killed",
+        "kill_result": outcome,
+        "message": _KILL_MESSAGES[outcome],
+    }
+
+
+async def _stop_orphan_group(pid: int | None, recorded: str | None, grace_ms: int) -> KillResult:
+    """TERM, then KILL after `grace_ms`, to the group an earlier runtime started as `pid`, only
+    when `pid` still names that very process."""
+    if pid is None:
+        return "unverified"
+    status = _orphan_group_status(pid, recorded)
+    if status != "alive":
+        return "already_gone" if status == "gone" else "unverified"
+    loop = asyncio.get_running_loop()
+    _signal_group(pid, signal.SIGTERM)
+    deadline = loop.time() + grace_ms / 1000
+    while _group_has_live_members(pid):
+        if loop.time() >= deadline:
+            _signal_group(pid, signal.SIGKILL)
+            give_up = loop.time() + _EXIT_WAIT_SECONDS
+            while _group_has_live_members(pid) and loop.time() < give_up:
+                await asyncio.sleep(_POLL_SECONDS)
+            return "killed"
+        await asyncio.sleep(_POLL_SECONDS)
+    return "terminated"
 
 
 def _check_read_bytes(max_bytes: int) -> None:
@@ -634,16 +1025,47 @@ def _check_read_bytes(max_bytes: int) -> None:
         raise ToolError("invalid_arguments", f"max_bytes must be between 1 and {_MAX_READ_BYTES}.")
 
 
-def _chunk(session: _Session, spool: _Spool, offset: int, max_bytes: int) -> dict[str, Any]:
-    data = spool.read(offset, max_bytes + _UTF8_LOOKAHEAD)
-    length = utf8_chunk_length(data, max_bytes, final=spool.eof)
+def _output_answer(
+    head: dict[str, Any], view: Callable[[StreamName], _StreamView], max_bytes: int, duration_ms: int
+) -> dict[str, Any]:
+    """`head` plus the first `max_bytes` of both streams and their totals, as `run()` answers."""
+    stdout, stderr = view("stdout"), view("stderr")
+    out = _chunk(stdout, 0, max_bytes)
+    err = _chunk(stderr, 0, max_bytes)
+    return head | {
+        "stdout": out["text"],
+        "stderr": err["text"],
+        "stdout_total_bytes": stdout.total,
+        "stderr_total_bytes": stderr.total,
+        "stdout_next_offset": out["next_offset"],
+        "stderr_next_offset": err["next_offset"],
+        "truncated": out["next_offset"] < stdout.total or err["next_offset"] < stderr.total,
+        "duration_ms": duration_ms,
+    }
+
+
+def _completed_answer(
+    state: dict[str, Any], view: Callable[[StreamName], _StreamView], max_bytes: int, duration_ms: int
+) -> dict[str, Any]:
+    head = {
+        "session_id": state["session_id"],
+        "completed": True,
+        "exit_code": state["exit_code"],
+        "signal": state["signal"],
+    }
+    return _output_answer(head, view, max_bytes, duration_ms)
+
+
+def _chunk(view: _StreamView, offset: int, max_bytes: int) -> dict[str, Any]:
+    data = view.read(offset, max_bytes + _UTF8_LOOKAHEAD)
+    length = utf8_chunk_length(data, max_bytes, final=view.final)
     next_offset = offset + length
     return {
         "text": data[:length].decode("utf-8", errors="replace"),
         "offset": offset,
         "next_offset": next_offset,
-        "total_bytes": spool.total,
-        "dropped_bytes": spool.dropped,
+        "total_bytes": view.total,
+        "dropped_bytes": view.dropped,
         # Only once the session has settled, so that a reader who stops at eof has the exit status.
-        "eof": not session.running and next_offset >= spool.stored,
+        "eof": view.settled and next_offset >= view.stored,
     }

@@ -9,9 +9,12 @@ from herdr_mcp.runtime.boundary import Policy
 from herdr_mcp.runtime.config import RuntimeConfig
 from herdr_mcp.runtime.events import EventFeed, FeedEvent
 from herdr_mcp.runtime.exec_sessions import ExecSessions
+from herdr_mcp.runtime.idempotency import Idempotency
 from herdr_mcp.runtime.tasks import TaskTracker
 from herdr_mcp.runtime.topology import Topology
-from herdr_mcp.state.store import STATE_FILE_NAME, StateStore
+from herdr_mcp.state.event_log import EventLog
+from herdr_mcp.state.ledger import Ledger
+from herdr_mcp.state.store import STATE_FILE_NAME, StateStore, new_runtime_instance
 from herdr_mcp.state.tasks import TaskStore
 
 
@@ -25,11 +28,14 @@ class Services:
     policy: Policy
     state: StateStore
     tasks: TaskTracker
+    idempotency: Idempotency
+    runtime_instance: str
 
     @classmethod
     def create(cls, config: RuntimeConfig) -> Services:
         herdr = HerdrClient(config.herdr_socket)
         state = StateStore.open(config.config_dir / STATE_FILE_NAME)
+        instance = new_runtime_instance()
         topology = Topology(herdr, home=config.home)
         tasks = TaskTracker(herdr, TaskStore(state))
 
@@ -41,9 +47,11 @@ class Services:
             config=config,
             herdr=herdr,
             topology=topology,
-            events=EventFeed(herdr, on_event=on_event),
-            sessions=ExecSessions(config.spool_dir),
+            events=EventFeed(herdr, EventLog(state), on_event=on_event),
+            sessions=ExecSessions(config.spool_dir, store=state, runtime_instance=instance),
             policy=Policy(read_only=config.read_only, write_roots=config.write_roots),
             state=state,
             tasks=tasks,
+            idempotency=Idempotency(Ledger(state, instance)),
+            runtime_instance=instance,
         )

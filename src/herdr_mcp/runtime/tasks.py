@@ -36,19 +36,44 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(12)}"
 
 
+def _not_acted(error: ToolError) -> ToolError:
+    error.details["acted"] = False
+    return error
+
+
+def _submitted_answer(task: Task, agent: dict[str, Any]) -> dict[str, Any]:
+    answer: dict[str, Any] = {
+        **task.to_dict(),
+        "state": "submitted",
+        "agent": {key: agent.get(key) for key in ("name", "pane_id", "workspace_id", "kind") if key in agent},
+        "status_at_submit": agent.get("agent_status"),
+        "prior_turn_pending": task.prior_settle_pending,
+        "exact_native_turn": False,
+    }
+    if task.browser_session_ref is not None:
+        answer["browser_session_ref"] = task.browser_session_ref
+    return answer
+
+
 class TaskTracker:
     def __init__(self, herdr: HerdrClient, tasks: TaskStore) -> None:
         self._herdr = herdr
         self.tasks = tasks
 
     async def submit(
-        self, target: str, text: str, *, browser_session_ref: str | None, wait: dict[str, Any] | None
+        self,
+        target: str,
+        text: str,
+        *,
+        browser_session_ref: str | None,
+        wait: dict[str, Any] | None,
+        op_id: str | None = None,
     ) -> dict[str, Any]:
-        """Send one prompt as a task; raises ToolError (nothing recorded unless maybe delivered)."""
+        """Send one prompt as a task; raises ToolError (`acted: false` when nothing was delivered)."""
         try:
             found = await self._herdr.call("agent.get", {"target": target})
         except HerdrError as exc:
-            raise tool_error_from_herdr(exc, mutating=False) from exc
+            raise _not_acted(tool_error_from_herdr(exc, mutating=False)) from exc
         agent = found.get("agent", found)
         task = self.tasks.create(
             task_id=new_id("task"),
@@ -56,33 +81,30 @@ class TaskTracker:
             target=target,
             agent=agent,
             browser_session_ref=browser_session_ref,
+            op_id=op_id,
         )
         try:
-            submitted = await self._herdr.call("agent.prompt", {"target": target, "text": text})
+            await self._herdr.call("agent.prompt", {"target": target, "text": text})
         except HerdrError as exc:
             if isinstance(exc, HerdrRemoteError) or not exc.request_sent:
                 self.tasks.discard(task.task_id)  # Herdr refused it or never got it: nothing delivered
-                raise tool_error_from_herdr(exc, mutating=False) from exc
+                raise _not_acted(tool_error_from_herdr(exc, mutating=False)) from exc
             error = tool_error_from_herdr(exc, mutating=True)
             error.details["task_id"] = task.task_id
             raise error from exc
         self.tasks.mark_submitted(task.task_id)
-        answer: dict[str, Any] = {
-            **task.to_dict(),
-            "state": "submitted",
-            "agent": {
-                key: agent.get(key) for key in ("name", "pane_id", "workspace_id", "kind") if key in agent
-            },
-            "status_at_submit": agent.get("agent_status"),
-            "prior_turn_pending": task.prior_settle_pending,
-            "exact_native_turn": False,
-            "herdr": submitted,
-        }
-        if browser_session_ref is not None:
-            answer["browser_session_ref"] = browser_session_ref
+        answer = _submitted_answer(task, agent)
         if wait is not None:
             answer["wait"] = await self._wait(target, wait)
         return answer
+
+    def recover_answer(self, op_id: str) -> dict[str, Any] | None:
+        """The answer of a prompt whose runtime died after recording it, if it was submitted."""
+        task = self.tasks.by_operation(op_id)
+        if task is None or task.state == "submitting":
+            return None  # never recorded, or the send's outcome is unknown
+        agent = {"name": task.agent_name, "pane_id": task.pane_id, "workspace_id": task.workspace_id}
+        return {**_submitted_answer(task, agent), "recovered": True}
 
     async def _wait(self, target: str, wait: dict[str, Any]) -> dict[str, Any]:
         until = list(wait.get("until", ["idle", "done", "blocked"]))

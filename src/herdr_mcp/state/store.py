@@ -4,28 +4,38 @@
   foreign keys on and a busy timeout, so several processes (the runtime, the CLI) can share it.
 - The schema version lives in `meta(key='schema_version')`. Migrations are numbered, append-only
   and each runs in one `BEGIN IMMEDIATE` transaction together with the version bump, so a crash
-  leaves the database at the previous version, never between two.
+  or a failing statement leaves the database at the previous version, never between two.
 - Fail closed: a database whose version is newer than this code knows is refused with
-  `StateSchemaTooNew` before anything is written to it (it is first read through a read-only
-  connection, so the file stays byte-identical).
+  `StateSchemaTooNew` before anything is written to it. The version is first read without
+  writing a byte: through an immutable connection when no write-ahead log exists (so not even
+  `-wal`/`-shm` files appear), otherwise read-only through the existing log, which may hold
+  the newest commits.
 
-Connections are per thread (`sqlite3` objects must not cross threads); `transaction()` gives a
-`BEGIN IMMEDIATE` block that commits on success and rolls back on any exception.
+Connections are per thread (`sqlite3` objects must not cross threads) and per process (a forked
+child opens its own). `transaction()` gives a `BEGIN IMMEDIATE` block that commits on success and
+rolls back on any exception; `snapshot()` gives a read transaction that sees one consistent state.
+
+Durability: `synchronous = NORMAL` in WAL mode. A commit survives the process being killed at any
+point (the runtime restart case); an OS crash or power loss may lose the last few commits, never
+corrupt the file.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import sqlite3
 import stat
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 from herdr_mcp.state.migrations import MIGRATIONS, Migration
 
 #: Milliseconds a writer waits for another writer before SQLite gives up with "database is locked".
+#: Write transactions here last well under a millisecond; ten seconds only matters when a disk stalls.
 BUSY_TIMEOUT_MS = 10_000
 STATE_FILE_NAME = "state.db"
 
@@ -46,17 +56,27 @@ class StateFileUnsafe(StateError):
 
 def _version_read_only(path: Path) -> int:
     """The schema version of an existing file, read without writing a byte to it."""
-    uri = f"file:{path}?mode=ro"
+    location = quote(str(path))
+    if not Path(f"{path}-wal").exists():
+        # Nobody has the file open in WAL mode. An immutable read creates no -wal/-shm files; if
+        # a writer checkpoints into the file at this very moment, the plain read-only read below
+        # sees a consistent state through the log.
+        with contextlib.suppress(sqlite3.DatabaseError):
+            return _read_version(f"file:{location}?mode=ro&immutable=1")
     try:
-        with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
-            has_meta = conn.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
-            ).fetchone()
-            if not has_meta:
-                return 0
-            row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        return _read_version(f"file:{location}?mode=ro")
     except sqlite3.DatabaseError as exc:
         raise StateError(f"{path} is not a readable SQLite database ({exc}); move it aside") from exc
+
+
+def _read_version(uri: str) -> int:
+    with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
+        has_meta = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
+        ).fetchone()
+        if not has_meta:
+            return 0
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     return int(row[0]) if row else 0
 
 
@@ -79,18 +99,29 @@ def _check_private(path: Path) -> None:
         )
 
 
+def new_runtime_instance() -> str:
+    """A fresh name for this runtime process, stored with the rows it owns (operations, exec
+    sessions) so that a later runtime can tell them from its own: `<pid>-<random>`, so that a
+    reader can also check whether that process still exists."""
+    return f"{os.getpid()}-{secrets.token_hex(6)}"
+
+
 class StateStore:
     """The opened, migrated `state.db`. Create with `StateStore.open(path)`."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._local = threading.local()
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._opened: list[sqlite3.Connection] = []
 
     @classmethod
     def open(cls, path: Path, *, migrations: tuple[Migration, ...] = MIGRATIONS) -> StateStore:
-        """Open (creating if missing) and migrate `path` to the newest schema this code knows.
+        """Open (creating if missing) and migrate `path` to the newest schema `migrations` reach.
 
-        Raises StateSchemaTooNew (nothing written), StateFileUnsafe, StateError.
+        Raises StateSchemaTooNew (nothing written), StateFileUnsafe, StateError (unreadable
+        file, or a migration failed: the database then stays at the version before it).
         """
         if path.exists():
             _check_private(path)
@@ -103,62 +134,108 @@ class StateStore:
         else:
             _create_private(path)
         store = cls(path)
-        store._migrate(migrations)
+        try:
+            store._migrate(migrations)
+        except BaseException:
+            store.close()
+            raise
         return store
 
     def connection(self) -> sqlite3.Connection:
         """This thread's connection (autocommit; use `transaction()` for writes)."""
+        if os.getpid() != self._pid:
+            # A forked child must never touch the parent's SQLite handles.
+            self._pid = os.getpid()
+            self._local = threading.local()
+            self._opened = []
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=True)
+            # check_same_thread is off only so that close() can close every thread's connection;
+            # each connection is still used by the one thread that opened it.
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             conn.row_factory = sqlite3.Row
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             conn.execute("PRAGMA foreign_keys = ON")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
             self._local.conn = conn
+            with self._lock:
+                self._opened.append(conn)
         return conn
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """`BEGIN IMMEDIATE` ... `COMMIT`, rolled back on any exception."""
+        """`BEGIN IMMEDIATE` ... `COMMIT` (writers queue on the busy timeout), rolled back on any
+        exception, including a failed COMMIT."""
         conn = self.connection()
         conn.execute("BEGIN IMMEDIATE")
         try:
             yield conn
+            conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:  # SQLite may already have rolled back (e.g. disk full)
+                conn.execute("ROLLBACK")
             raise
-        conn.execute("COMMIT")
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction: every query inside sees the same committed state."""
+        conn = self.connection()
+        conn.execute("BEGIN DEFERRED")
+        try:
+            yield conn
+        finally:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
 
     def schema_version(self) -> int:
         row = self.connection().execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         return int(row[0]) if row else 0
 
     def close(self) -> None:
-        """Close this thread's connection (others close when their threads end)."""
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
+        """Close every connection of this store, in every thread.
+
+        Call it when no other thread is using the store; a later call to `connection()` opens a
+        fresh one.
+        """
+        with self._lock:
+            opened, self._opened = self._opened, []
+            self._local = threading.local()
+        for conn in opened:
             conn.close()
-            self._local.conn = None
 
     def _migrate(self, migrations: tuple[Migration, ...]) -> None:
         conn = self.connection()
-        conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT")
+        has_meta = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
+        ).fetchone()
+        if has_meta and self.schema_version() == len(migrations):
+            return
         for number, migration in enumerate(migrations, start=1):
-            with self.transaction() as tx:
-                current = tx.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-                version = int(current[0]) if current else 0
-                if version > len(migrations):
-                    raise StateSchemaTooNew(
-                        f"{self.path} was upgraded to schema {version} by a newer herdr-mcp meanwhile"
-                    )
-                if version >= number:
-                    continue
-                for statement in migration.statements:
-                    tx.execute(statement)
-                tx.execute(
-                    "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
-                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                    (str(number),),
-                )
+            try:
+                with self.transaction() as tx:
+                    self._apply(tx, number, migration, len(migrations))
+            except sqlite3.Error as exc:
+                raise StateError(
+                    f"{self.path}: migration {number} ({migration.name}) failed ({exc}); the database "
+                    f"stays at schema {number - 1}. Report this with the herdr-mcp version."
+                ) from exc
+
+    def _apply(self, tx: sqlite3.Connection, number: int, migration: Migration, known: int) -> None:
+        """Run one migration and its version bump inside the caller's transaction."""
+        tx.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT")
+        current = tx.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        version = int(current[0]) if current else 0
+        if version > known:
+            raise StateSchemaTooNew(
+                f"{self.path} was upgraded to schema {version} by a newer herdr-mcp meanwhile"
+            )
+        if version >= number:
+            return
+        for statement in migration.statements:
+            tx.execute(statement)
+        tx.execute(
+            "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (str(number),),
+        )

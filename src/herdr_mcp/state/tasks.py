@@ -157,6 +157,10 @@ class TaskStore:
         row = self._store.connection().execute("SELECT * FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
         return Task.from_row(row) if row else None
 
+    def by_operation(self, op_id: str) -> Task | None:
+        row = self._store.connection().execute("SELECT * FROM tasks WHERE op_id = ?", (op_id,)).fetchone()
+        return Task.from_row(row) if row else None
+
     def open_tasks(self) -> list[Task]:
         rows = self._store.connection().execute(
             "SELECT * FROM tasks WHERE state IN (?, ?, ?, ?) ORDER BY submitted_at", OPEN_STATES

@@ -20,17 +20,33 @@ async def prompt(svc: Services, args: dict[str, Any]) -> dict[str, Any]:
     return await _dispatch(svc, args, browser_session_ref=None)
 
 
+#: How long a concurrent duplicate waits for the first submission when it does not wait itself.
+FOLLOWER_TIMEOUT_SECONDS = 30.0
+
+
 async def _dispatch(
     svc: Services, args: dict[str, Any], *, browser_session_ref: str | None
 ) -> dict[str, Any]:
     if svc.policy.read_only:
         raise ToolError("read_only_mode", "the runtime is in read-only mode; prompting an agent is refused")
-    answer = await svc.tasks.submit(
-        args["target"], args["text"], browser_session_ref=browser_session_ref, wait=args.get("wait")
+    wait = args.get("wait")
+
+    async def action(op_id: str | None) -> dict[str, Any]:
+        return await svc.tasks.submit(
+            args["target"], args["text"], browser_session_ref=browser_session_ref, wait=wait, op_id=op_id
+        )
+
+    key = args.get("idempotency_key")
+    if key is None:
+        return await action(None)
+    request = {"target": args["target"], "text": args["text"], "browser_session_ref": browser_session_ref}
+    follower_timeout = FOLLOWER_TIMEOUT_SECONDS
+    if wait is not None:
+        follower_timeout += int(wait.get("timeout_ms", 60000)) / 1000
+    answer = await svc.idempotency.run(
+        "prompt", key, request, action, follower_timeout=follower_timeout, recover=svc.tasks.recover_answer
     )
-    if "idempotency_key" in args:
-        answer["idempotency_key"] = args["idempotency_key"]
-    return answer
+    return {**answer, "idempotency_key": key}
 
 
 async def task_dispatch(svc: Services, params: dict[str, Any]) -> dict[str, Any]:

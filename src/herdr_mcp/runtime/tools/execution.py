@@ -58,12 +58,49 @@ async def exec_short(svc: Services, args: dict[str, Any]) -> dict[str, Any]:
     roots = await svc.topology.roots()
     root = _workspace_root(roots, args["workspace"], args.get("project_root"))
     intent = args.get("intent")
+    key = args.get("idempotency_key")
     _gate(svc, root, args, intent=intent)
-    result = await svc.sessions.run(root.path, args["command"], int(args.get("timeout_ms", 30000)))
-    result["cwd"] = str(root.path)
-    if intent is not None:
-        result["intent"] = intent
-    return result
+    if intent == "non_idempotent_write" and key is None:
+        raise ToolError(
+            "idempotency_key_required",
+            "a non_idempotent_write must carry an idempotency_key (any fresh string of 8+ characters, "
+            "e.g. a UUID) so a lost answer can be recovered without running the command twice",
+        )
+    timeout_ms = int(args.get("timeout_ms", 30000))
+
+    async def action(op_id: str | None) -> dict[str, Any]:
+        try:
+            result = await svc.sessions.run(root.path, args["command"], timeout_ms, op_id=op_id)
+        except ToolError as exc:
+            exc.details["acted"] = False  # the process never started
+            raise
+        result["cwd"] = str(root.path)
+        if intent is not None:
+            result["intent"] = intent
+        return result
+
+    if key is None or intent == "read_only":
+        return await action(None)
+    request = {
+        "workspace": args["workspace"],
+        "command": args["command"],
+        "project_root": args.get("project_root"),
+        "intent": intent,
+    }
+    return await svc.idempotency.run(
+        "exec",
+        key,
+        request,
+        action,
+        follower_timeout=timeout_ms / 1000 + 5,
+        recover=lambda op_id: _recover_exec(svc, op_id),
+    )
+
+
+def _recover_exec(svc: Services, op_id: str) -> dict[str, Any] | None:
+    """The answer of an exec whose runtime died, if its session finished and is still spooled."""
+    session_id = svc.sessions.session_of_operation(op_id)
+    return svc.sessions.result_of(session_id) if session_id is not None else None
 
 
 async def exec_start(svc: Services, args: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,7 @@
-"""Schema 1: the idempotency ledger, exec sessions and the event log behind herdr_since."""
+"""Schema 1: the idempotency ledger, exec sessions and the event log behind herdr_since.
+
+Every `*_at` column holds Unix time in milliseconds.
+"""
 
 from herdr_mcp.state.migrations import Migration
 
@@ -20,6 +23,7 @@ MIGRATION = Migration(
             UNIQUE (kind, idempotency_key)
         ) STRICT""",
         "CREATE INDEX operations_expiry ON operations (expires_at)",
+        "CREATE INDEX operations_state ON operations (state, runtime_instance)",
         # Exec sessions outlive the process that ran them: output stays in capped spool files.
         """CREATE TABLE exec_sessions (
             session_id TEXT PRIMARY KEY,
@@ -27,6 +31,9 @@ MIGRATION = Migration(
             command TEXT NOT NULL,
             cwd TEXT NOT NULL,
             pid INTEGER,
+            -- Identifies the process behind pid (boot id and kernel start time), so that a later
+            -- runtime never signals an unrelated process that reused the pid.
+            pid_start TEXT,
             runtime_instance TEXT NOT NULL,
             state TEXT NOT NULL CHECK (state IN ('running', 'finished', 'lost')),
             started_at INTEGER NOT NULL,
@@ -39,6 +46,7 @@ MIGRATION = Migration(
             stderr_dropped INTEGER NOT NULL DEFAULT 0
         ) STRICT""",
         "CREATE INDEX exec_sessions_finished ON exec_sessions (finished_at)",
+        "CREATE INDEX exec_sessions_operation ON exec_sessions (op_id)",
         # Herdr events numbered for herdr_since; seq is the cursor and never goes back.
         """CREATE TABLE events (
             seq INTEGER PRIMARY KEY AUTOINCREMENT,

@@ -1,0 +1,130 @@
+"""Exactly-once mutations over MCP: concurrent duplicates, conflicts, replays after a restart."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from herdr_mcp.sim import SimConfig, SimulatorThread
+from tests.runtime_harness import RunningRuntime, make_repo, running_runtime
+from tests.sim_helpers import short_tmp_dir
+
+KEY = "key-0001-exactly-once"
+
+
+@pytest.fixture
+def world() -> Iterator[tuple[Path, SimulatorThread, Path]]:
+    with short_tmp_dir() as tmp:
+        repo = make_repo(tmp / "repo", {"a.txt": b"a\n"})
+        with SimulatorThread(SimConfig.for_roots([repo]), tmp / "herdr.sock") as sim:
+            yield tmp, sim, repo
+
+
+def _run(coroutine: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(coroutine, 90))
+
+
+def _concurrently(
+    runtime: RunningRuntime, tool: str, arguments: dict[str, Any], count: int = 20
+) -> list[Any]:
+    async def body() -> list[Any]:
+        return list(await asyncio.gather(*(runtime.call(tool, arguments) for _ in range(count))))
+
+    return list(_run(body()))
+
+
+def _append(repo: Path, key: str = KEY, line: str = "side effect") -> dict[str, Any]:
+    return {
+        "workspace": "w1",
+        "command": f"sleep 0.3; echo '{line}' >> effects.log; echo appended",
+        "intent": "non_idempotent_write",
+        "idempotency_key": key,
+    }
+
+
+def _lines(repo: Path) -> list[str]:
+    path = repo / "effects.log"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def _strip(answer: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in answer.items() if k != "idempotent_replay"}
+
+
+def test_twenty_concurrent_identical_execs_run_once(world: tuple[Path, SimulatorThread, Path]) -> None:
+    tmp, _, repo = world
+    with running_runtime(tmp / "herdr.sock", tmp / "config") as runtime:
+        answers = _concurrently(runtime, "herdr_exec", _append(repo))
+    assert _lines(repo) == ["side effect"]
+    assert all("error" not in answer for answer in answers), answers
+    assert sorted(answer["idempotent_replay"] for answer in answers) == [False] + [True] * 19
+    first = _strip(answers[0])
+    assert all(_strip(answer) == first for answer in answers)
+    assert first["stdout"] == "appended\n"
+
+
+def test_twenty_concurrent_identical_prompts_reach_the_agent_once(
+    world: tuple[Path, SimulatorThread, Path],
+) -> None:
+    tmp, sim, _ = world
+    request = {"target": "repo-agent", "text": "the one prompt", "idempotency_key": KEY}
+    with running_runtime(tmp / "herdr.sock", tmp / "config") as runtime:
+        answers = _concurrently(runtime, "herdr_prompt", request)
+        pane = next(a for a in sim.snapshot()["agents"] if a["name"] == "repo-agent")["pane_id"]
+        output = _run(
+            runtime.call(
+                "herdr_call", {"method": "pane.read", "params": {"pane_id": pane, "source": "recent"}}
+            )
+        )
+    assert all("error" not in answer for answer in answers), answers
+    assert len({answer["task_id"] for answer in answers}) == 1
+    assert sorted(answer["idempotent_replay"] for answer in answers) == [False] + [True] * 19
+    assert output["result"]["read"]["text"].count("the one prompt") == 1
+
+
+def test_same_key_other_request_is_a_conflict_and_runs_nothing(
+    world: tuple[Path, SimulatorThread, Path],
+) -> None:
+    tmp, _, repo = world
+    with running_runtime(tmp / "herdr.sock", tmp / "config") as runtime:
+        first = _run(runtime.call("herdr_exec", _append(repo)))
+        second = _run(runtime.call("herdr_exec", _append(repo, line="another")))
+    assert "error" not in first
+    assert second["error"]["code"] == "idempotency_key_conflict"
+    assert _lines(repo) == ["side effect"]
+
+
+def test_intent_rules(world: tuple[Path, SimulatorThread, Path]) -> None:
+    tmp, _, repo = world
+    without_key = {"workspace": "w1", "command": "echo x >> effects.log", "intent": "non_idempotent_write"}
+    read_only = {
+        "workspace": "w1",
+        "command": "echo r >> reads.log",
+        "intent": "read_only",
+        "idempotency_key": KEY,
+    }
+    with running_runtime(tmp / "herdr.sock", tmp / "config") as runtime:
+        refused = _run(runtime.call("herdr_exec", without_key))
+        first = _run(runtime.call("herdr_exec", read_only))
+        again = _run(runtime.call("herdr_exec", read_only))
+    assert refused["error"]["code"] == "idempotency_key_required"
+    assert not (repo / "effects.log").exists()
+    assert "idempotent_replay" not in first and "idempotent_replay" not in again
+    assert (repo / "reads.log").read_text() == "r\nr\n", "read_only intent never records"
+
+
+def test_replay_after_restart_returns_the_stored_answer(world: tuple[Path, SimulatorThread, Path]) -> None:
+    tmp, _, repo = world
+    with running_runtime(tmp / "herdr.sock", tmp / "config") as runtime:
+        first = _run(runtime.call("herdr_exec", _append(repo)))
+    with running_runtime(tmp / "herdr.sock", tmp / "config") as restarted:
+        replay = _run(restarted.call("herdr_exec", _append(repo)))
+        session = _run(restarted.call("herdr_exec_read", {"session_id": first["session_id"]}))
+    assert replay["idempotent_replay"] is True
+    assert _strip(replay) == _strip(first)
+    assert _lines(repo) == ["side effect"]
+    assert session["stdout"]["text"] == "appended\n" and session["running"] is False
