@@ -8,6 +8,7 @@ and mutating native methods are refused in read-only mode.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -19,6 +20,7 @@ from herdr_mcp.herdr import HerdrError
 from herdr_mcp.herdr.methods import NATIVE_METHODS
 from herdr_mcp.runtime.herdr_errors import tool_error_from_herdr
 from herdr_mcp.runtime.tools import agents, skill
+from herdr_mcp.runtime.tools.continuity_methods import CONTINUITY_METHODS, MethodSpec
 
 if TYPE_CHECKING:
     from herdr_mcp.runtime.services import Services
@@ -73,9 +75,19 @@ def _object(properties: dict[str, Any], *required: str) -> dict[str, Any]:
     return schema
 
 
+def _journal_method(spec: MethodSpec) -> InternalMethod:
+    """A continuity/work-memory/handoff method: blocking SQLite work, run in a worker thread."""
+
+    async def run(svc: Services, params: dict[str, Any]) -> dict[str, Any]:
+        return await asyncio.to_thread(spec.run, svc.state, params)
+
+    return InternalMethod(spec.name, spec.summary, spec.params_schema, run, mutates=spec.mutates)
+
+
 INTERNAL_METHODS: dict[str, InternalMethod] = {
     method.name: method
     for method in (
+        *(_journal_method(spec) for spec in CONTINUITY_METHODS),
         InternalMethod(
             "herdr_mcp.skill.list",
             "List the on-demand planner policy modules.",
