@@ -17,23 +17,10 @@ from herdr_mcp.runtime.tools.continuity_methods import CONTINUITY_METHODS
 from herdr_mcp.state import STATE_SCHEMA
 from herdr_mcp.state.continuity import parse_conversation_url
 from herdr_mcp.state.store import StateStore
+from tests.journal_helpers import METHODS, call, refused
 
-METHODS = {spec.name: spec for spec in CONTINUITY_METHODS}
 URL_A = "https://chatgpt.com/g/g-p-0a1b2c-launch-plan/c/aaaa-1111"
 URL_B = "https://chat.z.ai/c/bbbb-2222"
-
-
-def call(store: StateStore, name: str, **params: Any) -> dict[str, Any]:
-    """Run a method as the runtime does: params checked against its schema first."""
-    spec = METHODS[name]
-    Draft202012Validator(spec.params_schema).validate(params)
-    return spec.run(store, params)
-
-
-def refused(store: StateStore, name: str, **params: Any) -> ToolError:
-    with pytest.raises(ToolError) as caught:
-        call(store, name, **params)
-    return caught.value
 
 
 def append(store: StateStore, key: str, text: str, role: str = "user", **identity: Any) -> dict[str, Any]:

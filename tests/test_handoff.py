@@ -12,29 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jsonschema import Draft202012Validator
 
 from herdr_mcp.errors import ToolError
-from herdr_mcp.runtime.tools.continuity_methods import CONTINUITY_METHODS
 from herdr_mcp.state.handoff import SECTIONS, HandoffDocument, build_document
 from herdr_mcp.state.store import StateStore
+from tests.journal_helpers import call, refused
 
-METHODS = {spec.name: spec for spec in CONTINUITY_METHODS}
 PREPARE = "herdr_mcp.browser_handoff.prepare"
 SOURCE = "https://chatgpt.com/g/g-p-5e6f-roadmap/c/src-0001"
 PARTITION = {"project_ref": "roadmap", "repo_id": "github.com/acme/app", "work_chain_id": "auth"}
-
-
-def call(store: StateStore, name: str, **params: Any) -> dict[str, Any]:
-    spec = METHODS[name]
-    Draft202012Validator(spec.params_schema).validate(params)
-    return spec.run(store, params)
-
-
-def refused(store: StateStore, name: str, **params: Any) -> ToolError:
-    with pytest.raises(ToolError) as caught:
-        call(store, name, **params)
-    return caught.value
 
 
 def journal(store: StateStore, url: str, texts: list[str], **identity: Any) -> str:

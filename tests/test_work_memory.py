@@ -8,27 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jsonschema import Draft202012Validator
 
 from herdr_mcp.errors import ToolError
-from herdr_mcp.runtime.tools.continuity_methods import CONTINUITY_METHODS
 from herdr_mcp.state.store import StateStore
+from tests.journal_helpers import call, refused
 
-METHODS = {spec.name: spec for spec in CONTINUITY_METHODS}
 PUT = "herdr_mcp.work_memory.checkpoint.put"
 PARTITION = {"project_ref": "proj-billing", "repo_id": "github.com/acme/billing", "work_chain_id": "invoices"}
-
-
-def call(store: StateStore, name: str, **params: Any) -> dict[str, Any]:
-    spec = METHODS[name]
-    Draft202012Validator(spec.params_schema).validate(params)
-    return spec.run(store, params)
-
-
-def refused(store: StateStore, name: str, **params: Any) -> ToolError:
-    with pytest.raises(ToolError) as caught:
-        call(store, name, **params)
-    return caught.value
 
 
 def journal(store: StateStore, url: str, count: int) -> str:
