@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -135,3 +137,27 @@ def test_token_is_created_once_with_mode_0600() -> None:
         ).stdout
         assert first == second and len(first.strip()) >= 40
         assert (tmp / "cfg" / "token").stat().st_mode & 0o777 == 0o600
+
+
+def test_serve_refuses_a_state_database_from_a_newer_runtime() -> None:
+    with short_tmp_dir() as tmp:
+        make_repo(tmp / "repo", {"a.txt": b"a\n"})
+        config = tmp / "config"
+        config.mkdir(mode=0o700)
+        database = config / "state.db"
+        with contextlib.closing(sqlite3.connect(database)) as conn:
+            conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            conn.execute("INSERT INTO meta VALUES ('schema_version', '999')")
+            conn.commit()
+        os.chmod(database, 0o600)
+        before = database.read_bytes()
+        result = subprocess.run(
+            [*CLI, "serve", "--config-dir", str(config), "--sim", "--port", "0"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp / "repo",
+        )
+        assert result.returncode == 2
+        assert "state schema 999" in result.stderr
+        assert database.read_bytes() == before

@@ -16,6 +16,7 @@ from herdr_mcp.contract import ContractError, contract_identity
 from herdr_mcp.runtime.auth import TokenFileError, load_or_create_token
 from herdr_mcp.runtime.config import DEFAULT_PORT, default_config_dir
 from herdr_mcp.state import STATE_SCHEMA
+from herdr_mcp.state.store import StateError
 
 
 class UsageError(Exception):
@@ -145,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(arguments)
     try:
         code: int = args.run(args)
-    except (UsageError, TokenFileError, ContractError, OSError) as exc:
+    except (UsageError, TokenFileError, ContractError, StateError, OSError) as exc:
         print(f"herdr-mcp: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
