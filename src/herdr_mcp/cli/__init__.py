@@ -73,8 +73,14 @@ def _run_handoff(argv: list[str]) -> int:
     return handoff_main(argv)
 
 
+def _run_release(argv: list[str]) -> int:
+    from herdr_mcp.cli.release import main as release_main
+
+    return release_main(argv)
+
+
 #: Subcommands with parsers of their own: main() hands them their arguments untouched.
-_DELEGATED = {"sim": _run_sim, "handoff": _run_handoff}
+_DELEGATED = {"sim": _run_sim, "handoff": _run_handoff, "release": _run_release}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -129,6 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("sim", help="run the Herdr simulator (see `herdr-mcp sim --help`)", add_help=False)
     commands.add_parser(
         "handoff", help="build a handoff document from a continuity chain (see --help)", add_help=False
+    )
+    commands.add_parser(
+        "release", help="maintainer release commands: build, bundle, manifest, sign, verify", add_help=False
     )
     return parser
 

@@ -1,0 +1,292 @@
+"""`herdr-mcp release ...`: the maintainer's commands, the same ones the release workflow runs.
+
+    build               wheel + sdist with the pinned hatchling, SOURCE_DATE_EPOCH from HEAD
+    check-reproducible  build HEAD twice in separate clean trees and compare every artifact
+    bundle              the offline-installable wheelhouse of one target
+    manifest            runtime-manifest.json from the tree and the built files (never by hand)
+    keygen              a minisign-compatible release key pair (the secret is never printed)
+    sign                a minisign signature over the manifest's exact bytes
+    verify              signature, optional Sigstore bundle and attestations, and asset files
+
+Every expected failure is one line `herdr-mcp: error: <code>: <message>` and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from herdr_mcp.release.attestation import (
+    AttestationError,
+    IdentityPolicy,
+    load_identity_policy,
+    trusted_root_age,
+    verify_artifact_signature,
+    verify_attestation,
+)
+from herdr_mcp.release.build import BuildError, build, check_reproducible, sha256_file
+from herdr_mcp.release.bundle import BundleError, bundle, load_release_config, parse_bundle_filename
+from herdr_mcp.release.manifest import (
+    MANIFEST_FILENAME,
+    MAX_MANIFEST_BYTES,
+    AssetInput,
+    ManifestError,
+    RuntimeManifest,
+    build_manifest,
+    contract_migration_from_file,
+    resolve_repository,
+    source_from_git,
+)
+from herdr_mcp.release.minisign import (
+    SECRET_KEY_ENV,
+    SignatureError,
+    keygen,
+    load_pinned_keys,
+    load_secret_key,
+    sign,
+    verify,
+)
+
+PROJECT = "herdr-mcp"
+_ERRORS = (AttestationError, BuildError, BundleError, ManifestError, SignatureError)
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
+    for path in build(args.source, args.out, progress=_say):
+        print(path)
+    return 0
+
+
+def _cmd_check_reproducible(args: argparse.Namespace) -> int:
+    with tempfile.TemporaryDirectory(prefix="herdr-mcp-repro-") as scratch:
+        report = check_reproducible(args.source, args.work or Path(scratch), progress=_say)
+    for line in report.describe():
+        print(line)
+    return 0 if report.reproducible else 1
+
+
+def _cmd_bundle(args: argparse.Namespace) -> int:
+    config = load_release_config(args.config) if args.config else load_release_config()
+    print(bundle(args.wheel, args.out, target=config.target(args.target), progress=_say))
+    return 0
+
+
+def _dist_assets(dist: Path) -> tuple[str, list[AssetInput]]:
+    """The version and the publishable files of a dist directory (wheel, sdist, bundles)."""
+    wheels = sorted(dist.glob("*.whl"))
+    if len(wheels) != 1:
+        raise ManifestError("manifest_value", f"{dist} must hold exactly one wheel, found {len(wheels)}")
+    name_parts = wheels[0].name.removesuffix(".whl").split("-")
+    version = name_parts[1]
+    assets = [AssetInput(wheels[0], "-".join(name_parts[-3:]), "wheel")]
+    for path in sorted(dist.glob("*.tar.gz")):
+        target = parse_bundle_filename(path.name, PROJECT, version)
+        if target is not None:
+            assets.append(AssetInput(path, target, "bundle"))
+        elif path.name == f"herdr_mcp-{version}.tar.gz":
+            assets.append(AssetInput(path, "source", "sdist"))
+    return version, assets
+
+
+def _cmd_manifest(args: argparse.Namespace) -> int:
+    version, assets = _dist_assets(args.dist)
+    repository, repository_id = resolve_repository(args.repository, args.repository_id)
+    commit, ref = source_from_git(args.source, tag=f"v{version}")
+    migrate_from, state_schema_from = (None, None)
+    if args.migrate_from is not None:
+        migrate_from, state_schema_from = contract_migration_from_file(args.migrate_from)
+    published = (
+        datetime.fromisoformat(args.published_at.replace("Z", "+00:00"))
+        if args.published_at
+        else datetime.now(UTC)
+    )
+    manifest = build_manifest(
+        version=version,
+        repository=repository,
+        repository_id=repository_id,
+        commit=commit,
+        ref=ref,
+        published_at=published,
+        assets=assets,
+        migrate_from=migrate_from,
+        migrate_state_schema_from=state_schema_from,
+    )
+    args.out.write_bytes(manifest.to_bytes())
+    print(args.out)
+    return 0
+
+
+def _cmd_keygen(args: argparse.Namespace) -> int:
+    public = keygen(args.public_key, args.secret_key, overwrite=args.force)
+    print(f"public key {public.key_id_hex} written to {args.public_key}")
+    print(f"secret key written to {args.secret_key} (mode 0600); keep it out of every repository")
+    return 0
+
+
+def _read_manifest_bytes(path: Path) -> bytes:
+    data = path.read_bytes()
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise ManifestError("manifest_too_large", f"{path} is larger than {MAX_MANIFEST_BYTES} bytes")
+    return data
+
+
+def _cmd_sign(args: argparse.Namespace) -> int:
+    data = _read_manifest_bytes(args.manifest)
+    manifest = RuntimeManifest.from_bytes(data)  # never sign what we would refuse to parse
+    environ = {SECRET_KEY_ENV: os.environ.get(args.secret_key_env, "")} if args.secret_key_env else None
+    secret = load_secret_key(args.secret_key, environ=environ)
+    comment = f"timestamp:{int(time.time())}\tfile:{MANIFEST_FILENAME}\ttag:{manifest.tag}"
+    out = args.out or args.manifest.with_name(args.manifest.name + ".minisig")
+    out.write_text(sign(data, secret, trusted_comment=comment), encoding="utf-8")
+    print(out)
+    return 0
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    """The checklist, in order; the first failure stops it:
+
+    1. the minisign signature over the manifest's exact bytes, by a pinned key;
+    2. only then, parse the manifest (unknown fields, floats, big integers refused);
+    3. the Sigstore bundle, if given: keyless signature over the same bytes by the release
+       workflow of the manifest's repository at the manifest's tag;
+    4. each attestation bundle: signed by that identity, its subjects the manifest and every
+       asset with their sha256 (the release workflow attests them together);
+    5. the asset files in --dist, if given: size and sha256 as the manifest says.
+    """
+    data = _read_manifest_bytes(args.manifest)
+    signature_path = args.signature or args.manifest.with_name(args.manifest.name + ".minisig")
+    signed = verify(data, signature_path.read_text(encoding="utf-8"), load_pinned_keys(args.keys))
+    manifest = RuntimeManifest.from_bytes(data)
+    report: dict[str, Any] = {
+        "manifest": str(args.manifest),
+        "version": manifest.version,
+        "contract": manifest.contract.to_dict(),
+        "minisign_key": signed.key.key_id_hex,
+    }
+    policy = None
+    if args.sigstore_bundle is not None or args.attestation:
+        base = (
+            load_identity_policy()
+            if args.identity_policy is None
+            else IdentityPolicy.from_file(args.identity_policy)
+        )
+        if base.repository != manifest.source.repository:
+            raise AttestationError(
+                "attestation_identity_mismatch",
+                f"the manifest names repository {manifest.source.repository} but the identity policy "
+                f"pins {base.repository}",
+            )
+        policy = base.with_ref(manifest.source.ref)
+        report["trusted_root"] = trusted_root_age().warning or "fresh"
+    if args.sigstore_bundle is not None and policy is not None:
+        verify_artifact_signature(data, args.sigstore_bundle.read_bytes(), policy)
+        report["sigstore"] = "verified"
+    if args.attestation and policy is not None:
+        subjects = {asset.name: asset.sha256 for asset in manifest.assets}
+        subjects[MANIFEST_FILENAME] = hashlib.sha256(data).hexdigest()
+        for path in args.attestation:
+            statement = verify_attestation(path.read_bytes(), policy, subjects)
+            report.setdefault("attestations", []).append(
+                {"bundle": str(path), "subjects": len(statement.subjects)}
+            )
+    if args.dist is not None:
+        report["assets"] = _check_assets(args.dist, manifest)
+    print(json.dumps(report, indent=2, sort_keys=True))
+    return 0
+
+
+def _check_assets(dist: Path, manifest: RuntimeManifest) -> list[str]:
+    checked = []
+    for asset in manifest.assets:
+        path = dist / asset.name
+        if not path.is_file():
+            raise ManifestError("asset_missing", f"{asset.name} is listed in the manifest but not in {dist}")
+        size = path.stat().st_size
+        if size != asset.size or sha256_file(path) != asset.sha256:
+            raise ManifestError(
+                "asset_digest_mismatch", f"{asset.name} in {dist} differs from the manifest (size or sha256)"
+            )
+        checked.append(asset.name)
+    return checked
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="herdr-mcp release", description="maintainer release commands")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    p = commands.add_parser("build", help="wheel + sdist, reproducibly")
+    p.add_argument("--source", type=Path, default=Path.cwd())
+    p.add_argument("--out", type=Path, default=Path("dist"))
+    p.set_defaults(run=_cmd_build)
+
+    p = commands.add_parser("check-reproducible", help="build HEAD twice in clean trees and compare")
+    p.add_argument("--source", type=Path, default=Path.cwd())
+    p.add_argument("--work", type=Path, default=None, help="scratch dir (default: a temporary one)")
+    p.set_defaults(run=_cmd_check_reproducible)
+
+    p = commands.add_parser("bundle", help="the offline wheelhouse of one target")
+    p.add_argument("--wheel", type=Path, required=True)
+    p.add_argument("--target", required=True, help="a target of release/config.toml, e.g. linux-x86_64-cp311")
+    p.add_argument("--out", type=Path, default=Path("dist"))
+    p.add_argument("--config", type=Path, default=None, help="release configuration (default: packaged)")
+    p.set_defaults(run=_cmd_bundle)
+
+    p = commands.add_parser("manifest", help="runtime-manifest.json from the tree and --dist")
+    p.add_argument("--dist", type=Path, required=True)
+    p.add_argument("--source", type=Path, default=Path.cwd())
+    p.add_argument("--repository", default=None, help="owner/name (default: $GITHUB_REPOSITORY)")
+    p.add_argument("--repository-id", type=int, default=None, help="(default: $GITHUB_REPOSITORY_ID)")
+    p.add_argument("--published-at", default=None, help="RFC 3339 UTC time (default: now)")
+    p.add_argument("--migrate-from", type=Path, default=None, help="previous manifest or contract catalog")
+    p.add_argument("--out", type=Path, default=Path(MANIFEST_FILENAME))
+    p.set_defaults(run=_cmd_manifest)
+
+    p = commands.add_parser("keygen", help="a release key pair (minisign-compatible, unencrypted secret)")
+    p.add_argument("--public-key", type=Path, required=True)
+    p.add_argument("--secret-key", type=Path, required=True)
+    p.add_argument("--force", action="store_true", help="overwrite existing files")
+    p.set_defaults(run=_cmd_keygen)
+
+    p = commands.add_parser("sign", help="minisign signature over the manifest's exact bytes")
+    p.add_argument("--manifest", type=Path, required=True)
+    p.add_argument("--secret-key", type=Path, default=None, help=f"key file (else ${SECRET_KEY_ENV})")
+    p.add_argument("--secret-key-env", default=None, help="name of an environment variable holding the key")
+    p.add_argument("--out", type=Path, default=None, help="default: <manifest>.minisig")
+    p.set_defaults(run=_cmd_sign)
+
+    p = commands.add_parser("verify", help="verify a manifest, its signatures and its assets")
+    p.add_argument("--manifest", type=Path, required=True)
+    p.add_argument("--signature", type=Path, default=None, help="default: <manifest>.minisig")
+    p.add_argument("--keys", type=Path, default=None, help="pinned public keys (default: packaged)")
+    p.add_argument("--sigstore-bundle", type=Path, default=None)
+    p.add_argument("--attestation", type=Path, action="append", default=[])
+    p.add_argument("--identity-policy", type=Path, default=None, help="(default: packaged)")
+    p.add_argument("--dist", type=Path, default=None, help="check these asset files against the manifest")
+    p.set_defaults(run=_cmd_verify)
+    return parser
+
+
+def main(argv: Sequence[str]) -> int:
+    args = build_parser().parse_args(list(argv))
+    try:
+        code: int = args.run(args)
+    except _ERRORS as exc:
+        print(f"herdr-mcp: error: {exc.code}: {exc.message}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"herdr-mcp: error: {exc}", file=sys.stderr)
+        return 2
+    return code
