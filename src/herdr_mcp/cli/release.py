@@ -234,14 +234,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("check-reproducible", help="build HEAD twice in clean trees and compare")
     p.add_argument("--source", type=Path, default=Path.cwd())
-    p.add_argument("--work", type=Path, default=None, help="scratch dir (default: a temporary one)")
+    p.add_argument(
+        "--work", type=Path, default=None, help="keep both builds here (default: a temporary dir, removed)"
+    )
     p.set_defaults(run=_cmd_check_reproducible)
 
     p = commands.add_parser("bundle", help="the offline wheelhouse of one target")
     p.add_argument("--wheel", type=Path, required=True)
     p.add_argument("--target", required=True, help="a target of release/config.toml, e.g. linux-x86_64-cp311")
     p.add_argument("--out", type=Path, default=Path("dist"))
-    p.add_argument("--config", type=Path, default=None, help="release configuration (default: packaged)")
+    p.add_argument(
+        "--config", type=Path, default=None, help="release configuration (default: release/config.toml)"
+    )
     p.set_defaults(run=_cmd_bundle)
 
     p = commands.add_parser("manifest", help="runtime-manifest.json from the tree and --dist")

@@ -4,6 +4,13 @@
   `build_manifest` from the tree).
 - `minisign`: minisign-compatible Ed25519 keys and signatures over the exact manifest bytes,
   checked against the public keys pinned in the package (`herdr_mcp/attestations/release-keys/`).
+- `attestation`: offline Sigstore verification (keyless signature of the manifest, GitHub
+  artifact attestations) against the vendored trust root and the release identity policy.
+- `build`: reproducible wheel + sdist with the pinned hatchling, and `check_reproducible`.
+- `bundle`: the offline-installable, hash-locked wheelhouse of one target.
+
+Only the manifest and minisign names are re-exported here: `attestation` imports sigstore (slow
+to import) and `build`/`bundle` are maintainer-only, so they are imported from their modules.
 """
 
 from herdr_mcp.release.manifest import (
