@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tarfile
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,7 @@ from herdr_mcp.release.bundle import (
     load_release_config,
     parse_bundle_filename,
 )
+from herdr_mcp.release.manifest import AssetInput, RuntimeManifest, build_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "release" / "config.toml"
@@ -205,8 +207,19 @@ def test_the_bundle_installs_with_no_network_and_serves_the_tree_contract(
         env=env,
     )
     version = json.loads(reported.stdout)
-    assert version["contract"] == contract_identity().to_dict()
-    assert (version["product"], version["version"]) == ("herdr-mcp", __version__)
+    manifest = build_manifest(
+        version=__version__,
+        repository="herdr-mcp/herdr-mcp",
+        repository_id=1,
+        commit="0" * 40,
+        ref=f"refs/tags/v{__version__}",
+        published_at=datetime(2026, 11, 29, tzinfo=UTC),
+        assets=[AssetInput(built.archive, built.target.name, "bundle")],
+    )
+    parsed = RuntimeManifest.from_bytes(manifest.to_bytes())
+    assert version["contract"] == parsed.contract.to_dict() == contract_identity().to_dict()
+    assert version["state_schema"] == parsed.state_schema
+    assert (version["product"], version["version"]) == ("herdr-mcp", parsed.version)
 
 
 @pytest.mark.timeout(600)
