@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -105,3 +106,25 @@ def test_migration_from_the_epoch_4_catalog(released: tuple[Path, Path, Path], t
     migration = json.loads(out.read_bytes())["contract_migration"]
     assert migration["from"]["epoch"] == 4
     assert migration["from"]["tool_count"] == 18
+
+
+def test_verify_runs_the_sigstore_check_and_refuses_a_foreign_bundle(
+    released: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    manifest, _, keys = released
+    fixtures = Path(os.environ.get("HERDR_MCP_SIGSTORE_FIXTURES", REPO.parent / "shared/fixtures/sigstore"))
+    if not fixtures.is_dir():
+        fixtures = REPO / "tests/fixtures/sigstore"
+    foreign = fixtures / "rfc8785-release.whl.sigstore.json"
+    result = _release(
+        "verify",
+        "--manifest",
+        str(manifest),
+        "--keys",
+        str(keys),
+        "--sigstore-bundle",
+        str(foreign),
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "error: attestation_" in result.stderr
