@@ -1,0 +1,49 @@
+"""The updater's errors, split by who is at fault (the python-tuf split, STYLE.md).
+
+Every error carries a stable `code` (`discovery_http_error`, `discovery_redirect_refused`, ...)
+and a `message` that says what happened and what to do. The class says whose fault it is, which
+decides what a user can do about it:
+
+- `ReleaseDataError`: the remote data is bad (a malformed or oversized releases index, a release
+  that breaks the rules). Retrying does not help; the release has to be fixed upstream.
+- `UpdateTransportError`: the transfer failed (unreachable host, TLS failure, HTTP error status,
+  timeout, a redirect we refuse to follow). Retrying later may help.
+- `UpdateUsageError`: the caller passed bad arguments or configuration. Fix the call.
+- `LocalStateError`: the local disk or local state is unusable (unwritable staging directory,
+  corrupt control file). Fix the workstation.
+
+The same `code` may appear under two classes when the same rule is broken by different parties:
+`discovery_not_https` is a `UpdateUsageError` for a configured `http://` URL and an
+`UpdateTransportError` for a server redirecting to one.
+"""
+
+from __future__ import annotations
+
+
+class UpdateError(Exception):
+    """Base of every updater error: a stable `code` and an actionable `message`."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+    def to_dict(self) -> dict[str, str]:
+        """The JSON form printed by `--json` commands: `{"code", "message"}`."""
+        return {"code": self.code, "message": self.message}
+
+
+class ReleaseDataError(UpdateError):
+    """The remote data (releases index, release, manifest) is malformed or breaks a rule."""
+
+
+class UpdateTransportError(UpdateError):
+    """A transfer failed: connection, TLS, HTTP status, timeout or a refused redirect."""
+
+
+class UpdateUsageError(UpdateError):
+    """The caller passed an invalid argument or configuration."""
+
+
+class LocalStateError(UpdateError):
+    """The local disk or the local updater state is unusable."""

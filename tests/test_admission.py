@@ -1,0 +1,544 @@
+"""Admission (SPEC 6, seed 001) as one table, and the persisted highest-seen version.
+
+Every row is a real release manifest: built as the release toolchain builds it, serialized to its
+canonical bytes and signed with a minisign key made in a temporary directory. The contracts are
+the real frozen epoch-4 and epoch-5 identities; "epoch 6" is synthesized (a different hash) for
+the cases where the local runtime is epoch 5. Rows that need bytes the toolchain would never
+produce (an unknown field inside contract_migration) build them by hand and sign them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import stat
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import rfc8785
+from packaging.version import Version
+
+from herdr_mcp.contract import ContractIdentity, contract_identity
+from herdr_mcp.release.attestation import IdentityPolicy
+from herdr_mcp.release.manifest import (
+    AssetInput,
+    ContractMigration,
+    RuntimeManifest,
+    Source,
+    build_manifest,
+)
+from herdr_mcp.release.minisign import PublicKey, SecretKey, keygen, load_secret_key, sign
+from herdr_mcp.state import STATE_SCHEMA
+from herdr_mcp.update.admission import (
+    AdmissionPolicy,
+    AdmissionRefused,
+    AlreadyCurrent,
+    LocalIdentity,
+    TrustedRelease,
+    admit,
+)
+from herdr_mcp.update.errors import ReleaseDataError, UpdateUsageError
+from herdr_mcp.update.highest_seen import (
+    HighestSeenError,
+    read_highest_seen,
+    record_admitted,
+)
+
+REPOSITORY = "example-org/herdr-mcp"
+REPOSITORY_ID = 812345678
+COMMIT = "3f1c2a9b8e7d6c5b4a39281706f5e4d3c2b1a098"
+PUBLISHED = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
+TARGET = "linux-x86_64-cp311"
+SIGSTORE_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "sigstore"
+
+E4 = contract_identity(4)
+E5 = contract_identity(5)
+#: A synthesized next epoch: the frozen catalogs stop at 5.
+E6 = ContractIdentity(epoch=6, hash="sha256:" + "6" * 64, tool_count=19)
+LOCAL_4 = LocalIdentity(version=Version("1.0.4"), contract=E4, state_schema=STATE_SCHEMA)
+LOCAL_5 = LocalIdentity(version=Version("1.1.0"), contract=E5, state_schema=STATE_SCHEMA)
+
+
+@dataclass(frozen=True)
+class Keys:
+    pinned: PublicKey
+    secret: SecretKey
+    unpinned: SecretKey
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> Keys:
+    directory = tmp_path_factory.mktemp("keys")
+    pinned = keygen(directory / "release.pub", directory / "release.key")
+    return Keys(
+        pinned=pinned, secret=load_secret_key(directory / "release.key"), unpinned=SecretKey.generate()
+    )
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> RuntimeManifest:
+    """A manifest as `herdr-mcp release manifest` builds it (this tree: epoch 5, no migration)."""
+    directory = tmp_path_factory.mktemp("assets")
+    inputs = []
+    for name, target, content in (
+        ("herdr_mcp-1.2.0-py3-none-any.whl", "py3-none-any", b"wheel " * 64),
+        (f"herdr-mcp-1.2.0-{TARGET}.tar.gz", TARGET, b"bundle " * 96),
+    ):
+        (directory / name).write_bytes(content)
+        inputs.append(AssetInput(path=directory / name, target=target, kind="bundle"))
+    return build_manifest(
+        version="1.2.0",
+        repository=REPOSITORY,
+        repository_id=REPOSITORY_ID,
+        commit=COMMIT,
+        ref="refs/tags/v1.2.0",
+        published_at=PUBLISHED,
+        assets=inputs,
+    )
+
+
+def release(
+    base: RuntimeManifest,
+    *,
+    version: str = "1.2.0",
+    contract: ContractIdentity = E5,
+    migrate_from: ContractIdentity | None = None,
+    state_schema_from: int = STATE_SCHEMA,
+    state_schema: int = STATE_SCHEMA,
+    repository: str = REPOSITORY,
+    repository_id: int = REPOSITORY_ID,
+) -> RuntimeManifest:
+    """`base` re-released: another version, contract, migration, state schema or repository."""
+    migration = None
+    if migrate_from is not None:
+        migration = ContractMigration(from_contract=migrate_from, state_schema_from=state_schema_from)
+    return dataclasses.replace(
+        base,
+        version=version,
+        tag=f"v{version}",
+        contract=contract,
+        contract_migration=migration,
+        state_schema=state_schema,
+        source=Source(
+            repository=repository, repository_id=repository_id, commit=COMMIT, ref=f"refs/tags/v{version}"
+        ),
+    )
+
+
+def with_unknown_migration_field(manifest: RuntimeManifest) -> bytes:
+    """Canonical bytes of `manifest` with one extra field inside contract_migration (hand-built)."""
+    document: dict[str, Any] = manifest.to_dict()
+    document["contract_migration"]["note"] = "state is compatible"
+    canonical: bytes = rfc8785.dumps(document)
+    return canonical + b"\n"
+
+
+@dataclass(frozen=True)
+class Case:
+    local: LocalIdentity
+    manifest: Callable[[RuntimeManifest], RuntimeManifest | bytes]
+    expected: str
+    discovered_tag: str | None = None
+    highest_seen: str | None = None
+    signer: str = "pinned"  # "pinned", "unpinned", "tampered", "malformed"
+    policy: dict[str, Any] = field(default_factory=dict)
+    sigstore_bundle: str | None = None
+
+
+CASES: dict[str, Case] = {
+    # The contract rule (step 8).
+    "equal contract": Case(LOCAL_5, lambda b: release(b), "same_contract"),
+    "one epoch forward, real 4 -> 5": Case(
+        LOCAL_4, lambda b: release(b, version="1.1.0", contract=E5, migrate_from=E4), "contract_migration"
+    ),
+    "one epoch forward, 5 -> 6": Case(
+        LOCAL_5, lambda b: release(b, contract=E6, migrate_from=E5), "contract_migration"
+    ),
+    "equal contract carrying a stale migration block": Case(
+        LOCAL_5, lambda b: release(b, contract=E5, migrate_from=E4), "same_contract"
+    ),
+    "two epochs forward": Case(
+        LOCAL_4, lambda b: release(b, contract=E6, migrate_from=E5), "contract_epoch_not_adjacent"
+    ),
+    "a lower epoch": Case(LOCAL_5, lambda b: release(b, contract=E4), "contract_downgrade"),
+    "same epoch, other hash": Case(
+        LOCAL_5,
+        lambda b: release(b, contract=dataclasses.replace(E5, hash="sha256:" + "5" * 64)),
+        "contract_changed_within_epoch",
+    ),
+    "from differs in hash": Case(
+        LOCAL_5,
+        lambda b: release(b, contract=E6, migrate_from=dataclasses.replace(E5, hash="sha256:" + "0" * 64)),
+        "contract_migration_from_mismatch",
+    ),
+    "from differs in tool_count": Case(
+        LOCAL_5,
+        lambda b: release(b, contract=E6, migrate_from=dataclasses.replace(E5, tool_count=17)),
+        "contract_migration_from_mismatch",
+    ),
+    "from differs in epoch": Case(
+        LOCAL_5,
+        lambda b: release(b, contract=E6, migrate_from=dataclasses.replace(E5, epoch=4)),
+        "contract_migration_from_mismatch",
+    ),
+    "migration missing": Case(LOCAL_5, lambda b: release(b, contract=E6), "contract_migration_missing"),
+    "unknown field inside contract_migration": Case(
+        LOCAL_5,
+        lambda b: with_unknown_migration_field(release(b, contract=E6, migrate_from=E5)),
+        "manifest_unknown_field",
+    ),
+    "state_schema_from differs": Case(
+        LOCAL_5,
+        lambda b: release(b, contract=E6, migrate_from=E5, state_schema_from=STATE_SCHEMA + 1),
+        "contract_migration_state_schema_mismatch",
+    ),
+    "manifest state_schema differs (migration)": Case(
+        LOCAL_5,
+        lambda b: release(b, contract=E6, migrate_from=E5, state_schema=STATE_SCHEMA + 1),
+        "state_schema_mismatch",
+    ),
+    "manifest state_schema differs (same contract)": Case(
+        LOCAL_5, lambda b: release(b, state_schema=STATE_SCHEMA + 1), "state_schema_mismatch"
+    ),
+    # No downgrade (step 7).
+    "a downgrade below highest seen": Case(
+        LOCAL_5, lambda b: release(b), "version_downgrade", highest_seen="1.3.0"
+    ),
+    "below the local version, nothing recorded": Case(
+        LOCAL_5, lambda b: release(b, version="1.0.9"), "version_downgrade"
+    ),
+    "retry of the highest seen": Case(LOCAL_5, lambda b: release(b), "same_contract", highest_seen="1.2.0"),
+    "the same version (already current)": Case(
+        LOCAL_5, lambda b: release(b, version="1.1.0"), "already_current", highest_seen="1.2.0"
+    ),
+    # Identity (steps 4 to 6).
+    "wrong repository": Case(
+        LOCAL_5, lambda b: release(b, repository="attacker/herdr-mcp"), "repository_mismatch"
+    ),
+    "wrong repository_id": Case(
+        LOCAL_5, lambda b: release(b, repository_id=REPOSITORY_ID + 1), "repository_id_mismatch"
+    ),
+    "tag and version disagree": Case(LOCAL_5, lambda b: release(b), "tag_mismatch", discovered_tag="v1.3.0"),
+    "another product pinned": Case(
+        LOCAL_5, lambda b: release(b), "product_mismatch", policy={"product": "herdr-edge"}
+    ),
+    "another manifest schema pinned": Case(
+        LOCAL_5, lambda b: release(b), "schema_version_unsupported", policy={"schema_version": 2}
+    ),
+    # Signatures (steps 1 and 3).
+    "a bad signature (tampered byte)": Case(
+        LOCAL_5, lambda b: release(b), "signature_invalid", signer="tampered"
+    ),
+    "an unpinned key": Case(LOCAL_5, lambda b: release(b), "signature_key_not_pinned", signer="unpinned"),
+    "no pinned keys": Case(LOCAL_5, lambda b: release(b), "no_pinned_keys", policy={"public_keys": ()}),
+    "a malformed signature": Case(LOCAL_5, lambda b: release(b), "signature_malformed", signer="malformed"),
+    "sigstore required, no bundle": Case(
+        LOCAL_5, lambda b: release(b), "sigstore_bundle_missing", policy={"require_sigstore": True}
+    ),
+    "sigstore bundle of other bytes": Case(
+        LOCAL_5,
+        lambda b: release(b),
+        "attestation_signature_invalid",
+        sigstore_bundle="rfc8785-release.whl.sigstore.json",
+    ),
+    "sigstore policy not covering the tag": Case(
+        LOCAL_5,
+        lambda b: release(b),
+        "attestation_identity_mismatch",
+        policy={"identity_policy": "refs/tags/v2.*"},
+        sigstore_bundle="rfc8785-release.whl.sigstore.json",
+    ),
+}
+
+
+def identity_policy(ref: str = "refs/tags/v*") -> IdentityPolicy:
+    return IdentityPolicy(
+        repository=REPOSITORY,
+        workflow_path=".github/workflows/release.yml",
+        ref=ref,
+        issuer="https://token.actions.githubusercontent.com",
+        runner_environment="github-hosted",
+    )
+
+
+def signed(case: Case, base: RuntimeManifest, keys: Keys) -> tuple[bytes, str, str]:
+    """(manifest bytes, signature text, discovered tag) for a row."""
+    built = case.manifest(base)
+    data = built if isinstance(built, bytes) else built.to_bytes()
+    tag = json.loads(data)["tag"]
+    secret = keys.unpinned if case.signer == "unpinned" else keys.secret
+    signature = sign(data, secret, trusted_comment=f"herdr-mcp {tag}")
+    if case.signer == "tampered":
+        index = data.index(b'"published_at":"') + len(b'"published_at":"') + 3
+        data = data[:index] + bytes([data[index] ^ 0x01]) + data[index + 1 :]
+    if case.signer == "malformed":
+        signature = "\n".join(signature.split("\n")[:2]) + "\n"
+    return data, signature, case.discovered_tag or tag
+
+
+def policy_for(case: Case, keys: Keys) -> AdmissionPolicy:
+    overrides = dict(case.policy)
+    if "identity_policy" in overrides:
+        overrides["identity_policy"] = identity_policy(overrides["identity_policy"])
+    elif case.sigstore_bundle is not None or overrides.get("require_sigstore"):
+        overrides["identity_policy"] = identity_policy()
+    arguments: dict[str, Any] = {
+        "public_keys": (keys.pinned,),
+        "repository": REPOSITORY,
+        "repository_id": REPOSITORY_ID,
+        **overrides,
+    }
+    return AdmissionPolicy(**arguments)
+
+
+def run(case: Case, base: RuntimeManifest, keys: Keys) -> TrustedRelease | AlreadyCurrent:
+    data, signature, tag = signed(case, base, keys)
+    bundle = None if case.sigstore_bundle is None else (SIGSTORE_FIXTURES / case.sigstore_bundle).read_bytes()
+    return admit(
+        data,
+        signature,
+        discovered_tag=tag,
+        local=case.local,
+        policy=policy_for(case, keys),
+        highest_seen=None if case.highest_seen is None else Version(case.highest_seen),
+        sigstore_bundle=bundle,
+    )
+
+
+def outcome(case: Case, base: RuntimeManifest, keys: Keys) -> tuple[str, AdmissionRefused | None]:
+    try:
+        result = run(case, base, keys)
+    except AdmissionRefused as refused:
+        return refused.code, refused
+    if isinstance(result, AlreadyCurrent):
+        return "already_current", None
+    return result.kind, None
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_admission_table(name: str, base: RuntimeManifest, keys: Keys) -> None:
+    case = CASES[name]
+    code, refused = outcome(case, base, keys)
+    assert code == case.expected
+    assert refused is None or isinstance(refused, ReleaseDataError)  # the release's fault, not the transport
+
+
+CONTRACT_CODES = {
+    "contract_downgrade",
+    "contract_changed_within_epoch",
+    "contract_epoch_not_adjacent",
+    "contract_migration_missing",
+    "contract_migration_from_mismatch",
+    "contract_migration_state_schema_mismatch",
+    "state_schema_mismatch",
+}
+
+
+@pytest.mark.parametrize("name", [name for name, case in CASES.items() if case.expected in CONTRACT_CODES])
+def test_a_contract_refusal_names_both_epochs(name: str, base: RuntimeManifest, keys: Keys) -> None:
+    case = CASES[name]
+    _, refused = outcome(case, base, keys)
+    assert refused is not None
+    target = case.manifest(base)
+    assert isinstance(target, RuntimeManifest)
+    local_epoch, target_epoch = case.local.contract.epoch, target.contract.epoch
+    assert (refused.local_epoch, refused.target_epoch) == (local_epoch, target_epoch)
+    assert f"local contract epoch {local_epoch}" in refused.message
+    assert f"contract epoch {target_epoch})" in refused.message
+    assert refused.to_dict()["code"] == case.expected
+
+
+def test_a_parser_refusal_names_the_local_epoch_and_the_field(base: RuntimeManifest, keys: Keys) -> None:
+    _, refused = outcome(CASES["unknown field inside contract_migration"], base, keys)
+    assert refused is not None
+    assert refused.local_epoch == 5
+    assert refused.target_epoch is None
+    assert "contract_migration.note" in refused.message
+
+
+def test_the_trusted_release(base: RuntimeManifest, keys: Keys) -> None:
+    trusted = run(CASES["one epoch forward, real 4 -> 5"], base, keys)
+    assert isinstance(trusted, TrustedRelease)
+    assert trusted.manifest.contract == E5
+    assert trusted.local == LOCAL_4
+    assert trusted.version == Version("1.1.0")
+    assert trusted.signature.key == keys.pinned
+    assert not trusted.sigstore_verified
+    assert trusted.asset_for(TARGET).name == f"herdr-mcp-1.2.0-{TARGET}.tar.gz"
+    with pytest.raises(AdmissionRefused) as refused:
+        trusted.asset_for("macos-arm64-cp311")
+    assert refused.value.code == "no_asset_for_target"
+    assert TARGET in refused.value.message
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        trusted.kind = "same_contract"  # type: ignore[misc]
+
+
+def test_only_admit_makes_a_trusted_release(base: RuntimeManifest, keys: Keys) -> None:
+    trusted = run(CASES["equal contract"], base, keys)
+    assert isinstance(trusted, TrustedRelease)
+    with pytest.raises(TypeError):
+        TrustedRelease(
+            manifest=trusted.manifest,
+            kind="same_contract",
+            local=LOCAL_5,
+            signature=trusted.signature,
+            sigstore_verified=False,
+            _admission=object(),
+        )
+
+
+def test_an_inconsistent_policy_is_the_callers_fault(base: RuntimeManifest, keys: Keys) -> None:
+    with pytest.raises(UpdateUsageError, match="require_sigstore"):
+        AdmissionPolicy(
+            public_keys=(keys.pinned,), repository=REPOSITORY, repository_id=1, require_sigstore=True
+        )
+    with pytest.raises(UpdateUsageError, match="not the pinned repository"):
+        AdmissionPolicy(
+            public_keys=(keys.pinned,),
+            repository="other/repo",
+            repository_id=1,
+            identity_policy=identity_policy(),
+        )
+    data, signature, tag = signed(CASES["equal contract"], base, keys)
+    with pytest.raises(UpdateUsageError) as error:
+        admit(
+            data,
+            signature,
+            discovered_tag=tag,
+            local=LOCAL_5,
+            policy=AdmissionPolicy(public_keys=(keys.pinned,), repository=REPOSITORY, repository_id=1),
+            highest_seen=None,
+            sigstore_bundle=b"{}",
+        )
+    assert error.value.code == "sigstore_policy_missing"
+
+
+class _NoIO:
+    """An audit hook (they cannot be removed) that, while armed, refuses opening files and sockets."""
+
+    armed = False
+    installed = False
+
+    @classmethod
+    def hook(cls, event: str, args: tuple[Any, ...]) -> None:
+        if cls.armed and (event == "open" or event.startswith("socket.")):
+            raise AssertionError(f"admission did I/O: {event} {args[:1]}")
+
+
+def test_admission_does_no_io(base: RuntimeManifest, keys: Keys) -> None:
+    names = ("equal contract", "one epoch forward, 5 -> 6", "two epochs forward", "an unpinned key")
+    if not _NoIO.installed:
+        sys.addaudithook(_NoIO.hook)
+        _NoIO.installed = True
+    _NoIO.armed = True
+    try:
+        with pytest.raises(AssertionError, match="admission did I/O"):
+            Path(__file__).read_bytes()  # the hook is live
+        results = {name: outcome(CASES[name], base, keys)[0] for name in names}
+    finally:
+        _NoIO.armed = False
+    assert results == {name: CASES[name].expected for name in names}
+
+
+# --- the persisted highest-seen version --------------------------------------------------------
+
+
+def trusted_at(version: str, base: RuntimeManifest, keys: Keys) -> TrustedRelease:
+    case = Case(LOCAL_5, lambda b: release(b, version=version), "same_contract")
+    result = run(case, base, keys)
+    assert isinstance(result, TrustedRelease)
+    return result
+
+
+def mode_of(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_highest_seen_is_recorded_0600_and_atomically(
+    tmp_path: Path, base: RuntimeManifest, keys: Keys
+) -> None:
+    path = tmp_path / "state" / "highest-seen.json"
+    assert read_highest_seen(path) is None
+    assert record_admitted(path, trusted_at("1.2.0", base, keys)) == Version("1.2.0")
+    assert mode_of(path) == 0o600
+    assert json.loads(path.read_bytes()) == {"version": "1.2.0"}
+    first_inode = path.stat().st_ino
+    assert record_admitted(path, trusted_at("1.3.0", base, keys)) == Version("1.3.0")
+    assert read_highest_seen(path) == Version("1.3.0")
+    assert path.stat().st_ino != first_inode  # replaced by rename, never rewritten in place
+    assert sorted(p.name for p in path.parent.iterdir()) == ["highest-seen.json", "highest-seen.json.lock"]
+
+
+def test_highest_seen_is_never_lowered(tmp_path: Path, base: RuntimeManifest, keys: Keys) -> None:
+    path = tmp_path / "highest-seen.json"
+    record_admitted(path, trusted_at("1.3.0", base, keys))
+    before = path.stat()
+    assert record_admitted(path, trusted_at("1.2.0", base, keys)) == Version("1.3.0")
+    assert record_admitted(path, trusted_at("1.3.0", base, keys)) == Version("1.3.0")
+    after = path.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert read_highest_seen(path) == Version("1.3.0")
+
+
+def test_highest_seen_only_moves_after_an_admission(
+    tmp_path: Path, base: RuntimeManifest, keys: Keys
+) -> None:
+    """The updater's order: read the floor, admit against it, record only what admission returned."""
+    path = tmp_path / "highest-seen.json"
+    record_admitted(path, trusted_at("1.3.0", base, keys))
+    floor = read_highest_seen(path)
+    for name in ("equal contract", "two epochs forward", "an unpinned key"):
+        case = dataclasses.replace(CASES[name], highest_seen=str(floor))
+        with pytest.raises(AdmissionRefused):
+            run(case, base, keys)
+    assert read_highest_seen(path) == Version("1.3.0")
+    current = dataclasses.replace(
+        CASES["equal contract"],
+        local=LocalIdentity(version=Version("1.2.0"), contract=E5, state_schema=STATE_SCHEMA),
+        highest_seen=str(floor),
+    )
+    # Nothing to record: AlreadyCurrent is not a TrustedRelease, and record_admitted takes only those.
+    assert isinstance(run(current, base, keys), AlreadyCurrent)
+
+
+def test_a_looser_file_is_replaced_by_a_0600_one(tmp_path: Path, base: RuntimeManifest, keys: Keys) -> None:
+    path = tmp_path / "highest-seen.json"
+    path.write_text('{"version": "1.0.0"}\n')
+    os.chmod(path, 0o644)
+    record_admitted(path, trusted_at("1.2.0", base, keys))
+    assert mode_of(path) == 0o600
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"not json", b'{"version": 3}', b'{"version": "1.0", "extra": 1}', b'{"version": "one"}', b"[]"],
+)
+def test_a_corrupt_highest_seen_file_is_an_error_not_none(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "highest-seen.json"
+    path.write_bytes(content)
+    with pytest.raises(HighestSeenError) as error:
+        read_highest_seen(path)
+    assert error.value.code == "highest_seen_corrupt"
+
+
+def test_an_unwritable_place_is_reported(tmp_path: Path, base: RuntimeManifest, keys: Keys) -> None:
+    blocker = tmp_path / "state"
+    blocker.write_text("a file where the state directory should be")
+    with pytest.raises(HighestSeenError) as error:
+        record_admitted(blocker / "highest-seen.json", trusted_at("1.2.0", base, keys))
+    assert error.value.code == "highest_seen_unwritable"
+    unreadable = tmp_path / "directory-as-file"
+    unreadable.mkdir()
+    with pytest.raises(HighestSeenError) as error:
+        read_highest_seen(unreadable)
+    assert error.value.code == "highest_seen_unreadable"
+
+
+def test_the_local_identity_of_this_runtime() -> None:
+    assert LocalIdentity.of_this_runtime("1.1.0") == LOCAL_5
