@@ -17,6 +17,7 @@ from packaging.version import Version
 
 from herdr_mcp.release.bundle import load_release_config
 from herdr_mcp.release.manifest import MANIFEST_FILENAME
+from herdr_mcp.release.versions import semver_text
 from herdr_mcp.update.discovery import (
     CHANNELS,
     Candidate,
@@ -24,7 +25,6 @@ from herdr_mcp.update.discovery import (
     NoCandidate,
     channel_named,
     discover,
-    semver_text,
     tag_version,
 )
 from herdr_mcp.update.errors import ReleaseDataError, UpdateError, UpdateTransportError, UpdateUsageError

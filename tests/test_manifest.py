@@ -572,6 +572,15 @@ PARSER_ONLY: list[tuple[Callable[[dict[str, Any]], dict[str, Any]], str]] = [
         "manifest_value",
     ),
     (lambda d: edited(d, "published_at", "2026-02-30T12:00:00Z"), "manifest_value"),
+    *(
+        (
+            lambda d, v=spelling: edited(
+                edited(edited(d, "version", v), "tag", f"v{v}"), "source.ref", f"refs/tags/v{v}"
+            ),
+            "manifest_value",
+        )
+        for spelling in ("1.1.0-1", "1.1.0-rc1", "1.1.0-alpha.1.beta")
+    ),
 ]
 
 

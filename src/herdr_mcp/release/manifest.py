@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import rfc8785
-from packaging.version import InvalidVersion, Version
 
 from herdr_mcp.contract import ContractError, ContractIdentity, contract_identity, identity_of
+from herdr_mcp.release.versions import release_version
 from herdr_mcp.state import STATE_SCHEMA
 
 #: The file name a release publishes its manifest under.
@@ -152,14 +152,13 @@ def _check_version(value: object, name: str) -> None:
     text = _check_str(value, name, _VERSION, "a semantic version MAJOR.MINOR.PATCH[-PRERELEASE]")
     if len(text) > _MAX_VERSION_LENGTH:
         raise ManifestError("manifest_value", f"longer than {_MAX_VERSION_LENGTH} characters", field=name)
-    try:
-        Version(text)
-    except InvalidVersion:
+    if release_version(text) is None:
         raise ManifestError(
             "manifest_value",
-            f"{text!r} is semver but not a PEP 440 version (use -alpha.N, -beta.N, -rc.N or -dev.N)",
+            f"{text!r} is not a release version that semver and PEP 440 read alike, spelled one way "
+            "(prereleases are -alpha.N, -beta.N, -rc.N, optionally followed by .dev.N, or -dev.N)",
             field=name,
-        ) from None
+        )
 
 
 # --- the manifest model ------------------------------------------------------------------------

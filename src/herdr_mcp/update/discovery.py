@@ -47,11 +47,12 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import httpx2
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from herdr_mcp import __version__
 from herdr_mcp.release.bundle import Channel
 from herdr_mcp.release.manifest import MANIFEST_FILENAME, MAX_URL_LENGTH
+from herdr_mcp.release.versions import release_version
 from herdr_mcp.update.errors import ReleaseDataError, UpdateTransportError, UpdateUsageError
 
 GITHUB_API_BASE_URL = "https://api.github.com"
@@ -101,7 +102,6 @@ _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 # GitHub: owner 1-39 alphanumerics or '-', repository name 1-100 of [A-Za-z0-9._-] but not "." or "..".
 _REPOSITORY = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,38}/(?!\.\.?$)[A-Za-z0-9._-]{1,100}")
 _HOST = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*")
-_PRE_LABELS = {"a": "alpha", "b": "beta", "rc": "rc"}
 _T = TypeVar("_T")
 
 
@@ -303,25 +303,7 @@ def tag_version(tag: str) -> Version | None:
     """The version of a tag that is exactly "v" + a round-tripping semver, else None."""
     if len(tag) > MAX_TAG_LENGTH or not tag.startswith("v"):
         return None
-    try:
-        version = Version(tag[1:])
-    except InvalidVersion:
-        return None
-    return version if semver_text(version) == tag[1:] else None
-
-
-def semver_text(version: Version) -> str | None:
-    """`version` in semver spelling (`1.2.0`, `1.2.0-rc.1`, `1.2.0-beta.2.dev.3`), or None when
-    semver cannot spell it (an epoch, a post-release, a local part, not three release numbers)."""
-    if version.epoch or version.post is not None or version.local is not None or len(version.release) != 3:
-        return None
-    labels: list[str] = []
-    if version.pre is not None:
-        labels += [_PRE_LABELS[version.pre[0]], str(version.pre[1])]
-    if version.dev is not None:
-        labels += ["dev", str(version.dev)]
-    core = ".".join(str(part) for part in version.release)
-    return f"{core}-{'.'.join(labels)}" if labels else core
+    return release_version(tag[1:])
 
 
 def parse_index_page(data: bytes) -> list[IndexRelease]:
