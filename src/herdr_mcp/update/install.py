@@ -1,0 +1,226 @@
+"""Install: a verified bundle becomes a new generation venv, with no network and no shared state.
+
+`install_generation(staged, generations_dir, generation_id)` runs, in this order:
+
+1. the generation id is `^[A-Za-z0-9_.-]{1,64}$` and not "." or ".." (`generation_id_invalid`);
+2. `generations_dir/<id>` is claimed with an exclusive mkdir, so an existing generation, even a
+   half-made one, is refused (`generation_exists`) and never touched;
+3. the bundle is unpacked into the staging job directory, member by member checked first: only
+   regular files and directories, no absolute path, no "..", nothing outside the one top
+   directory, no link of any kind, at most `MAX_MEMBERS` members and `MAX_UNPACKED_BYTES` bytes
+   (`bundle_unsafe_member`, `bundle_malformed`);
+4. `python -m venv generations_dir/<id>/venv`;
+5. `pip install --no-index --find-links wheelhouse --require-hashes -r requirements.txt` with the
+   network disabled: in a network namespace with no interfaces (`unshare --net`, as root or with
+   `--map-root-user`) or, on macOS, `sandbox-exec` denying network. Where neither works, pip still
+   runs with `--no-index` and its proxies pointed at a closed loopback port, so a stray index
+   lookup fails instead of reaching out; `Generation.network_isolation` says which one was used.
+
+On any failure the generation directory this call created is removed; the unpacked bundle stays in
+the job directory of the stage (its owner cleans it).
+
+Errors: `UpdateUsageError` (`generation_id_invalid`, `generation_exists`), `ReleaseDataError`
+(`bundle_unsafe_member`, `bundle_malformed`, `install_hash_mismatch`: the signed bundle itself is
+wrong) and `LocalStateError` (`install_venv_failed`, `install_failed`, `install_unwritable`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path, PurePosixPath
+
+from herdr_mcp.release.bundle import BUNDLE_SUFFIX, REQUIREMENTS_FILE, WHEELHOUSE_DIR
+from herdr_mcp.update.errors import LocalStateError, ReleaseDataError, UpdateUsageError
+from herdr_mcp.update.staging import StagedAsset
+
+GENERATION_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+#: A bundle holds about thirty wheels plus two entries: ten thousand members is far beyond any.
+MAX_MEMBERS = 10_000
+#: Unpacked size cap: our bundles are about 20 MB; 1 GiB stops a decompression bomb well before a disk fills.
+MAX_UNPACKED_BYTES = 1024 * 1024 * 1024
+#: Seconds for `python -m venv` and for pip installing thirty local wheels (seconds in practice).
+VENV_TIMEOUT = 300
+PIP_TIMEOUT = 900
+#: The discard port on loopback: nothing listens there, so a proxied connection fails at once.
+_UNREACHABLE_PROXY = "http://127.0.0.1:9"
+NO_NETWORK_FALLBACK = "no-index, proxies at a closed loopback port"
+
+
+@dataclass(frozen=True)
+class Generation:
+    """A freshly installed generation: its directory, its venv's python and its `herdr-mcp`."""
+
+    id: str
+    path: Path
+    python: Path
+    herdr_mcp: Path
+    network_isolation: str
+
+
+def install_generation(
+    staged: StagedAsset, generations_dir: Path, generation_id: str, *, python: str = sys.executable
+) -> Generation:
+    """Install the staged bundle into the new generation `generation_id` (steps in the module
+    docstring). `python` makes the venv and must be the target's interpreter. Raises the errors of
+    the module docstring."""
+    # 1. The id.
+    if GENERATION_ID.fullmatch(generation_id) is None or generation_id in (".", ".."):
+        raise UpdateUsageError(
+            "generation_id_invalid",
+            f"generation id {generation_id!r} must be 1-64 characters of A-Z a-z 0-9 _ . - (not . or ..)",
+        )
+    # 2. Claim the directory; an existing one is someone else's.
+    path = generations_dir / generation_id
+    try:
+        generations_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        raise UpdateUsageError(
+            "generation_exists", f"generation {generation_id} already exists at {path}; choose a new id"
+        ) from None
+    except OSError as exc:
+        raise LocalStateError("install_unwritable", f"cannot create {path}: {exc}") from None
+    try:
+        # 3. Unpack.
+        top = unpack_bundle(staged.path, staged.job_dir / f"unpacked-{generation_id}")
+        # 4, 5. Venv, then pip with no network.
+        venv = path / "venv"
+        prefix, isolation = offline_prefix()
+        env = _pip_env(staged.job_dir, offline=bool(prefix))
+        _run([*prefix, python, "-m", "venv", str(venv)], env, top, "install_venv_failed", VENV_TIMEOUT)
+        _pip_install(prefix, venv, env, top)
+    except BaseException:
+        shutil.rmtree(path, ignore_errors=True)
+        raise
+    return Generation(
+        id=generation_id,
+        path=path,
+        python=venv / "bin" / "python",
+        herdr_mcp=venv / "bin" / "herdr-mcp",
+        network_isolation=isolation,
+    )
+
+
+def unpack_bundle(archive: Path, destination: Path) -> Path:
+    """Unpack the bundle `archive` into `destination` (which must not exist) after checking every
+    member; return its top directory. Raises `ReleaseDataError` (`bundle_unsafe_member`,
+    `bundle_malformed`) and `LocalStateError("install_unwritable")`."""
+    expected_top = archive.name.removesuffix(BUNDLE_SUFFIX)
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            members = _checked_members(tar, expected_top)
+            destination.mkdir(mode=0o700)
+            # The "data" filter re-checks what _checked_members allowed (paths, modes, links).
+            tar.extractall(destination, members=members, filter="data")
+    except (tarfile.TarError, EOFError) as exc:
+        raise ReleaseDataError(
+            "bundle_malformed", f"{archive.name} is not a readable tar.gz: {exc}"
+        ) from None
+    except OSError as exc:
+        raise LocalStateError("install_unwritable", f"cannot unpack {archive.name}: {exc}") from None
+    top = destination / expected_top
+    if not (top / REQUIREMENTS_FILE).is_file() or not (top / WHEELHOUSE_DIR).is_dir():
+        raise ReleaseDataError(
+            "bundle_malformed",
+            f"{archive.name} lacks {expected_top}/{REQUIREMENTS_FILE} or {WHEELHOUSE_DIR}/",
+        )
+    return top
+
+
+def _checked_members(tar: tarfile.TarFile, top: str) -> list[tarfile.TarInfo]:
+    members: list[tarfile.TarInfo] = []
+    total = 0
+    for member in tar:
+        name = member.name
+        parts = PurePosixPath(name).parts
+        if not (member.isfile() or member.isdir()):
+            raise _unsafe(name, "is a link or special file; bundles hold only files and directories")
+        if name.startswith("/") or "\\" in name or ".." in parts or not parts or parts[0] != top:
+            raise _unsafe(name, f"is not a relative path inside {top}/")
+        total += member.size
+        members.append(member)
+        if len(members) > MAX_MEMBERS or total > MAX_UNPACKED_BYTES:
+            raise _unsafe(name, f"the bundle exceeds {MAX_MEMBERS} members or {MAX_UNPACKED_BYTES} bytes")
+    return members
+
+
+def _unsafe(name: str, why: str) -> ReleaseDataError:
+    return ReleaseDataError("bundle_unsafe_member", f"bundle member {name!r} {why}; nothing was installed")
+
+
+@cache
+def offline_prefix() -> tuple[tuple[str, ...], str]:
+    """A command prefix that runs its command with no network, and its name; `((), fallback)`
+    when this host offers none (see the module docstring)."""
+    candidates: list[tuple[str, ...]]
+    if sys.platform == "darwin":
+        candidates = [("sandbox-exec", "-p", "(version 1)(allow default)(deny network*)")]
+    elif hasattr(os, "geteuid") and os.geteuid() == 0:
+        candidates = [("unshare", "--net")]
+    else:
+        candidates = [("unshare", "--net", "--map-root-user")]
+    for prefix in candidates:
+        if shutil.which(prefix[0]) is None:
+            continue
+        try:
+            works = subprocess.run([*prefix, "true"], capture_output=True, timeout=30).returncode == 0
+        except (OSError, subprocess.SubprocessError):
+            works = False
+        if works:
+            return prefix, " ".join(prefix[:2])
+    return (), NO_NETWORK_FALLBACK
+
+
+def _pip_env(home: Path, *, offline: bool) -> dict[str, str]:
+    """No pip configuration from the user, so only the bundle can supply wheels."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PIP_")}
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_NO_CACHE_DIR="1", PIP_NO_INPUT="1", HOME=str(home))
+    if not offline:
+        for key in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+            env[key] = _UNREACHABLE_PROXY
+        env.pop("NO_PROXY", None)
+        env.pop("no_proxy", None)
+    return env
+
+
+def _pip_install(prefix: tuple[str, ...], venv: Path, env: dict[str, str], top: Path) -> None:
+    command = [
+        *prefix,
+        str(venv / "bin" / "python"),
+        *("-m", "pip", "install", "--disable-pip-version-check", "--no-input", "--progress-bar", "off"),
+        *("--no-index", "--find-links", WHEELHOUSE_DIR, "--require-hashes", "-r", REQUIREMENTS_FILE),
+    ]
+    try:
+        _run(command, env, top, "install_failed", PIP_TIMEOUT)
+    except LocalStateError as exc:
+        if "DO NOT MATCH THE HASHES" in exc.message:
+            raise ReleaseDataError(
+                "install_hash_mismatch",
+                f"a wheel in the bundle does not match its pinned hash; the release is broken: {exc.message}",
+            ) from None
+        raise
+
+
+def _run(command: list[str], env: dict[str, str], cwd: Path, code: str, timeout: int) -> None:
+    try:
+        completed = subprocess.run(
+            command,
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise LocalStateError(code, f"{command[0]} could not run: {exc}") from None
+    if completed.returncode != 0:
+        tail = "\n".join(completed.stderr.strip().splitlines()[-15:])
+        raise LocalStateError(code, f"{' '.join(command)} exited {completed.returncode}:\n{tail}")
