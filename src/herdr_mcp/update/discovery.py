@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import json
 import re
-import ssl
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,11 +48,11 @@ from typing import Any, NoReturn, TypeVar
 import httpx2
 from packaging.version import Version
 
-from herdr_mcp import __version__
 from herdr_mcp.release.bundle import Channel
 from herdr_mcp.release.manifest import MANIFEST_FILENAME, MAX_URL_LENGTH
 from herdr_mcp.release.versions import release_version
 from herdr_mcp.update.errors import ReleaseDataError, UpdateTransportError, UpdateUsageError
+from herdr_mcp.update.transport import TransportRules, declared_length, open_client, stream_get
 
 GITHUB_API_BASE_URL = "https://api.github.com"
 #: Where GitHub answers API calls and serves release assets: `browser_download_url` is on
@@ -98,7 +97,6 @@ MAX_TAG_LENGTH = 65
 #: Longest asset name GitHub accepts is 255 characters (asset URLs: the manifest's MAX_URL_LENGTH).
 MAX_ASSET_NAME_LENGTH = 255
 
-_REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 # GitHub: owner 1-39 alphanumerics or '-', repository name 1-100 of [A-Za-z0-9._-] but not "." or "..".
 _REPOSITORY = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,38}/(?!\.\.?$)[A-Za-z0-9._-]{1,100}")
 _HOST = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*")
@@ -414,94 +412,33 @@ def _read_index(config: DiscoveryConfig, deadline: float) -> Iterator[IndexRelea
                 return
 
 
+def _rules(config: DiscoveryConfig) -> TransportRules:
+    return TransportRules(
+        prefix="discovery",
+        allowed_hosts=config.allowed_hosts,
+        ca_file=config.ca_file,
+        max_redirects=config.max_redirects,
+        connect_timeout=config.connect_timeout,
+        read_timeout=config.read_timeout,
+    )
+
+
 def _client(config: DiscoveryConfig) -> httpx2.Client:
-    verify: ssl.SSLContext | bool = True
-    if config.ca_file is not None:
-        try:
-            verify = ssl.create_default_context(cafile=str(config.ca_file))
-        except (OSError, ssl.SSLError) as exc:
-            raise UpdateUsageError(
-                "update_config_invalid", f"cannot load CA certificates from {config.ca_file}: {exc}"
-            ) from None
-    return httpx2.Client(
-        verify=verify,
-        timeout=httpx2.Timeout(config.read_timeout, connect=config.connect_timeout),
-        follow_redirects=False,
-        # No proxy, netrc or SSL_CERT_FILE from the environment: what discovery trusts is its config.
-        trust_env=False,
-        headers={
-            "Accept": "application/vnd.github+json",
-            "X-GitHub-Api-Version": "2022-11-28",
-            "User-Agent": f"herdr-mcp-updater/{__version__}",
-            # Identity only, so the size cap counts the bytes we hold, not compressed ones.
-            "Accept-Encoding": "identity",
-        },
+    return open_client(
+        _rules(config), accept="application/vnd.github+json", headers={"X-GitHub-Api-Version": "2022-11-28"}
     )
 
 
 def _fetch(client: httpx2.Client, url: str, config: DiscoveryConfig, deadline: float) -> bytes:
     """GET `url`, following allowed redirects, and return the body (at most `max_page_bytes`)."""
-    for _ in range(config.max_redirects + 1):
-        if time.monotonic() > deadline:
-            raise _timeout(url, config)
-        try:
-            with client.stream("GET", url) as response:
-                if response.status_code in _REDIRECT_STATUSES:
-                    url = _redirect_target(response, config)
-                    continue
-                if response.status_code != 200:
-                    raise UpdateTransportError(
-                        "discovery_http_error",
-                        f"GET {url} answered HTTP {response.status_code}; try again later, or check "
-                        f"that the repository {config.repository} exists and is public",
-                    )
-                return _read_capped(response, url, config, deadline)
-        except httpx2.TimeoutException:
-            raise _timeout(url, config) from None
-        except httpx2.TransportError as exc:
-            raise UpdateTransportError(
-                "discovery_unreachable", f"GET {url} failed: {exc or type(exc).__name__}; check the network"
-            ) from None
-    raise UpdateTransportError(
-        "discovery_too_many_redirects", f"more than {config.max_redirects} redirects, the last to {url}"
-    )
-
-
-def _redirect_target(response: httpx2.Response, config: DiscoveryConfig) -> str:
-    location = response.headers.get("location")
-    target = None
-    if location and len(location) <= MAX_URL_LENGTH:
-        try:
-            target = response.url.join(location)
-        except httpx2.InvalidURL:
-            target = None
-    if target is None:
-        raise UpdateTransportError(
-            "discovery_redirect_refused", f"{response.url} redirected without a usable Location"
-        )
-    if target.scheme != "https":
-        raise UpdateTransportError(
-            "discovery_not_https", f"{response.url} redirected to {target}, which is not HTTPS; not followed"
-        )
-    if target.host not in config.allowed_hosts:
-        raise UpdateTransportError(
-            "discovery_redirect_refused",
-            f"{response.url} redirected to host {target.host!r}, which is not one of the allowed hosts "
-            f"({', '.join(sorted(config.allowed_hosts))}); not followed",
-        )
-    return str(target)
+    with stream_get(client, url, _rules(config), deadline) as response:
+        return _read_capped(response, url, config, deadline)
 
 
 def _read_capped(response: httpx2.Response, url: str, config: DiscoveryConfig, deadline: float) -> bytes:
     cap = config.max_page_bytes
-    encoding = response.headers.get("content-encoding", "identity").strip().lower()
-    if encoding != "identity":
-        raise UpdateTransportError(
-            "discovery_http_error",
-            f"GET {url} answered with Content-Encoding {encoding!r}, asked for identity",
-        )
-    declared = response.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > cap:
+    declared = declared_length(response)
+    if declared is not None and declared > cap:
         raise _too_large(url, cap)
     body = bytearray()
     for chunk in response.iter_raw():

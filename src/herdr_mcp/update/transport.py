@@ -14,8 +14,7 @@ Error codes are `<prefix>_<rule>`, so each step keeps its own vocabulary (`downl
 (the caller chose the URL); `open_client` raises `UpdateUsageError("update_config_invalid")` for a
 CA file that cannot be loaded.
 
-Discovery (`herdr_mcp.update.discovery`) predates this module and still carries its own copy of
-the same loop; it can move onto `stream_get` with prefix "discovery" unchanged in behaviour.
+Discovery uses it with prefix "discovery", staging with prefix "download".
 """
 
 from __future__ import annotations
@@ -51,7 +50,9 @@ class TransportRules:
     read_timeout: float
 
 
-def open_client(rules: TransportRules, *, accept: str = "application/octet-stream") -> httpx2.Client:
+def open_client(
+    rules: TransportRules, *, accept: str = "application/octet-stream", headers: dict[str, str] | None = None
+) -> httpx2.Client:
     """An httpx2 client that follows no redirect by itself and trusts only `rules.ca_file` if set.
 
     Raises `UpdateUsageError("update_config_invalid")` when the CA file cannot be loaded.
@@ -73,6 +74,7 @@ def open_client(rules: TransportRules, *, accept: str = "application/octet-strea
             "Accept": accept,
             "User-Agent": f"herdr-mcp-updater/{__version__}",
             "Accept-Encoding": "identity",
+            **(headers or {}),
         },
     )
 
