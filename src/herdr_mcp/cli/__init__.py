@@ -79,8 +79,14 @@ def _run_release(argv: list[str]) -> int:
     return release_main(argv)
 
 
+def _run_update(argv: list[str]) -> int:
+    from herdr_mcp.cli.update import main as update_main
+
+    return update_main(argv)
+
+
 #: Subcommands with parsers of their own: main() hands them their arguments untouched.
-_DELEGATED = {"sim": _run_sim, "handoff": _run_handoff, "release": _run_release}
+_DELEGATED = {"sim": _run_sim, "handoff": _run_handoff, "release": _run_release, "update": _run_update}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -139,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "release", help="maintainer release commands: build, bundle, manifest, sign, verify", add_help=False
     )
+    commands.add_parser("update", help="update --check: discover and admit the next release", add_help=False)
     return parser
 
 

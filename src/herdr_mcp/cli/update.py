@@ -1,0 +1,121 @@
+"""`herdr-mcp update --check`: is there a release this workstation may take?
+
+Discovers the highest release of the channel, fetches only its manifest and signatures, and
+runs admission against this runtime's identity. Exit 0 with a JSON (or text) answer when a
+release is admitted, when this runtime is already current, or when there is no release; exit 2
+with `herdr-mcp: error: <code>: <message>` when the release is refused or cannot be read.
+
+Installing and activating (`herdr-mcp update` without --check) is not built yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from herdr_mcp import __version__
+from herdr_mcp.release.attestation import AttestationError, load_identity_policy
+from herdr_mcp.release.manifest import ManifestError
+from herdr_mcp.release.minisign import SignatureError, load_pinned_keys
+from herdr_mcp.runtime.config import default_config_dir
+from herdr_mcp.update.admission import AdmissionPolicy, AlreadyCurrent, LocalIdentity, TrustedRelease
+from herdr_mcp.update.check import check_for_update
+from herdr_mcp.update.discovery import (
+    CHANNELS,
+    GITHUB_API_BASE_URL,
+    GITHUB_HOSTS,
+    DiscoveryConfig,
+    NoCandidate,
+)
+from herdr_mcp.update.errors import UpdateError, UpdateUsageError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="herdr-mcp update", description=__doc__.splitlines()[0] if __doc__ else None
+    )
+    parser.add_argument("--check", action="store_true", required=True, help="only discover and admit")
+    parser.add_argument(
+        "--repository", default=os.environ.get("HERDR_MCP_UPDATE_REPOSITORY"), help="owner/name"
+    )
+    parser.add_argument("--repository-id", type=int, default=_env_int("HERDR_MCP_UPDATE_REPOSITORY_ID"))
+    parser.add_argument("--channel", choices=sorted(CHANNELS), default="stable")
+    parser.add_argument("--api-url", default=GITHUB_API_BASE_URL, help="GitHub API base URL")
+    parser.add_argument("--allowed-host", action="append", default=None, help="hosts downloads may come from")
+    parser.add_argument("--ca-file", type=Path, default=None, help="trust only this CA (tests, mirrors)")
+    parser.add_argument("--keys", type=Path, default=None, help="pinned release keys (default: packaged)")
+    parser.add_argument("--no-sigstore", action="store_true", help="do not check Sigstore bundles")
+    parser.add_argument("--config-dir", type=Path, default=None)
+    parser.add_argument("--json", action="store_true")
+    return parser
+
+
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name)
+    return int(value) if value and value.isdigit() else None
+
+
+def main(argv: Sequence[str]) -> int:
+    args = build_parser().parse_args(list(argv))
+    try:
+        answer = _check(args)
+    except (UpdateError, ManifestError, SignatureError, AttestationError) as exc:
+        print(f"herdr-mcp: error: {exc.code}: {exc.message}", file=sys.stderr)
+        return 2
+    print(json.dumps(answer, sort_keys=True) if args.json else answer["summary"])
+    return 0
+
+
+def _check(args: argparse.Namespace) -> dict[str, Any]:
+    if not args.repository or args.repository_id is None:
+        raise UpdateUsageError(
+            "update_config_invalid",
+            "name the release repository: --repository OWNER/NAME --repository-id ID "
+            "(or HERDR_MCP_UPDATE_REPOSITORY / HERDR_MCP_UPDATE_REPOSITORY_ID)",
+        )
+    identity = None if args.no_sigstore else load_identity_policy()
+    if identity is not None and identity.repository != args.repository:
+        identity = None  # the packaged signer policy names another repository (a fork or a mirror)
+    discovery = DiscoveryConfig(
+        repository=args.repository,
+        channel=CHANNELS[args.channel],
+        api_base_url=args.api_url,
+        allowed_hosts=frozenset(args.allowed_host) if args.allowed_host else GITHUB_HOSTS,
+        ca_file=args.ca_file,
+    )
+    policy = AdmissionPolicy(
+        public_keys=tuple(load_pinned_keys(args.keys)),
+        repository=args.repository,
+        repository_id=args.repository_id,
+        identity_policy=identity,
+    )
+    config_dir = args.config_dir or default_config_dir()
+    result = check_for_update(
+        discovery, LocalIdentity.of_this_runtime(__version__), policy, config_dir / "highest-seen.json"
+    )
+    if isinstance(result.candidate, NoCandidate):
+        return {
+            "status": "no_release",
+            "reason": result.candidate.reason,
+            "summary": f"no release ({result.candidate.reason})",
+        }
+    if isinstance(result.outcome, AlreadyCurrent):
+        return {"status": "current", "version": __version__, "summary": f"herdr-mcp {__version__} is current"}
+    release = result.outcome
+    if not isinstance(release, TrustedRelease):
+        raise UpdateUsageError(
+            "update_check_incomplete", "discovery found a release but admission gave no answer"
+        )
+    return {
+        "status": "admitted",
+        "version": str(release.version),
+        "kind": release.kind,
+        "contract": release.manifest.contract.to_dict(),
+        "summary": f"herdr-mcp {release.version} is available and admitted ({release.kind}); "
+        "installing it is not built yet",
+    }
