@@ -85,8 +85,20 @@ def _run_update(argv: list[str]) -> int:
     return update_main(argv)
 
 
+def _run_generation(argv: list[str]) -> int:
+    from herdr_mcp.generations.cli import main as generation_main
+
+    return generation_main(argv)
+
+
 #: Subcommands with parsers of their own: main() hands them their arguments untouched.
-_DELEGATED = {"sim": _run_sim, "handoff": _run_handoff, "release": _run_release, "update": _run_update}
+_DELEGATED = {
+    "sim": _run_sim,
+    "handoff": _run_handoff,
+    "release": _run_release,
+    "update": _run_update,
+    "generation": _run_generation,
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -146,6 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
         "release", help="maintainer release commands: build, bundle, manifest, sign, verify", add_help=False
     )
     commands.add_parser("update", help="update --check: discover and admit the next release", add_help=False)
+    commands.add_parser(
+        "generation", help="runtime generations: status, register, activate, rollback, remove", add_help=False
+    )
     return parser
 
 

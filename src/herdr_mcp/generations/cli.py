@@ -1,0 +1,194 @@
+"""`herdr-mcp generation status|register|activate|rollback|remove`.
+
+The state dir is `--state-dir`, else `<config dir>/generations`. Exit 0 on success (`activated`,
+`active_unchanged`), 2 on any refusal with one line `herdr-mcp: error: <code>: <message>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from herdr_mcp.contract import ContractError, ContractIdentity, contract_identity, identity_of
+from herdr_mcp.generations.control import (
+    MAX_GENERATIONS,
+    Generation,
+    GenerationError,
+    GenerationStore,
+    check_endpoint,
+    check_generation_id,
+)
+from herdr_mcp.generations.gate import ActivationResult, activate, rollback
+from herdr_mcp.runtime.config import default_config_dir
+
+#: A frozen catalog file is ~40 KiB; this is far above it and far below a memory problem.
+MAX_CONTRACT_FILE_BYTES = 4 * 1024 * 1024
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="herdr-mcp generation", description="runtime A/B generations")
+    parser.add_argument(
+        "--state-dir", type=Path, help="generations state dir (default <config dir>/generations)"
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    status = commands.add_parser("status", help="show the generations, the active one and the last outcome")
+    status.add_argument("--json", action="store_true", help="print control and status as JSON")
+
+    register = commands.add_parser("register", help="record a running generation (does not activate it)")
+    register.add_argument("--id", required=True, dest="generation")
+    register.add_argument("--endpoint", required=True, help="http://127.0.0.1:<port> or http://[::1]:<port>")
+    register.add_argument("--expected-version", help="the runtime version it must report")
+    expected = register.add_mutually_exclusive_group()
+    expected.add_argument("--expected-contract-file", type=Path, help="a catalog runtime-epoch-<E>.json")
+    expected.add_argument("--expected-epoch", type=int, help="the frozen catalog of this epoch shipped here")
+    register.add_argument("--executable", help="the generation's herdr-mcp executable (recorded only)")
+    register.add_argument("--token-file", help="its bearer token file (default <state dir>/../token)")
+
+    activate_cmd = commands.add_parser("activate", help="validate a generation and switch traffic to it")
+    activate_cmd.add_argument("generation")
+    activate_cmd.add_argument("--json", action="store_true")
+
+    rollback_cmd = commands.add_parser(
+        "rollback", help="re-activate the previous generation through the gate"
+    )
+    rollback_cmd.add_argument("--json", action="store_true")
+
+    remove = commands.add_parser("remove", help="forget a generation that is not active")
+    remove.add_argument("generation")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    """Run one `generation` subcommand; the only catch of expected errors for this command."""
+    args = _parser().parse_args(argv)
+    store = GenerationStore.in_dir(args.state_dir or default_config_dir() / "generations")
+    try:
+        if args.command == "status":
+            return _status(store, as_json=args.json)
+        if args.command == "register":
+            return _register(store, args)
+        if args.command == "activate":
+            return _report(activate(store, check_generation_id(args.generation)), as_json=args.json)
+        if args.command == "rollback":
+            return _report(rollback(store), as_json=args.json)
+        return _remove(store, check_generation_id(args.generation))
+    except GenerationError as exc:
+        print(f"herdr-mcp: error: {exc.code}: {exc.message}", file=sys.stderr)
+        return 2
+
+
+def _status(store: GenerationStore, *, as_json: bool) -> int:
+    control, status = store.read_control(), store.read_status()
+    if as_json:
+        print(
+            json.dumps({"control": control.to_dict(), "status": status.to_dict()}, indent=2, sort_keys=True)
+        )
+        return 0
+    print(f"control revision {control.revision} (processed {status.processed_revision})")
+    pointers = f"active {status.active or '-'}  previous {status.previous or '-'}"
+    print(f"{pointers}  last good {status.last_good or '-'}")
+    print(f"last outcome {status.outcome or '-'}")
+    for spec in control.generations:
+        entry = status.status_of(spec.generation)
+        validation = entry.validation
+        detail = "-" if validation is None else ("ok" if validation.ok else validation.code or "failed")
+        marker = "*" if spec.generation == status.active else " "
+        print(f"{marker} {spec.generation:<24} {spec.endpoint:<28} {entry.phase:<10} {detail}")
+    return 0
+
+
+def _expected_contract(args: argparse.Namespace) -> ContractIdentity | None:
+    if args.expected_epoch is not None:
+        try:
+            return contract_identity(args.expected_epoch)
+        except ContractError as exc:
+            raise GenerationError("contract_unknown", f"{exc}; pass --expected-contract-file") from exc
+    path: Path | None = args.expected_contract_file
+    if path is None:
+        return None
+    try:
+        with path.open("rb") as handle:
+            document = json.loads(handle.read(MAX_CONTRACT_FILE_BYTES + 1))
+        epoch, tools = document["epoch"], document["tools"]
+        if not isinstance(epoch, int) or not isinstance(tools, list):
+            raise TypeError("epoch and tools missing")
+        return identity_of(tools, epoch)
+    except (OSError, ValueError, KeyError, TypeError, ContractError) as exc:
+        raise GenerationError(
+            "contract_file_invalid", f"{path} is not a catalog file {{epoch, tools}}: {exc}"
+        ) from exc
+
+
+def _register(store: GenerationStore, args: argparse.Namespace) -> int:
+    spec = Generation(
+        generation=check_generation_id(args.generation),
+        endpoint=check_endpoint(args.endpoint),
+        expected_runtime_version=args.expected_version,
+        expected_contract=_expected_contract(args),
+        executable=args.executable,
+        token_file=args.token_file,
+    )
+    with store.locked():
+        control = store.read_control()
+        if any(item.generation == spec.generation for item in control.generations):
+            raise GenerationError(
+                "generation_exists",
+                f"{spec.generation} is already registered; remove it first or pick a new id",
+            )
+        if any(item.endpoint == spec.endpoint for item in control.generations):
+            raise GenerationError("endpoint_in_use", f"another generation is registered on {spec.endpoint}")
+        if len(control.generations) >= MAX_GENERATIONS:
+            raise GenerationError(
+                "generations_full", f"{MAX_GENERATIONS} generations are registered; remove an old one first"
+            )
+        written = store.write_control_locked(
+            replace(control, generations=(*control.generations, spec)), expected_revision=control.revision
+        )
+    print(f"registered {spec.generation} at {spec.endpoint} (control revision {written.revision})")
+    return 0
+
+
+def _remove(store: GenerationStore, generation: str) -> int:
+    with store.locked():
+        control, status = store.read_control(), store.read_status()
+        control.find(generation)
+        if status.active == generation:
+            raise GenerationError(
+                "generation_active", f"{generation} is active; activate another generation before removing it"
+            )
+        remaining = tuple(spec for spec in control.generations if spec.generation != generation)
+        if not remaining:
+            raise GenerationError("generation_last", f"{generation} is the only registered generation")
+        desired = status.active if control.desired_active == generation else control.desired_active
+        written = store.write_control_locked(
+            replace(control, generations=remaining, desired_active=desired),
+            expected_revision=control.revision,
+        )
+        kept = tuple(entry for entry in status.generations if entry.generation != generation)
+        store.write_status_locked(
+            replace(
+                status,
+                generations=kept,
+                previous=None if status.previous == generation else status.previous,
+                last_good=None if status.last_good == generation else status.last_good,
+            )
+        )
+    print(f"removed {generation} (control revision {written.revision})")
+    return 0
+
+
+def _report(result: ActivationResult, *, as_json: bool) -> int:
+    if as_json:
+        document: dict[str, Any] = result.to_dict()
+        print(json.dumps(document, indent=2, sort_keys=True))
+    if result.ok:
+        if not as_json:
+            print(f"{result.outcome}: {result.message}")
+        return 0
+    print(f"herdr-mcp: error: {result.outcome}: {result.message}", file=sys.stderr)
+    return 2
