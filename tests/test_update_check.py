@@ -16,6 +16,7 @@ import pytest
 from herdr_mcp.contract import ContractIdentity
 from herdr_mcp.release.manifest import AssetInput, build_manifest
 from herdr_mcp.release.minisign import keygen, load_secret_key, sign
+from herdr_mcp.service.fence import clear_fence, set_fence
 from herdr_mcp.update.repository_sim import ReleaseRepositorySimulator
 
 REPOSITORY = "herdr-mcp/herdr-mcp"
@@ -64,9 +65,11 @@ def _publish(
     return keys
 
 
-def _check(sim: ReleaseRepositorySimulator, tmp: Path, keys: Path) -> subprocess.CompletedProcess[str]:
+def _check(
+    sim: ReleaseRepositorySimulator, tmp: Path, keys: Path, *mode: str
+) -> subprocess.CompletedProcess[str]:
     command = [
-        sys.executable, "-m", "herdr_mcp", "update", "--check", "--json", "--no-sigstore",
+        sys.executable, "-m", "herdr_mcp", "update", *(mode or ("--check",)), "--json", "--no-sigstore",
         "--repository", REPOSITORY, "--repository-id", str(REPOSITORY_ID), "--api-url", sim.api_base_url,
         *(f"--allowed-host={host}" for host in sorted(sim.hosts)), "--ca-file", str(sim.ca_file),
         "--keys", str(keys), "--config-dir", str(tmp / "config"),
@@ -110,3 +113,19 @@ def test_a_refused_release_downloads_nothing_but_its_manifest(
     assert f"error: {code}:" in result.stderr
     assert BUNDLE not in _fetched(sim)
     assert not (tmp_path / "config" / "highest-seen.json").exists()
+
+
+def test_update_paths_respect_the_fence(sim: ReleaseRepositorySimulator, tmp_path: Path) -> None:
+    keys = _publish(sim, tmp_path)
+    set_fence(tmp_path / "config", "service uninstall")
+    refused = _check(sim, tmp_path, keys)
+    assert refused.returncode == 2
+    assert "error: update_fenced:" in refused.stderr
+    skipped = _check(sim, tmp_path, keys, "auto")
+    assert skipped.returncode == 0, skipped.stderr
+    assert json.loads(skipped.stdout)["reason"] == "update_fenced"
+    assert sim.log == [], "a fenced update contacts nothing"
+    clear_fence(tmp_path / "config")
+    admitted = json.loads(_check(sim, tmp_path, keys, "auto").stdout)
+    assert admitted["action"] == "admitted"
+    assert _fetched(sim) == ["runtime-manifest.json", "runtime-manifest.json.minisig"]

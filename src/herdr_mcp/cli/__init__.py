@@ -91,8 +91,22 @@ def _run_generation(argv: list[str]) -> int:
     return generation_main(argv)
 
 
+def _run_service(argv: list[str]) -> int:
+    from herdr_mcp.service.cli import main as service_main
+
+    return service_main(argv)
+
+
+def _run_rollback(argv: list[str]) -> int:
+    from herdr_mcp.service.cli import rollback_main
+
+    return rollback_main(argv)
+
+
 #: Subcommands with parsers of their own: main() hands them their arguments untouched.
 _DELEGATED = {
+    "service": _run_service,
+    "rollback": _run_rollback,
     "sim": _run_sim,
     "handoff": _run_handoff,
     "release": _run_release,
@@ -157,7 +171,11 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "release", help="maintainer release commands: build, bundle, manifest, sign, verify", add_help=False
     )
-    commands.add_parser("update", help="update --check: discover and admit the next release", add_help=False)
+    commands.add_parser(
+        "update", help="update --check | update auto: discover and admit the next release", add_help=False
+    )
+    commands.add_parser("service", help="install|uninstall|status of the user services", add_help=False)
+    commands.add_parser("rollback", help="macOS: re-activate the recorded service rollback", add_help=False)
     commands.add_parser(
         "generation", help="runtime generations: status, register, activate, rollback, remove", add_help=False
     )

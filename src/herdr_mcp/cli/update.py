@@ -1,11 +1,14 @@
-"""`herdr-mcp update --check`: is there a release this workstation may take?
+"""`herdr-mcp update --check` and `herdr-mcp update auto`: is there a release to take?
 
-Discovers the highest release of the channel, fetches only its manifest and signatures, and
-runs admission against this runtime's identity. Exit 0 with a JSON (or text) answer when a
-release is admitted, when this runtime is already current, or when there is no release; exit 2
-with `herdr-mcp: error: <code>: <message>` when the release is refused or cannot be read.
+`--check` discovers the highest release of the channel, fetches only its manifest and
+signatures, and runs admission against this runtime's identity. `auto` (the daily job) first
+decides whether to run at all (`update/auto.py`: fence, PROD plane, stable channel, settings)
+and says why it skipped. Both refuse while the update fence is set. Exit 0 with a JSON (or text)
+answer when a release is admitted, when this runtime is already current, when there is no
+release, or when auto skipped; exit 2 with `herdr-mcp: error: <code>: <message>` when the
+release is refused or cannot be read.
 
-Installing and activating (`herdr-mcp update` without --check) is not built yet.
+Installing and activating an admitted release from here is not built yet.
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ from herdr_mcp.release.attestation import AttestationError, load_identity_policy
 from herdr_mcp.release.manifest import ManifestError
 from herdr_mcp.release.minisign import SignatureError, load_pinned_keys
 from herdr_mcp.runtime.config import default_config_dir
+from herdr_mcp.service.fence import FenceSet, check_fence
 from herdr_mcp.update.admission import AdmissionPolicy, AlreadyCurrent, LocalIdentity, TrustedRelease
-from herdr_mcp.update.check import check_for_update
+from herdr_mcp.update.auto import run_update_auto
+from herdr_mcp.update.check import CheckResult, check_for_update
 from herdr_mcp.update.discovery import (
     CHANNELS,
     GITHUB_API_BASE_URL,
@@ -39,12 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="herdr-mcp update", description=__doc__.splitlines()[0] if __doc__ else None
     )
-    parser.add_argument("--check", action="store_true", required=True, help="only discover and admit")
+    parser.add_argument("mode", nargs="?", choices=["auto"], help="auto: the scheduled daily run")
+    parser.add_argument("--check", action="store_true", help="only discover and admit")
     parser.add_argument(
         "--repository", default=os.environ.get("HERDR_MCP_UPDATE_REPOSITORY"), help="owner/name"
     )
     parser.add_argument("--repository-id", type=int, default=_env_int("HERDR_MCP_UPDATE_REPOSITORY_ID"))
-    parser.add_argument("--channel", choices=sorted(CHANNELS), default="stable")
+    parser.add_argument("--channel", choices=sorted(CHANNELS), default=None, help="default: stable")
     parser.add_argument("--api-url", default=GITHUB_API_BASE_URL, help="GitHub API base URL")
     parser.add_argument("--allowed-host", action="append", default=None, help="hosts downloads may come from")
     parser.add_argument("--ca-file", type=Path, default=None, help="trust only this CA (tests, mirrors)")
@@ -61,17 +67,27 @@ def _env_int(name: str) -> int | None:
 
 
 def main(argv: Sequence[str]) -> int:
-    args = build_parser().parse_args(list(argv))
+    parser = build_parser()
+    args = parser.parse_args(list(argv))
+    if args.mode is None and not args.check:
+        parser.error("installing from here is not built yet: use --check, or `auto` for the daily run")
+    config_dir: Path = args.config_dir or default_config_dir()
     try:
-        answer = _check(args)
-    except (UpdateError, ManifestError, SignatureError, AttestationError) as exc:
+        if args.mode == "auto":
+            decision = run_update_auto(config_dir, lambda: _check(args, config_dir), channel=args.channel)
+            answer: dict[str, Any] = decision.to_dict()
+            answer["summary"] = decision.message
+        else:
+            check_fence(config_dir)
+            answer = _describe(_check(args, config_dir))
+    except (UpdateError, ManifestError, SignatureError, AttestationError, FenceSet) as exc:
         print(f"herdr-mcp: error: {exc.code}: {exc.message}", file=sys.stderr)
         return 2
-    print(json.dumps(answer, sort_keys=True) if args.json else answer["summary"])
+    print(json.dumps(answer, sort_keys=True, default=str) if args.json else answer["summary"])
     return 0
 
 
-def _check(args: argparse.Namespace) -> dict[str, Any]:
+def _check(args: argparse.Namespace, config_dir: Path) -> CheckResult:
     if not args.repository or args.repository_id is None:
         raise UpdateUsageError(
             "update_config_invalid",
@@ -83,7 +99,7 @@ def _check(args: argparse.Namespace) -> dict[str, Any]:
         identity = None  # the packaged signer policy names another repository (a fork or a mirror)
     discovery = DiscoveryConfig(
         repository=args.repository,
-        channel=CHANNELS[args.channel],
+        channel=CHANNELS[args.channel or "stable"],
         api_base_url=args.api_url,
         allowed_hosts=frozenset(args.allowed_host) if args.allowed_host else GITHUB_HOSTS,
         ca_file=args.ca_file,
@@ -94,16 +110,14 @@ def _check(args: argparse.Namespace) -> dict[str, Any]:
         repository_id=args.repository_id,
         identity_policy=identity,
     )
-    config_dir = args.config_dir or default_config_dir()
-    result = check_for_update(
-        discovery, LocalIdentity.of_this_runtime(__version__), policy, config_dir / "highest-seen.json"
-    )
+    local = LocalIdentity.of_this_runtime(__version__)
+    return check_for_update(discovery, local, policy, config_dir / "highest-seen.json")
+
+
+def _describe(result: CheckResult) -> dict[str, Any]:
     if isinstance(result.candidate, NoCandidate):
-        return {
-            "status": "no_release",
-            "reason": result.candidate.reason,
-            "summary": f"no release ({result.candidate.reason})",
-        }
+        reason = result.candidate.reason
+        return {"status": "no_release", "reason": reason, "summary": f"no release ({reason})"}
     if isinstance(result.outcome, AlreadyCurrent):
         return {"status": "current", "version": __version__, "summary": f"herdr-mcp {__version__} is current"}
     release = result.outcome
@@ -117,5 +131,5 @@ def _check(args: argparse.Namespace) -> dict[str, Any]:
         "kind": release.kind,
         "contract": release.manifest.contract.to_dict(),
         "summary": f"herdr-mcp {release.version} is available and admitted ({release.kind}); "
-        "installing it is not built yet",
+        "installing it from here is not built yet",
     }

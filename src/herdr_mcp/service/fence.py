@@ -1,0 +1,116 @@
+"""The update fence: a file that says "this workstation must not update itself".
+
+`service uninstall` sets it (before it unloads anything, so a scheduled `update auto` that starts
+meanwhile already sees it); only `service install` clears it. While it is set every update path
+refuses with `FenceSet` (code `update_fenced`), naming the reason and when it was set.
+
+The fence is `<config dir>/update-fence.json`, 0600, written atomically:
+`{"schema_version": 1, "reason": "...", "set_at": "2026-11-29T19:00:00.000Z"}`. A fence file that
+exists but cannot be read or parsed still fences (fail closed): its reason then says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from herdr_mcp.generations.control import atomic_write
+
+FENCE_FILE = "update-fence.json"
+SCHEMA_VERSION = 1
+#: A fence file is one short line; anything larger is not ours (and still fences).
+MAX_FENCE_BYTES = 16 * 1024
+
+
+class FenceSet(Exception):
+    """An update was refused because the update fence is set (code `update_fenced`)."""
+
+    code = "update_fenced"
+
+    def __init__(self, fence: Fence) -> None:
+        self.fence = fence
+        self.message = (
+            f"updates are fenced since {fence.set_at or 'an unknown time'} ({fence.reason}); "
+            "run `herdr-mcp service install` to clear the fence"
+        )
+        super().__init__(f"{self.code}: {self.message}")
+
+
+@dataclass(frozen=True)
+class Fence:
+    """Why and when updates were fenced (`set_at` is None only for an unreadable fence file)."""
+
+    reason: str
+    set_at: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"reason": self.reason, "set_at": self.set_at}
+
+
+def fence_path(config_dir: Path) -> Path:
+    return config_dir / FENCE_FILE
+
+
+def set_fence(config_dir: Path, reason: str, *, now: datetime.datetime | None = None) -> Fence:
+    """Fence updates with `reason` (replacing any earlier fence); returns the fence written."""
+    moment = now or datetime.datetime.now(datetime.UTC)
+    fence = Fence(reason=reason, set_at=_timestamp(moment))
+    document = {"schema_version": SCHEMA_VERSION, **fence.to_dict()}
+    atomic_write(fence_path(config_dir), (json.dumps(document, sort_keys=True) + "\n").encode())
+    return fence
+
+
+def clear_fence(config_dir: Path) -> bool:
+    """Remove the fence; True when one was set. Only `service install` calls this."""
+    try:
+        fence_path(config_dir).unlink()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def read_fence(config_dir: Path) -> Fence | None:
+    """The fence, or None when updates are not fenced. Never raises for a bad fence file: an
+    unreadable or malformed one is a fence whose reason says what is wrong with it."""
+    path = fence_path(config_dir)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return Fence(reason=f"fence file {path} is unreadable ({exc.strerror})", set_at=None)
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(MAX_FENCE_BYTES + 1)
+    return _parse(data) or Fence(reason=f"fence file {path} is malformed", set_at=None)
+
+
+def check_fence(config_dir: Path) -> None:
+    """Return when updates may run; raise `FenceSet` while the fence is set."""
+    fence = read_fence(config_dir)
+    if fence is not None:
+        raise FenceSet(fence)
+
+
+def _parse(data: bytes) -> Fence | None:
+    if len(data) > MAX_FENCE_BYTES:
+        return None
+    document: object = None
+    with contextlib.suppress(ValueError, UnicodeDecodeError):
+        document = json.loads(data)
+    if not isinstance(document, dict) or set(document) != {"schema_version", "reason", "set_at"}:
+        return None
+    reason, set_at = document["reason"], document["set_at"]
+    if document["schema_version"] != SCHEMA_VERSION or not isinstance(reason, str) or not reason:
+        return None
+    if not isinstance(set_at, str):
+        return None
+    return Fence(reason=reason, set_at=set_at)
+
+
+def _timestamp(moment: datetime.datetime) -> str:
+    return moment.astimezone(datetime.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

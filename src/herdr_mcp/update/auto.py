@@ -1,0 +1,163 @@
+"""`herdr-mcp update auto`: the scheduled (daily) update, PROD and the stable channel only.
+
+`run_update_auto` decides first whether this workstation may update itself unattended, in this
+order, and stops at the first rule that says no, with a stated reason (an `AutoDecision` whose
+`action` is `skipped`):
+
+1. `update_fenced`: the update fence is set (`service uninstall`); `service install` clears it.
+2. `plane_not_prod`: a DEV plane marker (`<config dir>/dev-plane.json`, written by `dev sync`)
+   exists: a DEV generation runs from a checkout and `dev rollback` owns the way back.
+3. `update_settings_invalid`: `<config dir>/update-settings.json` is not a settings file we
+   wrote (fail closed: a broken file does not mean "update").
+4. `auto_update_disabled`: the settings say `"auto_update": false`.
+5. `channel_not_stable`: the channel (the settings' `channel`, or the caller's) is not `stable`.
+
+Otherwise it runs the same check an interactive update runs (discovery, then admission) and
+returns what it found: `no_release`, `current` or `admitted`. Errors of the check itself
+(transport, a refused release) are raised to the caller, as for `update --check`.
+
+`update-settings.json` (optional; defaults when absent): `{"auto_update": true, "channel":
+"stable"}`; unknown fields are refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from herdr_mcp.service.fence import read_fence
+from herdr_mcp.update.admission import AlreadyCurrent, TrustedRelease
+from herdr_mcp.update.check import CheckResult
+from herdr_mcp.update.discovery import CHANNELS, NoCandidate
+
+DEV_PLANE_MARKER = "dev-plane.json"
+SETTINGS_FILE = "update-settings.json"
+AUTO_CHANNEL = "stable"
+#: A settings file is two fields.
+MAX_SETTINGS_BYTES = 16 * 1024
+
+Action = Literal["skipped", "no_release", "current", "admitted"]
+
+
+@dataclass(frozen=True)
+class UpdateSettings:
+    """The workstation's update preferences."""
+
+    auto_update: bool = True
+    channel: str = AUTO_CHANNEL
+
+
+class SettingsInvalid(ValueError):
+    """`update-settings.json` breaks its schema (the message says how)."""
+
+
+@dataclass(frozen=True)
+class AutoDecision:
+    """What `update auto` did and why: `reason` is a stable code, `message` a sentence."""
+
+    action: Action
+    reason: str
+    message: str
+    result: CheckResult | None = None
+
+    @property
+    def skipped(self) -> bool:
+        return self.action == "skipped"
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"action": self.action, "reason": self.reason, "message": self.message}
+        if self.result is not None and isinstance(self.result.outcome, TrustedRelease):
+            out["version"] = str(self.result.outcome.manifest.version)
+        return out
+
+
+def read_settings(config_dir: Path) -> UpdateSettings:
+    """The settings file, or the defaults when there is none; raises `SettingsInvalid`."""
+    try:
+        fd = os.open(config_dir / SETTINGS_FILE, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return UpdateSettings()
+    except OSError as exc:
+        raise SettingsInvalid(f"cannot open {SETTINGS_FILE}: {exc.strerror}") from exc
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(MAX_SETTINGS_BYTES + 1)
+    try:
+        document = json.loads(data) if len(data) <= MAX_SETTINGS_BYTES else None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise SettingsInvalid(f"{SETTINGS_FILE} is not JSON") from exc
+    if not isinstance(document, dict):
+        raise SettingsInvalid(f"{SETTINGS_FILE} must be a JSON object")
+    unknown = set(document) - {"auto_update", "channel"}
+    if unknown:
+        raise SettingsInvalid(f"unknown field(s) in {SETTINGS_FILE}: {', '.join(sorted(unknown))}")
+    settings = UpdateSettings(**document)
+    if not isinstance(settings.auto_update, bool):
+        raise SettingsInvalid(f"{SETTINGS_FILE}: auto_update must be true or false")
+    if not isinstance(settings.channel, str) or settings.channel not in CHANNELS:
+        raise SettingsInvalid(f"{SETTINGS_FILE}: channel must be one of {', '.join(sorted(CHANNELS))}")
+    return settings
+
+
+def skip_reason(config_dir: Path, channel: str | None = None) -> AutoDecision | None:
+    """Rules 1-5 of the module docstring: the skip decision, or None when `update auto` may run."""
+
+    def skip(reason: str, message: str) -> AutoDecision:
+        return AutoDecision("skipped", reason, message)
+
+    fence = read_fence(config_dir)
+    if fence is not None:
+        return skip(
+            "update_fenced",
+            f"updates are fenced since {fence.set_at or 'an unknown time'} ({fence.reason}); "
+            "`herdr-mcp service install` clears the fence",
+        )
+    if (config_dir / DEV_PLANE_MARKER).exists():
+        return skip(
+            "plane_not_prod",
+            "this workstation runs a DEV generation; `update auto` only updates PROD "
+            "(`herdr-mcp dev rollback` returns to PROD)",
+        )
+    try:
+        settings = read_settings(config_dir)
+    except SettingsInvalid as exc:
+        return skip("update_settings_invalid", f"{exc}; fix or remove it")
+    if not settings.auto_update:
+        return skip(
+            "auto_update_disabled",
+            f"auto_update is false in {SETTINGS_FILE}; run `herdr-mcp update` by hand",
+        )
+    chosen = channel or settings.channel
+    if chosen != AUTO_CHANNEL:
+        return skip(
+            "channel_not_stable",
+            f"the {chosen} channel is updated by hand only (`herdr-mcp update`); "
+            f"`update auto` follows {AUTO_CHANNEL}",
+        )
+    return None
+
+
+def run_update_auto(
+    config_dir: Path, check: Callable[[], CheckResult], *, channel: str | None = None
+) -> AutoDecision:
+    """Skip with a reason, or run `check` (discovery + admission on the stable channel) and say
+    what it found. Raises whatever `check` raises."""
+    skipped = skip_reason(config_dir, channel)
+    if skipped is not None:
+        return skipped
+    result = check()
+    if isinstance(result.candidate, NoCandidate):
+        reason = result.candidate.reason
+        return AutoDecision("no_release", reason, f"no stable release to take ({reason})", result)
+    if isinstance(result.outcome, AlreadyCurrent):
+        version = result.outcome.manifest.version
+        return AutoDecision("current", "current", f"herdr-mcp {version} is already current", result)
+    if isinstance(result.outcome, TrustedRelease):
+        version = result.outcome.manifest.version
+        return AutoDecision(
+            "admitted", "admitted", f"herdr-mcp {version} is admitted ({result.outcome.kind})", result
+        )
+    return AutoDecision("no_release", "check_incomplete", "the check found a release but no answer", result)
