@@ -103,8 +103,15 @@ def _run_rollback(argv: list[str]) -> int:
     return rollback_main(argv)
 
 
+def _run_link(argv: list[str]) -> int:
+    from herdr_mcp.link.cli import main as link_main
+
+    return link_main(argv)
+
+
 #: Subcommands with parsers of their own: main() hands them their arguments untouched.
 _DELEGATED = {
+    "link": _run_link,
     "service": _run_service,
     "rollback": _run_rollback,
     "sim": _run_sim,
@@ -173,6 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands.add_parser(
         "update", help="update --check | update auto: discover and admit the next release", add_help=False
+    )
+    commands.add_parser(
+        "link", help="the stable local MCP endpoint in front of the active generation", add_help=False
     )
     commands.add_parser("service", help="install|uninstall|status of the user services", add_help=False)
     commands.add_parser("rollback", help="macOS: re-activate the recorded service rollback", add_help=False)

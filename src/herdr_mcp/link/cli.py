@@ -1,0 +1,108 @@
+"""`herdr-mcp link`: serve the stable local MCP endpoint in front of the runtime generations.
+
+The state dir is `--state-dir`, else `<config dir>/generations`; the link's own bearer lives in
+`--token-file`, else `<state dir>/../link-token` (created 0600 on first start, like the runtime's).
+At start an activation interrupted by a dead process is undone first (`recover_interrupted`), so
+the link never follows a generation the gate did not finish proving.
+
+The first line on stdout is `herdr-mcp link serving http://<host>:<port>/mcp` (with the real port
+when `--port 0`). Exit 2 with one line `herdr-mcp: error: <code>: <message>` when it cannot start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import socket
+import sys
+from pathlib import Path
+
+import uvicorn
+
+from herdr_mcp.generations import GenerationError, GenerationStore, recover_interrupted
+from herdr_mcp.link.router import LinkConfig, build_link_app
+from herdr_mcp.runtime.auth import TokenFileError, load_or_create_token
+from herdr_mcp.runtime.config import LOOPBACK_HOSTS, default_config_dir
+
+DEFAULT_LINK_PORT = 8771
+#: In-flight requests get this long to finish on SIGTERM before the link closes their connections.
+GRACEFUL_SHUTDOWN_S = 30
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="herdr-mcp link", description="the stable local MCP endpoint in front of the active generation"
+    )
+    parser.add_argument(
+        "--state-dir", type=Path, help="generations state dir (default <config dir>/generations)"
+    )
+    parser.add_argument("--host", default="127.0.0.1", help=f"loopback address, one of {LOOPBACK_HOSTS}")
+    parser.add_argument("--port", type=int, default=DEFAULT_LINK_PORT, help="0 picks a free port")
+    parser.add_argument(
+        "--token-file", type=Path, help="the link's bearer (default <state dir>/../link-token)"
+    )
+    parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    """Run the link until SIGTERM/SIGINT; the only catch of expected errors for this command."""
+    args = _parser().parse_args(argv)
+    if args.host not in LOOPBACK_HOSTS:
+        print(f"herdr-mcp: error: host_not_loopback: --host {args.host} must be one of {LOOPBACK_HOSTS}",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    state_dir: Path = args.state_dir or default_config_dir() / "generations"
+    token_file: Path = args.token_file or state_dir.parent / "link-token"
+    store = GenerationStore.in_dir(state_dir)
+    try:
+        token = load_or_create_token(token_file)
+        recovered = recover_interrupted(store)
+    except TokenFileError as exc:
+        print(f"herdr-mcp: error: token_unavailable: {exc}", file=sys.stderr)
+        return 2
+    except GenerationError as exc:
+        print(f"herdr-mcp: error: {exc.code}: {exc.message}", file=sys.stderr)
+        return 2
+    if recovered is not None:
+        print(f"  undid an interrupted activation; active is {recovered.active}", file=sys.stderr)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    # uvicorn re-raises SIGTERM after its graceful shutdown; make that a clean exit (as `serve`).
+    signal.signal(signal.SIGTERM, _exit_cleanly)
+    app = build_link_app(LinkConfig(store=store, token=token, token_file=token_file))
+    sock = _bind(args.host, args.port)
+    port = sock.getsockname()[1]
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    print(f"herdr-mcp link serving http://{host}:{port}/mcp", flush=True)
+    print(f"  generations: {state_dir}", file=sys.stderr)
+    print(f"  bearer token file: {token_file}", file=sys.stderr, flush=True)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            log_level=args.log_level,
+            lifespan="on",
+            access_log=False,
+            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        )
+    )
+    asyncio.run(server.serve(sockets=[sock]))
+    return 0
+
+
+def _exit_cleanly(signum: int, frame: object) -> None:
+    raise SystemExit(0)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # TCP_NODELAY is only set by asyncio on sockets created with IPPROTO_TCP (see `serve`).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock

@@ -1,0 +1,505 @@
+"""The link's ASGI app: `/mcp` forwarded to a generation, `/health` about the link itself.
+
+Routing, for each `/mcp` request, in this order:
+
+1. The link's own bearer (`Authorization: Bearer <link token>`), compared in constant time.
+2. The whole request body is read (at most `MAX_REQUEST_BYTES`) before a generation is chosen, so
+   a client that goes away mid-body never reaches a generation.
+3. The generation: the one a legacy MCP session is pinned to (`Mcp-Session-Id` seen on an answer
+   of that generation), else the `active` one of `runtime-status.json`.
+4. A lease on that generation is held until the answer is fully relayed: a request that entered A
+   finishes on A even when `active` moves to B meanwhile (`/health` counts them).
+5. The request goes to `<endpoint>/mcp` with that generation's bearer, exactly once; the answer
+   (JSON or an SSE stream) is relayed as it arrives, tagged `herdr-mcp-generation: <id>`.
+
+Failure semantics. A request is never retried, on the same generation or another: the link cannot
+know whether a tool call it sent was carried out, and a retry could carry it out twice.
+
+- Nothing was sent, or nothing ran (no active generation, its token unreadable, its port refuses
+  the connection, the connection pool is exhausted, its bearer gate refused the link's token for
+  it): 503 with a JSON-RPC error, `data.code` `not_delivered` and `data.reason`. The client may
+  resend; the link does not.
+- Sent, but no complete answer head came back (the generation died or broke the connection): 502,
+  `data.code` `delivery_unknown`. The call may or may not have run; re-observe before repeating a
+  mutation (the runtime's idempotency keys are made for this).
+- The answer had started: the status is already on the wire, so the link drops the connection
+  instead of ending the body cleanly; the client sees a broken response, never a truncated one
+  that looks whole.
+
+Legacy sessions (protocol versions before 2026-07-28 carry `Mcp-Session-Id`): a session lives in
+the generation that created it, so it stays pinned there across activations until it is deleted.
+A session whose generation is removed from the control file ends: the link answers 404, which
+tells an MCP client to start a new session (on the active generation). A session id the link does
+not know (e.g. after a link restart) goes to the active generation, which answers 404 itself if
+the session is not its own. Modern (2026-07-28) requests carry no session and always follow
+`active`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import os
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx2
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from herdr_mcp.generations import (
+    ControlFile,
+    Generation,
+    GenerationError,
+    GenerationStore,
+    StatusFile,
+    TokenReader,
+    default_token_reader,
+)
+
+log = logging.getLogger("herdr_mcp.link")
+
+#: How stale the active pointer may be: the status file is stat()ed at most this often.
+STATUS_POLL_S = 0.1
+#: The runtime's own cap on an MCP request body (the SDK's DEFAULT_MAX_REQUEST_BODY_SIZE).
+MAX_REQUEST_BYTES = 4 * 1024 * 1024
+#: A loopback connect either succeeds at once or the generation is not listening.
+CONNECT_TIMEOUT_S = 2.0
+#: Sending a <= 4 MiB body over loopback.
+WRITE_TIMEOUT_S = 10.0
+#: Waiting for a free upstream connection; nothing was sent yet, so this is `not_delivered`.
+POOL_TIMEOUT_S = 10.0
+#: Tool calls and SSE streams last as long as they last (a tool has its own timeouts).
+READ_TIMEOUT_S = None
+#: Idle upstream connections are dropped before uvicorn's 5 s keep-alive closes them from the
+#: other side, so a request is never written onto a connection the generation is closing.
+UPSTREAM_KEEPALIVE_S = 2.0
+MAX_UPSTREAM_CONNECTIONS = 256
+#: The SDK's default session cap per runtime, for two generations.
+MAX_PINNED_SESSIONS = 2 * 10_000
+#: JSON-RPC "server error" range: the link's own failures.
+LINK_ERROR_CODE = -32000
+GENERATION_HEADER = "herdr-mcp-generation"
+SESSION_HEADER = "mcp-session-id"
+#: Never forwarded in either direction (RFC 9110 7.6.1), plus what the link sets itself.
+_HOP_BY_HOP = frozenset(
+    {
+        "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
+        "te", "trailer", "transfer-encoding", "upgrade",
+    }
+)  # fmt: skip
+_NOT_FORWARDED = _HOP_BY_HOP | {"host", "authorization", "content-length"}
+_NOT_RELAYED = _HOP_BY_HOP | {"date", "server"}
+
+
+class LinkRefusal(Exception):
+    """A request the link answers itself: HTTP `status`, stable `code`, what to do in `message`."""
+
+    def __init__(self, status: int, code: str, message: str, reason: str | None = None) -> None:
+        super().__init__(f"{code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+        self.reason = reason
+
+
+class UpstreamBroken(Exception):
+    """The generation broke its answer after the link had started relaying it."""
+
+
+# -- the active pointer -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pointer:
+    """What the link last read: the status (with `active`) and the control file (endpoints)."""
+
+    control: ControlFile
+    status: StatusFile
+    error: str | None = None
+
+
+def _file_identity(path: Path) -> tuple[int, int, int] | None:
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return info.st_ino, info.st_mtime_ns, info.st_size
+
+
+class ActivePointer:
+    """Follows `runtime-status.json` (and `runtime-control.json` for endpoints).
+
+    Both files are replaced atomically by their writers, so a changed inode, mtime or size means
+    a new version. They are stat()ed at most every `STATUS_POLL_S` and read only when one changed.
+    A file that fails to parse leaves the last good pointer in place (and `error` set): the
+    writers never write what they would not read back, so this is someone else's edit.
+    """
+
+    def __init__(self, store: GenerationStore, clock: Callable[[], float] = time.monotonic) -> None:
+        self._store = store
+        self._clock = clock
+        self._checked_at: float | None = None
+        self._identity: tuple[object, object] | None = None
+        self._pointer = Pointer(ControlFile(), StatusFile())
+
+    def current(self) -> Pointer:
+        now = self._clock()
+        if self._checked_at is not None and now - self._checked_at < STATUS_POLL_S:
+            return self._pointer
+        self._checked_at = now
+        identity = (_file_identity(self._store.status_path), _file_identity(self._store.control_path))
+        if identity != self._identity:
+            self._identity = identity
+            try:
+                self._pointer = Pointer(self._store.read_control(), self._store.read_status())
+            except GenerationError as exc:
+                self._pointer = Pointer(self._pointer.control, self._pointer.status, exc.code)
+                log.warning("keeping the last good active pointer: %s", exc)
+        return self._pointer
+
+
+# -- leases and sessions ----------------------------------------------------------------------
+
+
+class Leases:
+    """In-flight requests per generation (one event loop: no lock needed)."""
+
+    def __init__(self) -> None:
+        self._counts: dict[str, int] = {}
+
+    @contextlib.contextmanager
+    def hold(self, generation: str) -> Iterator[None]:
+        self._counts[generation] = self._counts.get(generation, 0) + 1
+        try:
+            yield
+        finally:
+            self._counts[generation] -= 1
+
+    def in_flight(self) -> dict[str, int]:
+        return dict(sorted(self._counts.items()))
+
+
+class SessionPins:
+    """Legacy MCP session id -> the generation that created it (oldest forgotten past the cap)."""
+
+    def __init__(self, cap: int = MAX_PINNED_SESSIONS) -> None:
+        self._pins: OrderedDict[str, str] = OrderedDict()
+        self._cap = cap
+
+    def pin(self, session: str, generation: str) -> None:
+        self._pins[session] = generation
+        self._pins.move_to_end(session)
+        while len(self._pins) > self._cap:
+            self._pins.popitem(last=False)
+
+    def generation_of(self, session: str) -> str | None:
+        return self._pins.get(session)
+
+    def forget(self, session: str) -> None:
+        self._pins.pop(session, None)
+
+    def __len__(self) -> int:
+        return len(self._pins)
+
+
+# -- the /mcp endpoint ------------------------------------------------------------------------
+
+
+def _jsonrpc_error(body: bytes, refusal: LinkRefusal) -> bytes:
+    request_id: object = None
+    with contextlib.suppress(ValueError, UnicodeDecodeError):
+        message = json.loads(body)
+        if isinstance(message, dict):
+            request_id = message.get("id")
+    data: dict[str, Any] = {"code": refusal.code}
+    if refusal.reason is not None:
+        data["reason"] = refusal.reason
+    error = {"code": LINK_ERROR_CODE, "message": refusal.message, "data": data}
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "error": error}).encode()
+
+
+async def _answer(send: Send, status: int, body: bytes, extra: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": [*headers, *extra]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class McpForwarder:
+    """The raw ASGI endpoint for `/mcp` (module docstring: routing and failure semantics)."""
+
+    def __init__(
+        self,
+        store: GenerationStore,
+        token: str,
+        token_file: Path,
+        token_reader: TokenReader,
+        http: httpx2.AsyncClient,
+    ) -> None:
+        self.pointer = ActivePointer(store)
+        self.leases = Leases()
+        self.sessions = SessionPins()
+        self._expected = f"Bearer {token}".encode()
+        self._token_file = token_file
+        self._token_reader = token_reader
+        self._http = http
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = dict(scope["headers"])
+        # 1. the link's own bearer
+        if not hmac.compare_digest(headers.get(b"authorization", b""), self._expected):
+            await self._unauthorized(send)
+            return
+        # 2. the whole body before any routing
+        body = await _read_body(receive)
+        if body is None:
+            return
+        try:
+            if len(body) > MAX_REQUEST_BYTES:
+                raise LinkRefusal(
+                    413,
+                    "not_delivered",
+                    f"the request is larger than {MAX_REQUEST_BYTES} bytes, which no generation accepts; "
+                    "send large content in smaller pieces",
+                )
+            # 3. the generation
+            spec = self._route(headers.get(SESSION_HEADER.encode(), b"").decode("latin-1"))
+            # 4. the lease, 5. exactly one send
+            with self.leases.hold(spec.generation):
+                await self._forward(scope, receive, send, spec, body)
+        except LinkRefusal as refusal:
+            await _answer(send, refusal.status, _jsonrpc_error(body, refusal))
+
+    async def _unauthorized(self, send: Send) -> None:
+        body = json.dumps(
+            {
+                "error": "unauthorized",
+                "error_description": f"send the link's bearer token, kept in {self._token_file}",
+            }
+        ).encode()
+        await _answer(send, 401, body, ((b"www-authenticate", b'Bearer realm="herdr-mcp-link"'),))
+
+    def _route(self, session: str) -> Generation:
+        pointer = self.pointer.current()
+        pinned = self.sessions.generation_of(session) if session else None
+        if pinned is not None:
+            try:
+                return pointer.control.find(pinned)
+            except GenerationError:
+                self.sessions.forget(session)
+                raise LinkRefusal(
+                    404,
+                    "session_ended",
+                    f"this MCP session lived in generation {pinned}, which was removed; start a new session",
+                ) from None
+        active = pointer.status.active
+        if active is None:
+            raise LinkRefusal(
+                503,
+                "not_delivered",
+                "no generation is active; activate one with `herdr-mcp generation activate`",
+                "no_active_generation",
+            )
+        try:
+            return pointer.control.find(active)
+        except GenerationError:
+            raise LinkRefusal(
+                503,
+                "not_delivered",
+                f"the active generation {active} is not in the control file; re-register or activate another",
+                "active_generation_unknown",
+            ) from None
+
+    def _upstream_request(self, scope: Scope, spec: Generation, body: bytes) -> httpx2.Request:
+        try:
+            token = self._token_reader(spec)
+        except GenerationError as exc:
+            raise LinkRefusal(503, "not_delivered", exc.message, exc.code) from exc
+        headers = [
+            (name.decode("latin-1"), value.decode("latin-1"))
+            for name, value in scope["headers"]
+            if name.decode("latin-1").lower() not in _NOT_FORWARDED
+        ]
+        headers.append(("authorization", f"Bearer {token}"))
+        query = scope.get("query_string", b"").decode("latin-1")
+        url = f"{spec.endpoint}/mcp" + (f"?{query}" if query else "")
+        return self._http.build_request(scope["method"], url, headers=headers, content=body)
+
+    async def _forward(
+        self, scope: Scope, receive: Receive, send: Send, spec: Generation, body: bytes
+    ) -> None:
+        request = self._upstream_request(scope, spec, body)
+        relay = asyncio.ensure_future(self._relay(request, send, spec, scope))
+        disconnected = asyncio.ensure_future(_wait_for_disconnect(receive))
+        try:
+            # A client that goes away ends its upstream exchange too, as if it had called the
+            # generation directly; a long SSE stream must not hold its lease forever.
+            await asyncio.wait({relay, disconnected}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            # cancel() is a no-op on a finished task; waiting lets the relay close its upstream.
+            disconnected.cancel()
+            relay.cancel()
+            await asyncio.wait({relay, disconnected})
+        if not relay.cancelled():
+            relay.result()  # re-raises a LinkRefusal (answered by the caller) or UpstreamBroken
+
+    async def _relay(self, request: httpx2.Request, send: Send, spec: Generation, scope: Scope) -> None:
+        try:
+            response = await self._http.send(request, stream=True)
+        except (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout) as exc:
+            raise LinkRefusal(
+                503,
+                "not_delivered",
+                f"generation {spec.generation} at {spec.endpoint} did not accept the connection; "
+                "nothing was sent, the request may be sent again",
+                type(exc).__name__,
+            ) from exc
+        except httpx2.HTTPError as exc:
+            raise LinkRefusal(
+                502,
+                "delivery_unknown",
+                f"generation {spec.generation} failed after the request was sent; it may or may not "
+                "have been carried out: check its effect before sending it again",
+                type(exc).__name__,
+            ) from exc
+        try:
+            if response.status_code == 401:
+                # The generation's bearer gate refused before dispatch, so nothing ran. Relaying
+                # the 401 would tell the client that ITS token (the link's) is wrong.
+                raise LinkRefusal(
+                    503,
+                    "not_delivered",
+                    f"generation {spec.generation} refused the bearer the link sent it; register it "
+                    "with its own token file (`herdr-mcp generation register --token-file`)",
+                    "generation_unauthorized",
+                )
+            self._follow_session(scope, response, spec)
+            headers = [
+                (name.encode("latin-1"), value.encode("latin-1"))
+                for name, value in response.headers.multi_items()
+                if name.lower() not in _NOT_RELAYED
+            ]
+            headers.append((GENERATION_HEADER.encode(), spec.generation.encode()))
+            await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+            try:
+                async for chunk in response.aiter_raw():
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            except httpx2.HTTPError as exc:
+                raise UpstreamBroken(
+                    f"generation {spec.generation} broke its answer mid-way ({type(exc).__name__}); "
+                    "dropping the client connection"
+                ) from exc
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            await response.aclose()
+
+    def _follow_session(self, scope: Scope, response: httpx2.Response, spec: Generation) -> None:
+        sent = dict(scope["headers"]).get(SESSION_HEADER.encode(), b"").decode("latin-1")
+        created = response.headers.get(SESSION_HEADER)
+        if created:
+            self.sessions.pin(created, spec.generation)
+        if sent and (
+            (scope["method"] == "DELETE" and response.status_code < 300) or response.status_code == 404
+        ):
+            self.sessions.forget(sent)
+
+
+async def _read_body(receive: Receive) -> bytes | None:
+    """The request body (stops collecting past the cap), or None if the client went away."""
+    body = bytearray()
+    while True:
+        message: Message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        if len(body) <= MAX_REQUEST_BYTES:
+            body.extend(message.get("body", b""))
+        if not message.get("more_body", False):
+            return bytes(body)
+
+
+async def _wait_for_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        continue
+
+
+# -- the app ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LinkConfig:
+    """What the link serves: the generations state dir and its own bearer."""
+
+    store: GenerationStore
+    token: str
+    token_file: Path
+    token_reader: TokenReader | None = None
+
+
+def upstream_client() -> httpx2.AsyncClient:
+    """The one HTTP client to all generations (loopback only, no redirects, no proxies)."""
+    return httpx2.AsyncClient(
+        timeout=httpx2.Timeout(
+            connect=CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S, write=WRITE_TIMEOUT_S, pool=POOL_TIMEOUT_S
+        ),
+        limits=httpx2.Limits(
+            max_connections=MAX_UPSTREAM_CONNECTIONS,
+            max_keepalive_connections=MAX_UPSTREAM_CONNECTIONS,
+            keepalive_expiry=UPSTREAM_KEEPALIVE_S,
+        ),
+        follow_redirects=False,
+        trust_env=False,
+    )
+
+
+def build_link_app(config: LinkConfig) -> Starlette:
+    """The link app, composed once: `/mcp` (the link's bearer) and `/health` (open).
+
+    The upstream HTTP client is closed when the app's lifespan ends.
+    """
+    http = upstream_client()
+    forwarder = McpForwarder(
+        config.store,
+        config.token,
+        config.token_file,
+        config.token_reader or default_token_reader(config.store),
+        http,
+    )
+
+    async def health(request: Request) -> JSONResponse:
+        pointer = forwarder.pointer.current()
+        return JSONResponse(
+            {
+                "status": "ok",
+                "product": "herdr-mcp-link",
+                "active": pointer.status.active,
+                "previous": pointer.status.previous,
+                "outcome": pointer.status.outcome,
+                "transition_seq": pointer.status.transition_seq,
+                "pointer_error": pointer.error,
+                "in_flight": forwarder.leases.in_flight(),
+                "pinned_sessions": len(forwarder.sessions),
+            }
+        )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await http.aclose()
+
+    endpoint: ASGIApp = forwarder
+    return Starlette(
+        routes=[Route("/health", health, methods=["GET"]), Route("/mcp", endpoint)],
+        lifespan=lifespan,
+    )

@@ -1,0 +1,527 @@
+"""The link against REAL runtimes: two `herdr-mcp serve` processes (A and B, each with its own
+config dir and token, one simulated Herdr behind both), registered and activated through the
+generations API, and `herdr-mcp link` as a subprocess in front of them.
+
+Which generation ran a command is visible in its output: each runtime is started with
+`HERDR_LINK_TEST_GENERATION=<A|B>` in its environment and herdr_exec's shell inherits it. Side
+effects are counted in files: every call appends one line to a file of its own.
+
+The failure answers (503 not_delivered, 502 delivery_unknown) are driven in process against
+stand-ins that refuse or swallow a request; SSE relaying and client disconnects go through a real
+link in front of a stand-in generation that streams in steps the test controls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http.server
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from herdr_mcp.generations import (
+    ControlFile,
+    Generation,
+    GenerationStore,
+    Observation,
+    StatusFile,
+    activate,
+    rollback,
+)
+from herdr_mcp.generations.cli import main as generation_main
+from herdr_mcp.link import LinkConfig, build_link_app
+from herdr_mcp.sim import SimConfig, SimulatorThread
+from tests.runtime_harness import RunningRuntime, call_tool, make_repo, running_runtime
+from tests.sim_helpers import run, short_tmp_dir
+
+MARK = "HERDR_LINK_TEST_GENERATION"
+LEGACY_PROTOCOL = "2025-06-18"
+
+
+@dataclass
+class Link:
+    url: str
+    token: str
+    process: subprocess.Popen[str]
+    stderr: str = ""
+
+    @property
+    def base(self) -> str:
+        return self.url.removesuffix("/mcp")
+
+    @contextlib.asynccontextmanager
+    async def client(self) -> AsyncIterator[Client]:
+        headers = {"Authorization": f"Bearer {self.token}"}
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=60) as http,
+            Client(streamable_http_client(self.url, http_client=http)) as client,
+        ):
+            yield client
+
+    def health(self) -> dict[str, Any]:
+        answer = httpx2.get(f"{self.base}/health", timeout=5)
+        assert answer.status_code == 200
+        document: dict[str, Any] = answer.json()
+        return document
+
+
+@dataclass
+class World:
+    a: RunningRuntime
+    b: RunningRuntime
+    store: GenerationStore
+    link: Link
+    tmp: Path
+
+
+@contextlib.contextmanager
+def running_link(state_dir: Path, token_file: Path) -> Iterator[Link]:
+    """`herdr-mcp link --port 0` through its `main` (the subcommand is wired by the CLI)."""
+    command = [
+        sys.executable, "-c", "import sys; from herdr_mcp.link.cli import main; sys.exit(main(sys.argv[1:]))",
+        "--state-dir", str(state_dir), "--token-file", str(token_file), "--port", "0",
+    ]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    link: Link | None = None
+    try:
+        found: list[str] = []
+        reader = threading.Thread(
+            target=lambda: found.append(process.stdout.readline() if process.stdout else "")
+        )
+        reader.start()
+        reader.join(30)
+        prefix = "herdr-mcp link serving "
+        if not found or not found[0].startswith(prefix):
+            process.kill()
+            raise RuntimeError(f"link did not start: {found!r}")
+        link = Link(found[0][len(prefix) :].strip(), token_file.read_text().strip(), process)
+        yield link
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+        if link is not None and process.stderr is not None:
+            link.stderr = process.stderr.read()
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def spec(name: str, runtime: RunningRuntime) -> Generation:
+    return Generation(name, runtime.base, token_file=str(runtime.config_dir / "token"))
+
+
+@pytest.fixture(scope="module")
+def world() -> Iterator[World]:
+    with short_tmp_dir() as tmp:
+        repo = make_repo(tmp / "repo", {"README.md": b"# demo\n"})
+        (tmp / "counters").mkdir()
+        with (
+            SimulatorThread(SimConfig.for_roots([repo]), tmp / "herdr.sock"),
+            running_runtime(tmp / "herdr.sock", tmp / "config-a", env={MARK: "A"}) as a,
+            running_runtime(tmp / "herdr.sock", tmp / "config-b", env={MARK: "B"}) as b,
+        ):
+            store = GenerationStore.in_dir(tmp / "generations")
+            store.write_control(
+                ControlFile(generations=(spec("A", a), spec("B", b)), observation=Observation(2, 50)),
+                expected_revision=0,
+            )
+            assert activate(store, "A").outcome == "activated"
+            with running_link(store.state_dir, tmp / "link-token") as link:
+                yield World(a, b, store, link, tmp)
+            # Exited cleanly on SIGTERM, and no request broke inside the link along the way.
+            assert link.process.returncode == 0
+            assert "Traceback" not in link.stderr and "ERROR" not in link.stderr, link.stderr
+
+
+def exec_args(command: str) -> dict[str, Any]:
+    return {"workspace": "w1", "command": command}
+
+
+def test_bearer_health_and_tools_list(world: World) -> None:
+    link = world.link
+    assert link.token not in (world.a.token, world.b.token)
+    request = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    for headers in ({}, {"Authorization": f"Bearer {world.a.token}"}):
+        refused = httpx2.post(link.url, json=request, headers=headers, timeout=5)
+        assert refused.status_code == 401
+        assert "link-token" in refused.json()["error_description"]
+
+    health = link.health()
+    assert (health["product"], health["active"], health["pointer_error"]) == ("herdr-mcp-link", "A", None)
+
+    async def body() -> tuple[int, str]:
+        async with link.client() as client:
+            listed = await client.list_tools()
+            ran = await call_tool(client, "herdr_exec", exec_args(f'echo "${MARK}"'))
+            return len(listed.tools), ran["stdout"]
+
+    assert run(body()) == (18, "A\n")
+
+
+@dataclass
+class Outcome:
+    name: str
+    generation: str
+    finished: float
+
+
+def test_activation_and_rollback_under_load(world: World) -> None:
+    """In-flight calls finish where they entered, new ones follow `active`, none fails or runs twice."""
+    link, store, counters = world.link, world.store, world.tmp / "counters"
+    outcomes: list[Outcome] = []
+
+    async def call(name: str, command: str) -> None:
+        async with link.client() as client:
+            result = await call_tool(client, "herdr_exec", exec_args(command))
+        assert "error" not in result and result["exit_code"] == 0, (name, result)
+        outcomes.append(Outcome(name, result["stdout"].strip(), time.monotonic()))
+
+    def slow(name: str, seconds: int) -> asyncio.Task[None]:
+        command = f'touch {counters}/started-{name}; sleep {seconds}; echo "${MARK}" >> {counters}/{name}'
+        return asyncio.ensure_future(call(name, f'echo "${MARK}"; {command}'))
+
+    def fast(name: str) -> asyncio.Task[None]:
+        return asyncio.ensure_future(call(name, f'echo "${MARK}"; echo "${MARK}" >> {counters}/{name}'))
+
+    async def started(names: list[str]) -> None:
+        while not all((counters / f"started-{name}").exists() for name in names):
+            await asyncio.sleep(0.02)
+
+    async def background(stop: asyncio.Event) -> int:
+        count = 0
+        while not stop.is_set():
+            await asyncio.gather(*(fast(f"bg-{count + i}") for i in range(3)))
+            count += 3
+        return count
+
+    async def body() -> tuple[float, float, dict[str, Any], int]:
+        stop = asyncio.Event()
+        load = asyncio.ensure_future(background(stop))
+        wave1 = [f"w1-{i}" for i in range(12)]
+        tasks = [slow(name, 3) for name in wave1]
+        await started(wave1)
+        # Switch to B while all of wave 1 runs on A.
+        switch_at = time.monotonic()
+        assert (await asyncio.to_thread(activate, store, "B")).outcome == "activated"
+        await asyncio.sleep(0.15)  # the link polls the status file every 100 ms
+        during = await asyncio.to_thread(link.health)
+        wave2 = [f"w2-{i}" for i in range(8)]
+        tasks += [slow(name, 2) for name in wave2]
+        await started(wave2)
+        back_at = time.monotonic()
+        assert (await asyncio.to_thread(rollback, store)).outcome == "activated"
+        await asyncio.sleep(0.15)
+        tasks += [fast(f"w3-{i}") for i in range(6)]
+        await asyncio.gather(*tasks)
+        stop.set()
+        return switch_at, back_at, during, await load
+
+    switch_at, back_at, during, background_calls = run(body(), timeout=60)
+
+    # Zero failed calls (`call` asserts each one), and every side effect happened exactly once.
+    names = {outcome.name for outcome in outcomes}
+    assert len(outcomes) == len(names) == 26 + background_calls >= 30
+    for outcome in outcomes:
+        assert (counters / outcome.name).read_text() == f"{outcome.generation}\n", outcome
+    assert {path.name for path in counters.iterdir() if not path.name.startswith("started-")} == names
+
+    by_name = {outcome.name: outcome for outcome in outcomes}
+    # Wave 1 entered A, was still running on A after B became active, and finished on A.
+    assert during["active"] == "B" and during["in_flight"].get("A", 0) >= 12, during
+    for name in (f"w1-{i}" for i in range(12)):
+        assert by_name[name].generation == "A" and by_name[name].finished > switch_at
+    # Wave 2 entered B after the switch and finished on B although A was active again meanwhile.
+    for name in (f"w2-{i}" for i in range(8)):
+        assert by_name[name].generation == "B" and by_name[name].finished > back_at
+    # New calls after the rollback went to A.
+    assert {by_name[f"w3-{i}"].generation for i in range(6)} == {"A"}
+    # Nothing stays leased once the load is over.
+    health = world.link.health()
+    assert health["active"] == "A"
+    assert set(health["in_flight"].values()) == {0}
+
+
+def test_legacy_session_stays_on_its_generation(world: World) -> None:
+    link, store = world.link, world.store
+    headers = {
+        "Authorization": f"Bearer {link.token}",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": LEGACY_PROTOCOL,
+    }
+
+    def start_session(http: httpx2.Client) -> tuple[str, str]:
+        initialize = {
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": LEGACY_PROTOCOL, "capabilities": {},
+                       "clientInfo": {"name": "legacy", "version": "1"}},
+        }  # fmt: skip
+        answer = http.post(link.url, json=initialize, headers=headers)
+        assert answer.status_code == 200, answer.text
+        session = answer.headers["mcp-session-id"]
+        done = http.post(
+            link.url,
+            json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+            headers={**headers, "mcp-session-id": session},
+        )
+        assert done.status_code == 202
+        return session, answer.headers["herdr-mcp-generation"]
+
+    def whoami(http: httpx2.Client, session: str) -> tuple[int, str, str]:
+        call = {
+            "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "herdr_exec", "arguments": exec_args(f'echo "${MARK}"')},
+        }  # fmt: skip
+        answer = http.post(link.url, json=call, headers={**headers, "mcp-session-id": session})
+        if answer.status_code != 200:
+            return answer.status_code, answer.headers.get("herdr-mcp-generation", "link"), answer.text
+        result = answer.json()["result"]["structuredContent"]
+        return 200, answer.headers["herdr-mcp-generation"], result["stdout"]
+
+    with httpx2.Client(timeout=30) as http:
+        on_a, where = start_session(http)
+        assert where == "A"
+        assert activate(store, "B").outcome == "activated"
+        time.sleep(0.15)
+        assert whoami(http, on_a) == (200, "A", "A\n")
+        on_b, where = start_session(http)
+        assert (where, whoami(http, on_b)) == ("B", (200, "B", "B\n"))
+        # A session the link never saw goes to the active generation, which does not know it.
+        assert whoami(http, "0123456789abcdef")[:2] == (404, "B")
+
+        assert rollback(store).outcome == "activated"
+        time.sleep(0.15)
+        assert whoami(http, on_b) == (200, "B", "B\n")
+        ended = http.delete(link.url, headers={**headers, "mcp-session-id": on_a})
+        assert (ended.status_code, ended.headers["herdr-mcp-generation"]) == (200, "A")
+        pinned = link.health()["pinned_sessions"]
+
+        # Removing B ends the sessions that lived in it: 404 tells the client to start over.
+        assert generation_main(["--state-dir", str(store.state_dir), "remove", "B"]) == 0
+        time.sleep(0.15)
+        status, where, text = whoami(http, on_b)
+        assert (status, where, json.loads(text)["error"]["data"]["code"]) == (404, "link", "session_ended")
+        assert link.health()["pinned_sessions"] == pinned - 1
+        control = store.read_control()
+        store.write_control(
+            replace(control, generations=(*control.generations, spec("B", world.b))),
+            expected_revision=control.revision,
+        )
+
+
+# -- the failure answers, in process --------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+class Swallower:
+    """A TCP server that reads one HTTP request, counts it, and closes without answering."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(8)
+        self.endpoint = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                connection, _ = self._sock.accept()
+                with connection:
+                    data = b""
+                    while b"\r\n\r\n" not in data:
+                        chunk = connection.recv(65536)
+                        if not chunk:
+                            break
+                        data += chunk
+                    self.requests += data.count(b"POST /mcp")
+
+    def close(self) -> None:
+        self._sock.close()
+        self._thread.join(5)
+
+
+def in_process_post(
+    store: GenerationStore, body: dict[str, Any], token: str = "link-token-" + "x" * 20
+) -> httpx2.Response:
+    app = build_link_app(
+        LinkConfig(store, "link-token-" + "x" * 20, store.state_dir / "t", token_reader=lambda _: "y" * 32)
+    )
+
+    async def post() -> httpx2.Response:
+        async with (
+            app.router.lifespan_context(app),
+            httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://127.0.0.1") as http,
+        ):
+            return await http.post("/mcp", json=body, headers={"Authorization": f"Bearer {token}"})
+
+    return run(post())
+
+
+def store_active(state_dir: Path, *specs: Generation, active: str | None) -> GenerationStore:
+    store = GenerationStore.in_dir(state_dir)
+    store.write_control(ControlFile(generations=specs), expected_revision=0)
+    with store.locked():
+        store.write_status_locked(StatusFile(active=active))
+    return store
+
+
+def error_of(answer: httpx2.Response) -> tuple[int, object, str, str | None]:
+    document = answer.json()
+    data = document["error"]["data"]
+    return answer.status_code, document["id"], data["code"], data.get("reason")
+
+
+CALL = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "herdr_inspect"}}
+
+
+def test_nothing_sent_is_not_delivered(tmp_path: Path) -> None:
+    dead = Generation("dead", f"http://127.0.0.1:{free_port()}")
+    assert error_of(in_process_post(store_active(tmp_path / "a", dead, active="dead"), CALL)) == (
+        503, 7, "not_delivered", "ConnectError",
+    )  # fmt: skip
+    assert error_of(in_process_post(store_active(tmp_path / "b", dead, active=None), CALL)) == (
+        503, 7, "not_delivered", "no_active_generation",
+    )  # fmt: skip
+    assert (
+        in_process_post(store_active(tmp_path / "c", dead, active="dead"), CALL, "wrong").status_code == 401
+    )
+
+
+def test_sent_but_unanswered_is_delivery_unknown_and_never_retried(tmp_path: Path) -> None:
+    swallower = Swallower()
+    try:
+        store = store_active(tmp_path, Generation("mute", swallower.endpoint), active="mute")
+        assert error_of(in_process_post(store, CALL))[:3] == (502, 7, "delivery_unknown")
+    finally:
+        swallower.close()
+    assert swallower.requests == 1
+
+
+def test_generation_refusing_the_links_bearer_is_not_delivered(world: World, tmp_path: Path) -> None:
+    wrong = replace(spec("A", world.a), token_file=None)
+    store = store_active(tmp_path, wrong, active="A")
+    assert error_of(in_process_post(store, CALL)) == (503, 7, "not_delivered", "generation_unauthorized")
+
+
+# -- streaming, through a real link ---------------------------------------------------------
+
+
+class EventStreamGeneration(http.server.ThreadingHTTPServer):
+    """A stand-in generation whose /mcp answers an SSE stream in steps the test controls."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _EventStreamHandler)
+        self.release = threading.Event()
+        self.closed = threading.Event()
+        self.endpoint = f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _EventStreamHandler(http.server.BaseHTTPRequestHandler):
+    server: EventStreamGeneration
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["content-length"]))
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.end_headers()
+        try:
+            self._event("data: one")
+            if self.headers.get("x-test-mode") == "hold":
+                while True:  # until the link closes the connection
+                    time.sleep(0.05)
+                    self._event(": ping")
+            released = self.server.release.wait(10)
+            self._event("data: two" if released else "data: buffered")
+        except OSError:
+            self.server.closed.set()
+
+    def _event(self, line: str) -> None:
+        self.wfile.write(f"{line}\n\n".encode())
+        self.wfile.flush()
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+
+@pytest.fixture
+def streaming(tmp_path: Path) -> Iterator[tuple[Link, EventStreamGeneration]]:
+    upstream = EventStreamGeneration()
+    thread = threading.Thread(target=upstream.serve_forever, daemon=True)
+    thread.start()
+    token_file = tmp_path / "sse-token"
+    token_file.write_text("z" * 32)
+    token_file.chmod(0o600)
+    store = store_active(
+        tmp_path / "generations",
+        Generation("sse", upstream.endpoint, token_file=str(token_file)),
+        active="sse",
+    )
+    try:
+        with running_link(store.state_dir, tmp_path / "link-token") as link:
+            yield link, upstream
+    finally:
+        upstream.shutdown()
+        upstream.server_close()
+        thread.join(5)
+
+
+def test_event_stream_is_relayed_as_it_arrives(streaming: tuple[Link, EventStreamGeneration]) -> None:
+    link, upstream = streaming
+    headers = {"Authorization": f"Bearer {link.token}", "Accept": "text/event-stream"}
+    events: list[str] = []
+    with (
+        httpx2.Client(timeout=20) as http,
+        http.stream("POST", link.url, json=CALL, headers=headers) as answer,
+    ):
+        assert answer.headers["content-type"] == "text/event-stream"
+        assert answer.headers["herdr-mcp-generation"] == "sse"
+        for line in answer.iter_lines():
+            if line.startswith("data: "):
+                events.append(line[6:])
+                # The second event is produced only after the first one came through the link.
+                upstream.release.set()
+    assert events == ["one", "two"]
+
+
+def test_client_leaving_ends_the_upstream_exchange_and_its_lease(
+    streaming: tuple[Link, EventStreamGeneration],
+) -> None:
+    link, upstream = streaming
+    headers = {"Authorization": f"Bearer {link.token}", "Accept": "text/event-stream", "x-test-mode": "hold"}
+    with (
+        httpx2.Client(timeout=20) as http,
+        http.stream("POST", link.url, json=CALL, headers=headers) as answer,
+    ):
+        lines = answer.iter_lines()
+        assert (next(lines), next(lines), next(lines)) == ("data: one", "", ": ping")
+        assert link.health()["in_flight"] == {"sse": 1}
+    assert upstream.closed.wait(10)
+    deadline = time.monotonic() + 5
+    while link.health()["in_flight"] != {"sse": 0}:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
