@@ -15,8 +15,6 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import signal
-import socket
 import sys
 import tempfile
 from collections.abc import AsyncIterator
@@ -25,6 +23,7 @@ from pathlib import Path
 import uvicorn
 
 from herdr_mcp.herdr import HerdrClient, HerdrError, default_socket_path
+from herdr_mcp.loopback import bind_loopback, exit_cleanly_on_sigterm
 from herdr_mcp.runtime.app import build_app
 from herdr_mcp.runtime.auth import load_or_create_token
 from herdr_mcp.runtime.config import LOOPBACK_HOSTS, RuntimeConfig, default_config_dir
@@ -42,14 +41,8 @@ def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    # uvicorn shuts down gracefully on SIGTERM and then re-raises the signal with the handler that
-    # was there before it; make that handler a clean exit so a stop by a service manager is 0.
-    signal.signal(signal.SIGTERM, _exit_cleanly)
+    exit_cleanly_on_sigterm()
     return asyncio.run(_serve(args))
-
-
-def _exit_cleanly(signum: int, frame: object) -> None:
-    raise SystemExit(0)
 
 
 async def _herdr_answers(path: Path) -> bool:
@@ -80,18 +73,6 @@ async def _herdr(args: argparse.Namespace) -> AsyncIterator[tuple[Path, str]]:
             await simulator.stop()
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # proto must say TCP: asyncio only turns on TCP_NODELAY for sockets that do, and without it
-    # every keep-alive request waits ~40 ms for a delayed ACK.
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(128)
-    sock.set_inheritable(True)
-    return sock
-
-
 async def _serve(args: argparse.Namespace) -> int:
     config_dir: Path = args.config_dir or default_config_dir()
     token = load_or_create_token(config_dir / "token")
@@ -105,7 +86,7 @@ async def _serve(args: argparse.Namespace) -> int:
             write_roots=tuple(path.resolve() for path in args.write_root) if args.write_root else None,
         )
         app = build_app(Services.create(config), token)
-        sock = _bind(config.host, config.port)
+        sock = bind_loopback(config.host, config.port)
         port = sock.getsockname()[1]
         host = f"[{config.host}]" if ":" in config.host else config.host
         print(f"herdr-mcp serving http://{host}:{port}/mcp", flush=True)

@@ -14,8 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import signal
-import socket
 import sys
 from pathlib import Path
 
@@ -23,6 +21,7 @@ import uvicorn
 
 from herdr_mcp.generations import GenerationError, GenerationStore, recover_interrupted
 from herdr_mcp.link.router import LinkConfig, build_link_app
+from herdr_mcp.loopback import bind_loopback, exit_cleanly_on_sigterm
 from herdr_mcp.runtime.auth import TokenFileError, load_or_create_token
 from herdr_mcp.runtime.config import LOOPBACK_HOSTS, default_config_dir
 
@@ -72,9 +71,9 @@ def main(argv: list[str]) -> int:
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     # uvicorn re-raises SIGTERM after its graceful shutdown; make that a clean exit (as `serve`).
-    signal.signal(signal.SIGTERM, _exit_cleanly)
+    exit_cleanly_on_sigterm()
     app = build_link_app(LinkConfig(store=store, token=token, token_file=token_file))
-    sock = _bind(args.host, args.port)
+    sock = bind_loopback(args.host, args.port)
     port = sock.getsockname()[1]
     host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"herdr-mcp link serving http://{host}:{port}/mcp", flush=True)
@@ -91,18 +90,3 @@ def main(argv: list[str]) -> int:
     )
     asyncio.run(server.serve(sockets=[sock]))
     return 0
-
-
-def _exit_cleanly(signum: int, frame: object) -> None:
-    raise SystemExit(0)
-
-
-def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # TCP_NODELAY is only set by asyncio on sockets created with IPPROTO_TCP (see `serve`).
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(128)
-    sock.set_inheritable(True)
-    return sock
