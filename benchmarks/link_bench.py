@@ -28,11 +28,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mcp import Client
-from tests.runtime_harness import make_repo, running_runtime
+from tests.runtime_harness import two_runtimes
 from tests.test_link import running_link, spec
 
 from herdr_mcp.generations import ControlFile, GenerationStore, Observation, activate, rollback
-from herdr_mcp.sim import SimConfig, SimulatorThread
 
 ARGUMENTS = {"query": "no-such-method"}
 
@@ -96,12 +95,7 @@ def main() -> int:
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="hm-lbench-", dir="/tmp"))
     try:
-        repo = make_repo(tmp / "repo", {"README.md": b"# demo\n"})
-        with (
-            SimulatorThread(SimConfig.for_roots([repo]), tmp / "herdr.sock"),
-            running_runtime(tmp / "herdr.sock", tmp / "config-a") as a,
-            running_runtime(tmp / "herdr.sock", tmp / "config-b") as b,
-        ):
+        with two_runtimes(tmp) as (a, b):
             store = GenerationStore.in_dir(tmp / "generations")
             store.write_control(
                 ControlFile(generations=(spec("A", a), spec("B", b)), observation=Observation(2, 50)),

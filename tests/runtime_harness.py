@@ -66,19 +66,40 @@ class RunningRuntime:
     def base(self) -> str:
         return self.url.removesuffix("/mcp")
 
-    @contextlib.asynccontextmanager
-    async def client(self) -> AsyncIterator[Client]:
-        headers = {"Authorization": f"Bearer {self.token}"}
-        async with (
-            httpx2.AsyncClient(headers=headers, timeout=60) as http,
-            Client(streamable_http_client(self.url, http_client=http)) as client,
-        ):
-            yield client
+    def client(self) -> contextlib.AbstractAsyncContextManager[Client]:
+        return mcp_client(self.url, self.token)
 
     async def call(self, name: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
         """Call one tool; return its structured result, or `{"error": ...}` for a refusal."""
         async with self.client() as client:
             return await call_tool(client, name, arguments)
+
+
+@contextlib.asynccontextmanager
+async def mcp_client(url: str, token: str) -> AsyncIterator[Client]:
+    """An `mcp` SDK client over Streamable HTTP to `url`, sending `token` as the bearer."""
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http,
+        Client(streamable_http_client(url, http_client=http)) as client,
+    ):
+        yield client
+
+
+@contextlib.contextmanager
+def two_runtimes(
+    tmp: Path, *, env_a: dict[str, str] | None = None, env_b: dict[str, str] | None = None
+) -> Iterator[tuple[RunningRuntime, RunningRuntime]]:
+    """A simulator workspace (a real Git repository under `tmp`) and two runtimes A and B on it,
+    each with its own config dir (`tmp/config-a`, `tmp/config-b`) and so its own token."""
+    from herdr_mcp.sim import SimConfig, SimulatorThread
+
+    repo = make_repo(tmp / "repo", {"README.md": b"# demo\n"})
+    with (
+        SimulatorThread(SimConfig.for_roots([repo]), tmp / "herdr.sock"),
+        running_runtime(tmp / "herdr.sock", tmp / "config-a", env=env_a) as a,
+        running_runtime(tmp / "herdr.sock", tmp / "config-b", env=env_b) as b,
+    ):
+        yield a, b
 
 
 async def call_tool(client: Client, name: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -21,19 +21,7 @@ from herdr_mcp.runtime.exec_sessions import ExecSessions, utf8_chunk_length
 Body = Callable[[ExecSessions], Awaitable[None]]
 
 
-@pytest.fixture(autouse=True)
-def quiet_login_shell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # bash -l reads ~/.profile; keep the developer's own profile out of the assertions.
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-
-
-@pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    path = tmp_path / "work"
-    path.mkdir()
-    return path
+pytestmark = pytest.mark.usefixtures("quiet_login_shell")
 
 
 def drive(spool: Path, body: Body, **options: Any) -> None:

@@ -34,8 +34,7 @@ from herdr_mcp.generations import (
     rollback,
 )
 from herdr_mcp.generations.cli import main
-from herdr_mcp.sim import SimConfig, SimulatorThread
-from tests.runtime_harness import RunningRuntime, make_repo, running_runtime
+from tests.runtime_harness import RunningRuntime, running_runtime, two_runtimes
 from tests.sim_helpers import short_tmp_dir
 
 
@@ -49,14 +48,8 @@ class World:
 
 @pytest.fixture(scope="module")
 def world() -> Iterator[World]:
-    with short_tmp_dir() as tmp:
-        repo = make_repo(tmp / "repo", {"README.md": b"# demo\n"})
-        with (
-            SimulatorThread(SimConfig.for_roots([repo]), tmp / "herdr.sock"),
-            running_runtime(tmp / "herdr.sock", tmp / "config-a") as a,
-            running_runtime(tmp / "herdr.sock", tmp / "config-b") as b,
-        ):
-            yield World(a, b, tmp / "herdr.sock", tmp)
+    with short_tmp_dir() as tmp, two_runtimes(tmp) as (a, b):
+        yield World(a, b, tmp / "herdr.sock", tmp)
 
 
 def generation(

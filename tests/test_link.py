@@ -22,7 +22,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,6 @@ from typing import Any
 import httpx2
 import pytest
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 
 from herdr_mcp.generations import (
     ControlFile,
@@ -43,8 +42,12 @@ from herdr_mcp.generations import (
 )
 from herdr_mcp.generations.cli import main as generation_main
 from herdr_mcp.link import LinkConfig, build_link_app
-from herdr_mcp.sim import SimConfig, SimulatorThread
-from tests.runtime_harness import RunningRuntime, call_tool, make_repo, running_runtime
+from tests.runtime_harness import (
+    RunningRuntime,
+    call_tool,
+    mcp_client,
+    two_runtimes,
+)
 from tests.sim_helpers import run, short_tmp_dir
 
 MARK = "HERDR_LINK_TEST_GENERATION"
@@ -62,14 +65,8 @@ class Link:
     def base(self) -> str:
         return self.url.removesuffix("/mcp")
 
-    @contextlib.asynccontextmanager
-    async def client(self) -> AsyncIterator[Client]:
-        headers = {"Authorization": f"Bearer {self.token}"}
-        async with (
-            httpx2.AsyncClient(headers=headers, timeout=60) as http,
-            Client(streamable_http_client(self.url, http_client=http)) as client,
-        ):
-            yield client
+    def client(self) -> contextlib.AbstractAsyncContextManager[Client]:
+        return mcp_client(self.url, self.token)
 
     def health(self) -> dict[str, Any]:
         answer = httpx2.get(f"{self.base}/health", timeout=5)
@@ -130,13 +127,8 @@ def spec(name: str, runtime: RunningRuntime) -> Generation:
 @pytest.fixture(scope="module")
 def world() -> Iterator[World]:
     with short_tmp_dir() as tmp:
-        repo = make_repo(tmp / "repo", {"README.md": b"# demo\n"})
         (tmp / "counters").mkdir()
-        with (
-            SimulatorThread(SimConfig.for_roots([repo]), tmp / "herdr.sock"),
-            running_runtime(tmp / "herdr.sock", tmp / "config-a", env={MARK: "A"}) as a,
-            running_runtime(tmp / "herdr.sock", tmp / "config-b", env={MARK: "B"}) as b,
-        ):
+        with two_runtimes(tmp, env_a={MARK: "A"}, env_b={MARK: "B"}) as (a, b):
             store = GenerationStore.in_dir(tmp / "generations")
             store.write_control(
                 ControlFile(generations=(spec("A", a), spec("B", b)), observation=Observation(2, 50)),

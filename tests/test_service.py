@@ -27,9 +27,8 @@ from herdr_mcp.service.units import (
     render_systemd,
     systemd_quote,
 )
-from herdr_mcp.sim import SimConfig, SimulatorThread
 from herdr_mcp.update.auto import skip_reason
-from tests.runtime_harness import RunningRuntime, make_repo, running_runtime
+from tests.runtime_harness import RunningRuntime, two_runtimes
 from tests.sim_helpers import short_tmp_dir
 
 UID = os.getuid()
@@ -365,14 +364,8 @@ class World:
 
 @pytest.fixture(scope="module")
 def world() -> Iterator[World]:
-    with short_tmp_dir() as tmp:
-        repo = make_repo(tmp / "repo", {"README.md": b"# demo\n"})
-        with (
-            SimulatorThread(SimConfig.for_roots([repo]), tmp / "herdr.sock"),
-            running_runtime(tmp / "herdr.sock", tmp / "config-a") as a,
-            running_runtime(tmp / "herdr.sock", tmp / "config-b") as b,
-        ):
-            yield World(a, b)
+    with short_tmp_dir() as tmp, two_runtimes(tmp) as (a, b):
+        yield World(a, b)
 
 
 def _store(tmp: Path, world: World) -> GenerationStore:

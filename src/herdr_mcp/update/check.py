@@ -19,7 +19,7 @@ from herdr_mcp.update.admission import AdmissionPolicy, AlreadyCurrent, LocalIde
 from herdr_mcp.update.discovery import Candidate, DiscoveryConfig, NoCandidate, ReleaseAsset, discover
 from herdr_mcp.update.errors import ReleaseDataError, UpdateTransportError
 from herdr_mcp.update.highest_seen import read_highest_seen
-from herdr_mcp.update.transport import TransportRules, declared_length, open_client, stream_get
+from herdr_mcp.update.transport import declared_length, open_client, stream_get
 
 SIGNATURE_NAME = MANIFEST_FILENAME + ".minisig"
 SIGSTORE_NAME = MANIFEST_FILENAME + ".sigstore.json"
@@ -45,14 +45,7 @@ def check_for_update(
     candidate = discover(discovery)
     if isinstance(candidate, NoCandidate):
         return CheckResult(candidate, None)
-    rules = TransportRules(
-        prefix="manifest",
-        allowed_hosts=discovery.allowed_hosts,
-        ca_file=discovery.ca_file,
-        max_redirects=discovery.max_redirects,
-        connect_timeout=discovery.connect_timeout,
-        read_timeout=discovery.read_timeout,
-    )
+    rules = discovery.rules(prefix="manifest")
     deadline = time.monotonic() + FETCH_DEADLINE_SECONDS
     by_name = {asset.name: asset for asset in candidate.assets}
     with open_client(rules) as client:

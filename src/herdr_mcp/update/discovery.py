@@ -159,6 +159,17 @@ class DiscoveryConfig:
         """The first page's URL without its query: `<api>/repos/<owner>/<name>/releases`."""
         return f"{self.api_base_url.rstrip('/')}/repos/{self.repository}/releases"
 
+    def rules(self, prefix: str = "discovery") -> TransportRules:
+        """The transport rules of these settings; `prefix` names the step in error codes."""
+        return TransportRules(
+            prefix=prefix,
+            allowed_hosts=self.allowed_hosts,
+            ca_file=self.ca_file,
+            max_redirects=self.max_redirects,
+            connect_timeout=self.connect_timeout,
+            read_timeout=self.read_timeout,
+        )
+
 
 def channel_named(name: str) -> Channel:
     """The update channel called `name`. Raises `UpdateUsageError("update_channel_unknown")`."""
@@ -412,26 +423,15 @@ def _read_index(config: DiscoveryConfig, deadline: float) -> Iterator[IndexRelea
                 return
 
 
-def _rules(config: DiscoveryConfig) -> TransportRules:
-    return TransportRules(
-        prefix="discovery",
-        allowed_hosts=config.allowed_hosts,
-        ca_file=config.ca_file,
-        max_redirects=config.max_redirects,
-        connect_timeout=config.connect_timeout,
-        read_timeout=config.read_timeout,
-    )
-
-
 def _client(config: DiscoveryConfig) -> httpx2.Client:
     return open_client(
-        _rules(config), accept="application/vnd.github+json", headers={"X-GitHub-Api-Version": "2022-11-28"}
+        config.rules(), accept="application/vnd.github+json", headers={"X-GitHub-Api-Version": "2022-11-28"}
     )
 
 
 def _fetch(client: httpx2.Client, url: str, config: DiscoveryConfig, deadline: float) -> bytes:
     """GET `url`, following allowed redirects, and return the body (at most `max_page_bytes`)."""
-    with stream_get(client, url, _rules(config), deadline) as response:
+    with stream_get(client, url, config.rules(), deadline) as response:
         return _read_capped(response, url, config, deadline)
 
 
