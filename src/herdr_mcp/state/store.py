@@ -28,6 +28,7 @@ import secrets
 import sqlite3
 import stat
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
@@ -99,6 +100,30 @@ def _check_private(path: Path) -> None:
         )
 
 
+def _enter_wal(conn: sqlite3.Connection) -> None:
+    """Switch `conn`'s database to WAL (persistent, so a no-op once any process has done it).
+
+    SQLite does not call the busy handler for a journal-mode change in every lock state: when two
+    processes open a fresh file at once, one of them gets "database is locked" at once although
+    the other holds the lock only for a moment. So the switch is retried here, within the same
+    bound as the busy timeout, and only for that error.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    delay = 0.001
+    while True:
+        try:
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+            continue
+        if mode is not None and str(mode[0]).lower() == "wal":
+            return
+        raise StateError(f"SQLite refused WAL journal mode (got {mode[0] if mode else None!r})")
+
+
 def new_runtime_instance() -> str:
     """A fresh name for this runtime process, stored with the rows it owns (operations, exec
     sessions) so that a later runtime can tell them from its own: `<pid>-<random>`, so that a
@@ -156,7 +181,7 @@ class StateStore:
             conn.row_factory = sqlite3.Row
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             conn.execute("PRAGMA foreign_keys = ON")
-            conn.execute("PRAGMA journal_mode = WAL")
+            _enter_wal(conn)
             conn.execute("PRAGMA synchronous = NORMAL")
             self._local.conn = conn
             with self._lock:
