@@ -118,14 +118,20 @@ def test_a_refused_release_downloads_nothing_but_its_manifest(
 def test_update_paths_respect_the_fence(sim: ReleaseRepositorySimulator, tmp_path: Path) -> None:
     keys = _publish(sim, tmp_path)
     set_fence(tmp_path / "config", "service uninstall")
-    refused = _check(sim, tmp_path, keys)
-    assert refused.returncode == 2
-    assert "error: update_fenced:" in refused.stderr
+    for mode in ("--check", "--json"):  # the check, and the whole update
+        refused = _check(sim, tmp_path, keys, mode)
+        assert refused.returncode == 2
+        assert "error: update_fenced:" in refused.stderr
     skipped = _check(sim, tmp_path, keys, "auto")
     assert skipped.returncode == 0, skipped.stderr
     assert json.loads(skipped.stdout)["reason"] == "update_fenced"
     assert sim.log == [], "a fenced update contacts nothing"
     clear_fence(tmp_path / "config")
-    admitted = json.loads(_check(sim, tmp_path, keys, "auto").stdout)
-    assert admitted["action"] == "admitted"
+    admitted = json.loads(_check(sim, tmp_path, keys).stdout)
+    assert admitted["status"] == "admitted"
     assert _fetched(sim) == ["runtime-manifest.json", "runtime-manifest.json.minisig"]
+    # Unfenced, `auto` runs the whole update: this release's "bundle" is not one, so it fails
+    # after admission, at the download or install step, and nothing is activated.
+    tried = _check(sim, tmp_path, keys, "auto")
+    assert tried.returncode == 2 and "\nherdr-mcp: error: " in tried.stderr, tried.stderr
+    assert not (tmp_path / "config" / "generations" / "runtime-status.json").exists()

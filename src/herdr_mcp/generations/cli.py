@@ -9,13 +9,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from herdr_mcp.contract import ContractError, ContractIdentity, contract_identity, identity_of
 from herdr_mcp.generations.control import (
-    MAX_GENERATIONS,
     Generation,
     GenerationError,
     GenerationStore,
@@ -23,6 +21,7 @@ from herdr_mcp.generations.control import (
     check_generation_id,
 )
 from herdr_mcp.generations.gate import ActivationResult, activate, rollback
+from herdr_mcp.generations.registry import register, remove
 from herdr_mcp.runtime.config import default_config_dir
 
 #: A frozen catalog file is ~40 KiB; this is far above it and far below a memory problem.
@@ -133,51 +132,13 @@ def _register(store: GenerationStore, args: argparse.Namespace) -> int:
         executable=args.executable,
         token_file=args.token_file,
     )
-    with store.locked():
-        control = store.read_control()
-        if any(item.generation == spec.generation for item in control.generations):
-            raise GenerationError(
-                "generation_exists",
-                f"{spec.generation} is already registered; remove it first or pick a new id",
-            )
-        if any(item.endpoint == spec.endpoint for item in control.generations):
-            raise GenerationError("endpoint_in_use", f"another generation is registered on {spec.endpoint}")
-        if len(control.generations) >= MAX_GENERATIONS:
-            raise GenerationError(
-                "generations_full", f"{MAX_GENERATIONS} generations are registered; remove an old one first"
-            )
-        written = store.write_control_locked(
-            replace(control, generations=(*control.generations, spec)), expected_revision=control.revision
-        )
+    written = register(store, spec)
     print(f"registered {spec.generation} at {spec.endpoint} (control revision {written.revision})")
     return 0
 
 
 def _remove(store: GenerationStore, generation: str) -> int:
-    with store.locked():
-        control, status = store.read_control(), store.read_status()
-        control.find(generation)
-        if status.active == generation:
-            raise GenerationError(
-                "generation_active", f"{generation} is active; activate another generation before removing it"
-            )
-        remaining = tuple(spec for spec in control.generations if spec.generation != generation)
-        if not remaining:
-            raise GenerationError("generation_last", f"{generation} is the only registered generation")
-        desired = status.active if control.desired_active == generation else control.desired_active
-        written = store.write_control_locked(
-            replace(control, generations=remaining, desired_active=desired),
-            expected_revision=control.revision,
-        )
-        kept = tuple(entry for entry in status.generations if entry.generation != generation)
-        store.write_status_locked(
-            replace(
-                status,
-                generations=kept,
-                previous=None if status.previous == generation else status.previous,
-                last_good=None if status.last_good == generation else status.last_good,
-            )
-        )
+    written = remove(store, generation)
     print(f"removed {generation} (control revision {written.revision})")
     return 0
 

@@ -12,9 +12,11 @@ order, and stops at the first rule that says no, with a stated reason (an `AutoD
 4. `auto_update_disabled`: the settings say `"auto_update": false`.
 5. `channel_not_stable`: the channel (the settings' `channel`, or the caller's) is not `stable`.
 
-Otherwise it runs the same check an interactive update runs (discovery, then admission) and
-returns what it found: `no_release`, `current` or `admitted`. Errors of the check itself
-(transport, a refused release) are raised to the caller, as for `update --check`.
+Otherwise it runs what it is given: the whole interactive update (`herdr-mcp update auto` does:
+discovery, admission, install, activation through the gate; action `no_release`, `current`,
+`activated` or `refused`), or only the check (action `no_release`, `current` or `admitted`).
+Errors of the run itself (transport, a refused release) are raised to the caller, as for
+`herdr-mcp update`.
 
 `update-settings.json` (optional; defaults when absent): `{"auto_update": true, "channel":
 "stable"}`; unknown fields are refused.
@@ -31,6 +33,7 @@ from typing import Any, Literal
 
 from herdr_mcp.service.fence import read_fence
 from herdr_mcp.update.admission import AlreadyCurrent, TrustedRelease
+from herdr_mcp.update.apply import UpdateReport
 from herdr_mcp.update.check import CheckResult
 from herdr_mcp.update.discovery import CHANNELS, NoCandidate
 
@@ -40,7 +43,7 @@ AUTO_CHANNEL = "stable"
 #: A settings file is two fields.
 MAX_SETTINGS_BYTES = 16 * 1024
 
-Action = Literal["skipped", "no_release", "current", "admitted"]
+Action = Literal["skipped", "no_release", "current", "admitted", "activated", "refused"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,7 @@ class AutoDecision:
     reason: str
     message: str
     result: CheckResult | None = None
+    report: UpdateReport | None = None
 
     @property
     def skipped(self) -> bool:
@@ -72,6 +76,10 @@ class AutoDecision:
         out: dict[str, Any] = {"action": self.action, "reason": self.reason, "message": self.message}
         if self.result is not None and isinstance(self.result.outcome, TrustedRelease):
             out["version"] = str(self.result.outcome.manifest.version)
+        if self.report is not None:
+            out["update"] = self.report.to_dict()
+            if self.report.version is not None:
+                out["version"] = self.report.version
         return out
 
 
@@ -141,14 +149,17 @@ def skip_reason(config_dir: Path, channel: str | None = None) -> AutoDecision | 
 
 
 def run_update_auto(
-    config_dir: Path, check: Callable[[], CheckResult], *, channel: str | None = None
+    config_dir: Path, check: Callable[[], CheckResult | UpdateReport], *, channel: str | None = None
 ) -> AutoDecision:
-    """Skip with a reason, or run `check` (discovery + admission on the stable channel) and say
-    what it found. Raises whatever `check` raises."""
+    """Skip with a reason, or run `check` (the whole update, or only discovery + admission, on
+    the stable channel) and say what it found. Raises whatever `check` raises."""
     skipped = skip_reason(config_dir, channel)
     if skipped is not None:
         return skipped
     result = check()
+    if isinstance(result, UpdateReport):
+        status: Action = result.status  # type: ignore[assignment]
+        return AutoDecision(status, result.outcome or result.status, result.summary, report=result)
     if isinstance(result.candidate, NoCandidate):
         reason = result.candidate.reason
         return AutoDecision("no_release", reason, f"no stable release to take ({reason})", result)

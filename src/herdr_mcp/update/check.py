@@ -16,10 +16,10 @@ from pathlib import Path
 
 from herdr_mcp.release.manifest import MANIFEST_FILENAME, MAX_MANIFEST_BYTES
 from herdr_mcp.update.admission import AdmissionPolicy, AlreadyCurrent, LocalIdentity, TrustedRelease, admit
-from herdr_mcp.update.discovery import Candidate, DiscoveryConfig, NoCandidate, ReleaseAsset, discover
-from herdr_mcp.update.errors import ReleaseDataError, UpdateTransportError
+from herdr_mcp.update.discovery import Candidate, DiscoveryConfig, NoCandidate, discover
+from herdr_mcp.update.errors import ReleaseDataError, UpdateTransportError, UpdateUsageError
 from herdr_mcp.update.highest_seen import read_highest_seen
-from herdr_mcp.update.transport import declared_length, open_client, stream_get
+from herdr_mcp.update.transport import TransportRules, declared_length, open_client, stream_get
 
 SIGNATURE_NAME = MANIFEST_FILENAME + ".minisig"
 SIGSTORE_NAME = MANIFEST_FILENAME + ".sigstore.json"
@@ -32,9 +32,10 @@ FETCH_DEADLINE_SECONDS = 120.0
 
 @dataclass(frozen=True)
 class CheckResult:
-    """What a check found: no candidate, the current version, or an admitted release."""
+    """What a check found: no candidate, the current version, or an admitted release.
+    `candidate` is None for a release pinned by its manifest URL (nothing was discovered)."""
 
-    candidate: Candidate | NoCandidate
+    candidate: Candidate | NoCandidate | None
     outcome: TrustedRelease | AlreadyCurrent | None
 
 
@@ -45,34 +46,95 @@ def check_for_update(
     candidate = discover(discovery)
     if isinstance(candidate, NoCandidate):
         return CheckResult(candidate, None)
-    rules = discovery.rules(prefix="manifest")
-    deadline = time.monotonic() + FETCH_DEADLINE_SECONDS
     by_name = {asset.name: asset for asset in candidate.assets}
+    signature_asset = by_name.get(SIGNATURE_NAME)
+    if signature_asset is None:
+        raise ReleaseDataError(
+            "signature_missing", f"release {candidate.tag} has no {SIGNATURE_NAME}; it cannot be trusted"
+        )
+    sigstore_asset = by_name.get(SIGSTORE_NAME)
+    outcome = fetch_and_admit(
+        ReleaseFiles(
+            tag=candidate.tag,
+            manifest_url=candidate.manifest.url,
+            signature_url=signature_asset.url,
+            sigstore_url=sigstore_asset.url if sigstore_asset is not None else None,
+        ),
+        discovery.rules(prefix="manifest"),
+        local,
+        policy,
+        highest_seen_file,
+    )
+    return CheckResult(candidate, outcome)
+
+
+@dataclass(frozen=True)
+class ReleaseFiles:
+    """Where one release's manifest and signatures are (discovered, or next to a pinned manifest)."""
+
+    tag: str
+    manifest_url: str
+    signature_url: str
+    sigstore_url: str | None
+    #: True when `sigstore_url` is only where a bundle would be (a pinned manifest's neighbour).
+    sigstore_optional: bool = False
+
+
+def pinned_release_files(manifest_url: str) -> ReleaseFiles:
+    """The files of a release pinned by its manifest URL, which must be a release download URL
+    `.../download/<tag>/runtime-manifest.json`: the signatures are the files next to it, and the
+    tag in the URL is the one admission checks the manifest against."""
+    head, _, name = manifest_url.partition("?")[0].rpartition("/")
+    tag = head.rpartition("/")[2]
+    if name != MANIFEST_FILENAME or not head.rpartition("/")[0].endswith("/download") or not tag:
+        raise UpdateUsageError(
+            "manifest_url_invalid",
+            f"{manifest_url} is not a release download URL ending in /download/<tag>/{MANIFEST_FILENAME}",
+        )
+    return ReleaseFiles(
+        tag=tag,
+        manifest_url=manifest_url,
+        signature_url=f"{head}/{SIGNATURE_NAME}",
+        sigstore_url=f"{head}/{SIGSTORE_NAME}",
+        sigstore_optional=True,
+    )
+
+
+def fetch_and_admit(
+    files: ReleaseFiles,
+    rules: TransportRules,
+    local: LocalIdentity,
+    policy: AdmissionPolicy,
+    highest_seen_file: Path,
+) -> TrustedRelease | AlreadyCurrent:
+    """Fetch the manifest and its signatures (size-capped, within `FETCH_DEADLINE_SECONDS`) and
+    admit it. The Sigstore bundle is fetched only when the policy judges one."""
+    deadline = time.monotonic() + FETCH_DEADLINE_SECONDS
     with open_client(rules) as client:
 
-        def fetch(asset: ReleaseAsset, cap: int) -> bytes:
-            with stream_get(client, asset.url, rules, deadline) as response:
-                return _read_capped(response.iter_raw(), declared_length(response), asset.name, cap, deadline)
+        def fetch(url: str, name: str, cap: int) -> bytes:
+            with stream_get(client, url, rules, deadline) as response:
+                return _read_capped(response.iter_raw(), declared_length(response), name, cap, deadline)
 
-        manifest = fetch(candidate.manifest, MAX_MANIFEST_BYTES)
-        signature_asset = by_name.get(SIGNATURE_NAME)
-        if signature_asset is None:
-            raise ReleaseDataError(
-                "signature_missing", f"release {candidate.tag} has no {SIGNATURE_NAME}; it cannot be trusted"
-            )
-        signature = fetch(signature_asset, MAX_SIGNATURE_BYTES)
-        sigstore_asset = by_name.get(SIGSTORE_NAME)
-        bundle = fetch(sigstore_asset, MAX_SIGSTORE_BUNDLE_BYTES) if sigstore_asset is not None else None
-    outcome = admit(
+        manifest = fetch(files.manifest_url, MANIFEST_FILENAME, MAX_MANIFEST_BYTES)
+        signature = fetch(files.signature_url, SIGNATURE_NAME, MAX_SIGNATURE_BYTES)
+        bundle = None
+        if policy.identity_policy is not None and files.sigstore_url is not None:
+            try:
+                bundle = fetch(files.sigstore_url, SIGSTORE_NAME, MAX_SIGSTORE_BUNDLE_BYTES)
+            except UpdateTransportError as exc:
+                # A pinned release may have no bundle; admission decides whether it needs one.
+                if not (files.sigstore_optional and exc.http_status == 404):
+                    raise
+    return admit(
         manifest,
         signature,
-        discovered_tag=candidate.tag,
+        discovered_tag=files.tag,
         local=local,
         policy=policy,
         highest_seen=read_highest_seen(highest_seen_file),
-        sigstore_bundle=bundle if policy.identity_policy is not None else None,
+        sigstore_bundle=bundle,
     )
-    return CheckResult(candidate, outcome)
 
 
 def _read_capped(

@@ -40,6 +40,9 @@ class ReleaseDataError(UpdateError):
 class UpdateTransportError(UpdateError):
     """A transfer failed: connection, TLS, HTTP status, timeout or a refused redirect."""
 
+    #: The HTTP status of a non-200 answer (`*_http_error`), else None.
+    http_status: int | None = None
+
 
 class UpdateUsageError(UpdateError):
     """The caller passed an invalid argument or configuration."""

@@ -121,10 +121,12 @@ def stream_get(
                     url = _redirect_target(response, rules)
                     continue
                 if response.status_code != 200:
-                    raise UpdateTransportError(
+                    error = UpdateTransportError(
                         f"{prefix}_http_error",
                         f"GET {url} answered HTTP {response.status_code}; try again later",
                     )
+                    error.http_status = response.status_code
+                    raise error
                 encoding = response.headers.get("content-encoding", "identity").strip().lower()
                 if encoding != "identity":
                     raise UpdateTransportError(

@@ -1,0 +1,257 @@
+"""Starting and stopping a generation's runtime process (process creation, not activation).
+
+A generation installed by the updater (or built by `dev sync`) lives in its own runtime dir,
+`<config dir>/runtimes/<id>/`:
+
+    venv/          the generation's virtual environment (its `herdr-mcp` is the executable)
+    launch.json    how it is started: the `serve` arguments, kept so the next generation is
+                   started the same way (Herdr socket, read-only mode, write roots)
+    runtime.pid    {"pid", "executable"} of the process started last
+    runtime.log    its stdout and stderr
+
+`start_runtime` runs `<executable> serve --host 127.0.0.1 --port 0 --config-dir <config dir>
+<serve args>` in a new session (it outlives the updater, as a service-managed process would),
+with its output appended to `runtime.log`, and waits until the runtime prints the line
+`herdr-mcp serving http://127.0.0.1:<port>/mcp`; the port is the kernel's choice, so two
+generations never race for one. `stop_runtime` sends SIGTERM, then SIGKILL after a grace period,
+and only to a process whose command line still names the generation's executable (a recycled
+pid is left alone).
+
+Errors: `GenerationError` with `runtime_start_failed` (exited, or never said where it listens,
+with the tail of its log), `runtime_dir_invalid` (an unreadable launch.json).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from herdr_mcp.generations.control import GenerationError, atomic_write, check_endpoint
+
+RUNTIMES_DIR = "runtimes"
+LAUNCH_FILE = "launch.json"
+PID_FILE = "runtime.pid"
+LOG_FILE = "runtime.log"
+#: A runtime opens state.db, binds and prints its address in about a second; a cold venv on a slow
+#: disk may need ten.
+START_TIMEOUT_S = 60.0
+STOP_GRACE_S = 10.0
+_SERVING = "herdr-mcp serving "
+#: serve arguments the launcher sets itself; a launch.json may not override them.
+_RESERVED = frozenset({"--host", "--port", "--config-dir"})
+MAX_LAUNCH_BYTES = 64 * 1024
+
+
+def runtimes_dir(config_dir: Path) -> Path:
+    return config_dir / RUNTIMES_DIR
+
+
+@dataclass(frozen=True)
+class StartedRuntime:
+    """A runtime process that said where it listens."""
+
+    pid: int
+    endpoint: str
+    log: Path
+
+
+def read_serve_args(runtime_dir: Path) -> tuple[str, ...] | None:
+    """The `serve` arguments recorded in `runtime_dir/launch.json`, or None if there is none."""
+    path = runtime_dir / LAUNCH_FILE
+    try:
+        data = path.read_bytes()[: MAX_LAUNCH_BYTES + 1]
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise GenerationError("runtime_dir_invalid", f"cannot read {path}: {exc.strerror}") from None
+    try:
+        document = json.loads(data) if len(data) <= MAX_LAUNCH_BYTES else None
+    except ValueError:
+        document = None
+    args = document.get("serve_args") if isinstance(document, dict) else None
+    if not isinstance(args, list) or not all(isinstance(arg, str) for arg in args):
+        raise GenerationError("runtime_dir_invalid", f'{path} is not {{"serve_args": [strings]}}')
+    return check_serve_args(args)
+
+
+def check_serve_args(args: Sequence[str]) -> tuple[str, ...]:
+    """`args` if none of them is one the launcher owns (--host, --port, --config-dir)."""
+    for arg in args:
+        if arg.split("=", 1)[0] in _RESERVED:
+            raise GenerationError(
+                "serve_args_invalid",
+                f"{arg} is set by the launcher (loopback host, a free port, the config dir)",
+            )
+    return tuple(args)
+
+
+def start_runtime(
+    executable: Path,
+    runtime_dir: Path,
+    config_dir: Path,
+    serve_args: Sequence[str] = (),
+    *,
+    timeout_s: float = START_TIMEOUT_S,
+) -> StartedRuntime:
+    """Start the generation's runtime and wait until it listens (module docstring)."""
+    args = check_serve_args(serve_args)
+    runtime_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    atomic_write(runtime_dir / LAUNCH_FILE, json.dumps({"serve_args": list(args)}, indent=2).encode() + b"\n")
+    log_path = runtime_dir / LOG_FILE
+    command = [
+        str(executable), "serve", "--host", "127.0.0.1", "--port", "0",
+        "--config-dir", str(config_dir), *args,
+    ]  # fmt: skip
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    try:
+        offset = os.fstat(fd).st_size
+        env = {**os.environ, "HERDR_MCP_CONFIG_DIR": str(config_dir)}
+        env.pop("PYTHONPATH", None)  # the generation runs its own venv's code, nothing else
+        # posix_spawn, not Popen: the runtime outlives this process, which never waits for it, and
+        # a Popen object would complain when collected while its child still runs.
+        try:
+            pid = os.posix_spawn(
+                str(executable),
+                command,
+                env,
+                file_actions=[
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    (os.POSIX_SPAWN_DUP2, fd, 1),
+                    (os.POSIX_SPAWN_DUP2, fd, 2),
+                ],
+                setsid=True,
+            )
+        except OSError as exc:
+            raise GenerationError(
+                "runtime_start_failed", f"cannot run {executable}: {exc.strerror}"
+            ) from None
+    finally:
+        os.close(fd)
+    atomic_write(
+        runtime_dir / PID_FILE,
+        json.dumps({"pid": pid, "executable": str(executable)}).encode() + b"\n",
+    )
+    deadline = time.monotonic() + timeout_s
+    while True:
+        endpoint = _announced_endpoint(log_path, offset)
+        if endpoint is not None:
+            return StartedRuntime(pid=pid, endpoint=endpoint, log=log_path)
+        code = _exit_code(pid)
+        if code is not None or time.monotonic() > deadline:
+            if code is None:
+                _terminate(pid)
+            raise GenerationError(
+                "runtime_start_failed",
+                f"{executable} serve "
+                + (f"exited with {code}" if code is not None else f"did not listen within {timeout_s:.0f} s")
+                + f"; its log ({log_path}) ends with: {_tail(log_path, offset)}",
+            )
+        time.sleep(0.05)
+
+
+def _exit_code(pid: int) -> int | None:
+    """The exit status of our child `pid` if it has ended (reaping it), else None."""
+    try:
+        done, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return -1
+    return os.waitstatus_to_exitcode(status) if done == pid else None
+
+
+def _announced_endpoint(log: Path, offset: int) -> str | None:
+    with log.open("rb") as handle:
+        handle.seek(offset)
+        for raw in handle.read(256 * 1024).splitlines():
+            line = raw.decode("utf-8", "replace").strip()
+            if line.startswith(_SERVING) and line.endswith("/mcp"):
+                return check_endpoint(line[len(_SERVING) : -len("/mcp")])
+    return None
+
+
+def _tail(log: Path, offset: int) -> str:
+    with log.open("rb") as handle:
+        handle.seek(offset)
+        text = handle.read().decode("utf-8", "replace").strip()
+    return text[-1500:] or "(nothing)"
+
+
+def runtime_pid(runtime_dir: Path) -> int | None:
+    """The pid of the generation's runtime if that process is alive and is still the generation's
+    executable, else None."""
+    try:
+        document = json.loads((runtime_dir / PID_FILE).read_bytes()[:4096])
+        pid, executable = int(document["pid"]), str(document["executable"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return pid if pid > 1 and _runs(pid, executable) else None
+
+
+def _runs(pid: int, executable: str) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False  # someone else's process: a recycled pid
+    if sys.platform == "linux":
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            stat_fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return False
+        if stat_fields and stat_fields[0] == "Z":
+            _reap(pid)
+            return False
+        return any(arg.decode("utf-8", "replace") == executable for arg in argv)
+    done = subprocess.run(
+        ["ps", "-o", "command=", "-p", str(pid)], capture_output=True, text=True, check=False
+    )
+    return executable in done.stdout
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def stop_runtime(runtime_dir: Path, *, grace_s: float = STOP_GRACE_S) -> bool:
+    """Stop the generation's runtime if it runs; True if a process was stopped."""
+    pid = runtime_pid(runtime_dir)
+    if pid is None:
+        return False
+    _terminate(pid, grace_s)
+    return True
+
+
+def _terminate(pid: int, grace_s: float = STOP_GRACE_S) -> None:
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            _reap(pid)
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            if sys.platform == "linux" and _zombie(pid):
+                _reap(pid)
+                return
+            time.sleep(0.05)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True

@@ -1,0 +1,511 @@
+"""`herdr-mcp update`: take the admitted release all the way to the active generation.
+
+One run, under the update lock (`<config>/update/update.lock`; a second updater is refused with
+`update_in_progress`), refused while the update fence is set:
+
+1. clean up what a killed run left: the interrupted activation is undone
+   (`rolled_back:activation_interrupted`), staging job dirs are removed, runtime dirs that no
+   generation is registered for (a half-made install) are stopped and removed, and so are
+   generations this updater made that were rejected or failed and are neither active nor the
+   rollback target (a candidate whose activation was interrupted is kept: step 4 reuses it);
+2. the local identity is the ACTIVE generation's (its executable's `version --json`), not the
+   updater's own code: that is what the connector sees;
+3. discover (or take the pinned `--manifest-url`) and admit, before anything is downloaded;
+4. a generation already installed from the same signed bundle is reused (the resume of a run
+   killed after its install); otherwise stage the host target's bundle, install it into
+   `<config>/runtimes/<id>/venv` with no network and probe it against the TARGET contract;
+   only then is the highest-seen version raised;
+5. start its runtime on a free loopback port, with the `serve` arguments of the active
+   generation (`generations/process.py`), register it and activate it through the gate;
+6. on `activated`, stop and forget the generations of ours that are neither active nor the
+   rollback target (the previous one keeps running, so `generation rollback` is instant); on a
+   refusal, stop and forget the candidate; the previous generation was never touched.
+
+A run killed at any point leaves the previous generation active and serving: nothing before the
+gate's switch touches it, and the switch itself is undone by the next reader of the status file
+(the link, or the next update) when the activator died while observing.
+
+`HERDR_MCP_UPDATE_FAILPOINT=staged|installed` makes the run stop and wait at that point (after
+printing `failpoint <name>` on stderr) so that tests can kill it there; it is never set in use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, TextIO
+
+from packaging.version import Version
+
+from herdr_mcp.generations.control import MAX_GENERATIONS, Generation, GenerationError, GenerationStore
+from herdr_mcp.generations.gate import ActivationResult, activate, recover_interrupted
+from herdr_mcp.generations.process import (
+    read_serve_args,
+    runtime_pid,
+    runtimes_dir,
+    start_runtime,
+    stop_runtime,
+)
+from herdr_mcp.generations.registry import register, remove
+from herdr_mcp.service.fence import check_fence
+from herdr_mcp.update.admission import AdmissionPolicy, AlreadyCurrent, LocalIdentity, TrustedRelease
+from herdr_mcp.update.check import ReleaseFiles, check_for_update, fetch_and_admit, pinned_release_files
+from herdr_mcp.update.discovery import DiscoveryConfig, NoCandidate
+from herdr_mcp.update.errors import LocalStateError, ReleaseDataError, UpdateUsageError
+from herdr_mcp.update.highest_seen import record_admitted
+from herdr_mcp.update.install import install_generation
+from herdr_mcp.update.probe import parse_version_output, probe
+from herdr_mcp.update.staging import JOB_PREFIX, DownloadConfig, stage
+
+#: Seconds a candidate's `version --json` may take (a cold venv imports everything once).
+PROBE_TIMEOUT_S = 60.0
+FAILPOINT_ENV = "HERDR_MCP_UPDATE_FAILPOINT"
+#: Provenance keys of a generation this updater installed from a release.
+SOURCE_RELEASE = "release"
+
+
+@dataclass(frozen=True)
+class UpdatePaths:
+    """Where an update keeps its files, all under the config dir."""
+
+    config_dir: Path
+
+    @property
+    def generations(self) -> GenerationStore:
+        return GenerationStore.in_dir(self.config_dir / "generations")
+
+    @property
+    def runtimes(self) -> Path:
+        return runtimes_dir(self.config_dir)
+
+    @property
+    def jobs(self) -> Path:
+        return self.config_dir / "update" / "jobs"
+
+    @property
+    def lock(self) -> Path:
+        return self.config_dir / "update" / "update.lock"
+
+    @property
+    def highest_seen(self) -> Path:
+        return self.config_dir / "highest-seen.json"
+
+
+@dataclass(frozen=True)
+class ReleaseSource:
+    """Where the release comes from: discovery, or one pinned manifest URL."""
+
+    discovery: DiscoveryConfig
+    manifest_url: str | None = None
+
+
+@dataclass
+class UpdateReport:
+    """What one run did; `to_dict` is the `--json` answer."""
+
+    status: str  # no_release | current | activated | refused
+    summary: str
+    version: str | None = None
+    generation: str | None = None
+    outcome: str | None = None
+    reused: bool = False
+    cleaned: list[str] = field(default_factory=list)
+    activation: dict[str, Any] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status != "refused"
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"status": self.status, "summary": self.summary, "cleaned": self.cleaned}
+        for name in ("version", "generation", "outcome", "activation"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        if self.reused:
+            out["reused"] = True
+        return out
+
+
+def host_target() -> str:
+    """This machine's bundle target name, as `release/config.toml` names them."""
+    system = {"linux": "linux", "darwin": "macos"}.get(sys.platform)
+    machine = platform.machine().lower()
+    machine = {"amd64": "x86_64", "x64": "x86_64"}.get(machine, machine)
+    if system == "linux" and machine == "arm64":
+        machine = "aarch64"
+    if system == "macos" and machine == "aarch64":
+        machine = "arm64"
+    if system is None:
+        raise UpdateUsageError("platform_unsupported", f"no runtime bundles are published for {sys.platform}")
+    return f"{system}-{machine}-cp{sys.version_info.major}{sys.version_info.minor}"
+
+
+@contextlib.contextmanager
+def update_lock(paths: UpdatePaths) -> Iterator[None]:
+    """Hold the update lock or raise `update_in_progress` at once."""
+    paths.lock.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(paths.lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise LocalStateError(
+                "update_in_progress", "another herdr-mcp update (or dev sync) is running; let it finish"
+            ) from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def local_identity(store: GenerationStore, fallback: LocalIdentity) -> LocalIdentity:
+    """The active generation's identity (its executable's `version --json`); `fallback` (the
+    updater's own code) when no generation is active yet."""
+    status, control = store.read_status(), store.read_control()
+    if status.active is None:
+        return fallback
+    spec = control.find(status.active)
+    if spec.executable is None:
+        if spec.expected_runtime_version is None or spec.expected_contract is None:
+            raise LocalStateError(
+                "local_identity_unknown",
+                f"the active generation {spec.generation} records neither its executable nor its "
+                "expected version and contract; register it with them",
+            )
+        return LocalIdentity(
+            Version(spec.expected_runtime_version), spec.expected_contract, fallback.state_schema
+        )
+    try:
+        done = subprocess.run(
+            [spec.executable, "version", "--json"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=PROBE_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise LocalStateError(
+            "local_identity_unknown", f"cannot ask the active generation {spec.generation}: {exc}"
+        ) from None
+    if done.returncode != 0:
+        raise LocalStateError(
+            "local_identity_unknown",
+            f"{spec.executable} version --json exited {done.returncode}: "
+            + done.stderr.decode("utf-8", "replace")[-500:],
+        )
+    found = parse_version_output(done.stdout)
+    return LocalIdentity(Version(found.version), found.contract, found.state_schema)
+
+
+def run_update(
+    paths: UpdatePaths,
+    source: ReleaseSource,
+    policy: AdmissionPolicy,
+    download: DownloadConfig,
+    *,
+    fallback: LocalIdentity,
+    serve_args: Sequence[str] | None = None,
+    progress: TextIO | None = None,
+    say: Callable[[str], None] = lambda _: None,
+) -> UpdateReport:
+    """One interactive update (module docstring). Raises the updater's errors (`UpdateError`,
+    `GenerationError`, `FenceSet`, and the manifest and signature errors) for anything that stops
+    it before the gate; the gate's refusals are a report with status `refused`."""
+    check_fence(paths.config_dir)
+    store = paths.generations
+    with update_lock(paths):
+        cleaned = clean_up(paths)
+        for line in cleaned:
+            say(f"cleaned up: {line}")
+        local = local_identity(store, fallback)
+        release, bundle_url = _admit(paths, source, local, policy)
+        if release is None:
+            return UpdateReport("no_release", bundle_url or "no release", cleaned=cleaned)
+        if isinstance(release, AlreadyCurrent):
+            version = release.manifest.version
+            return UpdateReport(
+                "current", f"herdr-mcp {version} is active and current", version, cleaned=cleaned
+            )
+        say(f"admitted herdr-mcp {release.version} ({release.kind}) over {local.version}")
+        target = host_target()
+        asset = release.asset_for(target)
+        reused = _installed_generation(store, paths, asset.sha256, release.manifest.version)
+        if reused is not None:
+            generation_id, executable = reused
+            say(f"reusing generation {generation_id}, installed from the same bundle")
+        else:
+            generation_id = _new_generation_id(release.manifest.version)
+            staged = stage(
+                release,
+                target,
+                paths.jobs,
+                download,
+                url=_bundle_url(bundle_url, asset.name),
+                progress=progress,
+            )
+            try:
+                _failpoint("staged")
+                say(f"installing {asset.name} as generation {generation_id}")
+                installed = install_generation(staged, paths.runtimes, generation_id)
+                _failpoint("installed")
+                probe(
+                    installed.herdr_mcp,
+                    release.manifest.contract,
+                    release.manifest.version,
+                    timeout=PROBE_TIMEOUT_S,
+                )
+            except BaseException:
+                shutil.rmtree(paths.runtimes / generation_id, ignore_errors=True)
+                raise
+            finally:
+                shutil.rmtree(staged.job_dir, ignore_errors=True)
+            executable = installed.herdr_mcp
+        record_admitted(paths.highest_seen, release)
+        provenance = {
+            "plane": "prod",
+            "source": SOURCE_RELEASE,
+            "tag": release.manifest.tag,
+            "commit": release.manifest.source.commit,
+            "bundle": asset.name,
+            "bundle_sha256": asset.sha256,
+        }
+        version = release.manifest.version
+        result = start_and_activate(
+            paths,
+            Generation(
+                generation=generation_id,
+                endpoint="http://127.0.0.1:1",  # replaced by the endpoint the runtime announces
+                expected_runtime_version=version,
+                expected_contract=release.manifest.contract,
+                executable=str(executable),
+                provenance=provenance,
+            ),
+            serve_args,
+            say=say,
+        )
+        if result.ok:
+            summary = f"herdr-mcp {version} is active as generation {generation_id} ({result.outcome})"
+        else:
+            summary = (
+                f"herdr-mcp {version} was not activated ({result.outcome}): {result.message}; "
+                f"generation {result.active} stays active"
+            )
+        return UpdateReport(
+            "activated" if result.ok else "refused",
+            summary,
+            version,
+            generation_id,
+            result.outcome,
+            reused is not None,
+            cleaned,
+            result.to_dict(),
+        )
+
+
+def start_and_activate(
+    paths: UpdatePaths,
+    spec: Generation,
+    serve_args: Sequence[str] | None,
+    *,
+    say: Callable[[str], None] = lambda _: None,
+) -> ActivationResult:
+    """Start `spec`'s runtime (its endpoint is what the process announces), register it, activate
+    it through the gate, then retire our generations that are neither active nor the rollback
+    target; a refused candidate is stopped and forgotten instead. Shared with `dev sync`."""
+    store = paths.generations
+    runtime_dir = paths.runtimes / spec.generation
+    args = tuple(serve_args) if serve_args is not None else _active_serve_args(paths)
+    registered = {item.generation for item in store.read_control().generations}
+    if spec.generation in registered:
+        spec = store.read_control().find(spec.generation)
+    if spec.executable is None:
+        raise UpdateUsageError("generation_executable_missing", f"{spec.generation} has no executable")
+    if runtime_pid(runtime_dir) is None:
+        say(f"starting generation {spec.generation}")
+        started = start_runtime(Path(spec.executable), runtime_dir, paths.config_dir, args)
+        if spec.generation in registered:
+            _forget(paths, spec.generation)
+            registered.discard(spec.generation)
+        spec = replace(spec, endpoint=started.endpoint)
+    if spec.generation not in registered:
+        _make_room(paths)
+        register(store, spec)
+    say(f"activating generation {spec.generation} at {spec.endpoint}")
+    result = activate(store, spec.generation)
+    if result.ok:
+        retire(paths)
+    else:
+        stop_runtime(runtime_dir)
+        with contextlib.suppress(GenerationError):
+            remove(store, spec.generation)
+        shutil.rmtree(runtime_dir, ignore_errors=True)
+    return result
+
+
+def _active_serve_args(paths: UpdatePaths) -> tuple[str, ...]:
+    active = paths.generations.read_status().active
+    if active is None:
+        return ()
+    return read_serve_args(paths.runtimes / active) or ()
+
+
+def _admit(
+    paths: UpdatePaths, source: ReleaseSource, local: LocalIdentity, policy: AdmissionPolicy
+) -> tuple[TrustedRelease | AlreadyCurrent | None, str | None]:
+    """The admitted release and the URL its bundle is fetched from (the discovered download URL,
+    or the directory of the pinned manifest); (None, reason) when there is no release."""
+    if source.manifest_url is None:
+        result = check_for_update(source.discovery, local, policy, paths.highest_seen)
+        if isinstance(result.candidate, NoCandidate):
+            return None, f"no release ({result.candidate.reason})"
+        if result.candidate is None:
+            raise ReleaseDataError("update_check_incomplete", "the check returned no discovered release")
+        assets = {asset.name: asset.url for asset in result.candidate.assets}
+        if result.outcome is None:
+            raise ReleaseDataError(
+                "update_check_incomplete", "discovery found a release but admission gave no answer"
+            )
+        if isinstance(result.outcome, TrustedRelease):
+            name = result.outcome.asset_for(host_target()).name
+            if name not in assets:
+                raise ReleaseDataError(
+                    "asset_missing",
+                    f"release {result.candidate.tag} lists {name} in its manifest but has no such asset",
+                )
+            return result.outcome, assets[name]
+        return result.outcome, None
+    files: ReleaseFiles = pinned_release_files(source.manifest_url)
+    outcome = fetch_and_admit(
+        files, source.discovery.rules(prefix="manifest"), local, policy, paths.highest_seen
+    )
+    return outcome, files.manifest_url.rsplit("/", 1)[0] + "/"
+
+
+def _bundle_url(url: str | None, name: str) -> str | None:
+    if url is None:
+        return None
+    return url + name if url.endswith("/") else url
+
+
+def _new_generation_id(version: str) -> str:
+    safe = "".join(char if char.isalnum() or char in "._-" else "_" for char in version)
+    return f"r{safe}-{time.time_ns() // 1_000_000}"[:64]
+
+
+def _installed_generation(
+    store: GenerationStore, paths: UpdatePaths, sha256: str, version: str
+) -> tuple[str, Path] | None:
+    """A registered generation of ours installed from the bundle `sha256` that still probes as
+    `version` (its venv intact), with its executable."""
+    for spec in store.read_control().generations:
+        provenance = spec.provenance or {}
+        if provenance.get("bundle_sha256") != sha256 or spec.executable is None:
+            continue
+        executable = Path(spec.executable)
+        if not _ours(paths, spec) or not executable.is_file():
+            continue
+        if spec.expected_contract is None:
+            continue
+        try:
+            probe(executable, spec.expected_contract, version, timeout=PROBE_TIMEOUT_S)
+        except (ReleaseDataError, LocalStateError):
+            continue
+        return spec.generation, executable
+    return None
+
+
+def _ours(paths: UpdatePaths, spec: Generation) -> bool:
+    """Whether `spec` runs from a runtime dir of this config dir (made by update or dev sync)."""
+    if spec.executable is None:
+        return False
+    try:
+        Path(spec.executable).relative_to(paths.runtimes / spec.generation)
+    except ValueError:
+        return False
+    return True
+
+
+def _forget(paths: UpdatePaths, generation: str) -> None:
+    with contextlib.suppress(GenerationError):
+        remove(paths.generations, generation)
+
+
+def retire(paths: UpdatePaths) -> list[str]:
+    """Stop, forget and delete our generations that are neither active nor previous."""
+    store = paths.generations
+    status = store.read_status()
+    keep = {status.active, status.previous}
+    retired = []
+    for spec in store.read_control().generations:
+        if spec.generation in keep or not _ours(paths, spec):
+            continue
+        stop_runtime(paths.runtimes / spec.generation)
+        try:
+            remove(store, spec.generation)
+        except GenerationError:
+            continue
+        shutil.rmtree(paths.runtimes / spec.generation, ignore_errors=True)
+        retired.append(spec.generation)
+    return retired
+
+
+def _make_room(paths: UpdatePaths) -> None:
+    if len(paths.generations.read_control().generations) >= MAX_GENERATIONS:
+        retire(paths)
+
+
+def clean_up(paths: UpdatePaths) -> list[str]:
+    """Undo what a killed run left (step 1 of the module docstring); what was done, one line each.
+    Call with the update lock held."""
+    done: list[str] = []
+    store = paths.generations
+    recovered = recover_interrupted(store)
+    if recovered is not None:
+        done.append(f"interrupted activation undone; {recovered.active} is active again")
+    if paths.jobs.is_dir():
+        for job in sorted(paths.jobs.iterdir()):
+            if job.name.startswith(JOB_PREFIX):
+                shutil.rmtree(job, ignore_errors=True)
+                done.append(f"removed staging job {job.name}")
+    status = store.read_status()
+    control = store.read_control()
+    registered = {spec.generation: spec for spec in control.generations}
+    if paths.runtimes.is_dir():
+        for runtime_dir in sorted(paths.runtimes.iterdir()):
+            spec = registered.get(runtime_dir.name)
+            if spec is not None and _ours(paths, spec):
+                continue
+            stopped = stop_runtime(runtime_dir)
+            shutil.rmtree(runtime_dir, ignore_errors=True)
+            done.append(
+                f"removed half-made generation {runtime_dir.name}"
+                + (" (its runtime stopped)" if stopped else "")
+            )
+    keep = {status.active, status.previous}
+    for entry in status.generations:
+        spec = registered.get(entry.generation)
+        if spec is None or entry.generation in keep or not _ours(paths, spec):
+            continue
+        interrupted = entry.validation is not None and entry.validation.code == "activation_interrupted"
+        if entry.phase in ("failed", "rejected") and not interrupted:
+            stop_runtime(paths.runtimes / entry.generation)
+            _forget(paths, entry.generation)
+            shutil.rmtree(paths.runtimes / entry.generation, ignore_errors=True)
+            done.append(f"removed {entry.phase} generation {entry.generation}")
+    return done
+
+
+def _failpoint(name: str) -> None:
+    if os.environ.get(FAILPOINT_ENV) == name:
+        print(f"failpoint {name}", file=sys.stderr, flush=True)
+        while True:
+            time.sleep(3600)

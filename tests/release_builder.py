@@ -1,0 +1,156 @@
+"""Real releases of this tree at other versions (and contract epochs), for updater tests.
+
+`ReleaseFactory.release(version, epoch=...)` snapshots the working tree (tracked and untracked,
+not ignored, files: what a commit of it would hold), edits its version (pyproject.toml) and the
+contract epoch it serves (`CURRENT_EPOCH`; epoch 6 gets a catalog of its own, epoch 5's with one
+description changed), commits and tags it, builds the wheel and sdist with the release toolchain,
+bundles the wheel for this machine's target, and makes the signed `runtime-manifest.json` with
+the release's OWN code (the built wheel on PYTHONPATH runs `herdr-mcp release manifest`), as the
+release workflow does. `publish` puts a release into the repository simulator.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from herdr_mcp.release.build import BuildEnvironment, BuildSystem, build
+from herdr_mcp.release.bundle import Target, bundle, load_release_config
+from herdr_mcp.update.repository_sim import ReleaseRepositorySimulator
+
+ROOT = Path(__file__).resolve().parents[1]
+REPOSITORY = "herdr-mcp/herdr-mcp"
+REPOSITORY_ID = 918273645
+_GIT_ENV = {
+    "GIT_AUTHOR_NAME": "release test",
+    "GIT_AUTHOR_EMAIL": "release@example.invalid",
+    "GIT_COMMITTER_NAME": "release test",
+    "GIT_COMMITTER_EMAIL": "release@example.invalid",
+    "GIT_AUTHOR_DATE": "2026-11-29T12:00:00Z",
+    "GIT_COMMITTER_DATE": "2026-11-29T12:00:00Z",
+}
+
+
+def host_target() -> Target:
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    for target in load_release_config(ROOT / "release" / "config.toml").targets:
+        if (target.sys_platform, target.platform_machine, target.python_version) == (
+            sys.platform,
+            platform.machine(),
+            version,
+        ):
+            return target
+    raise AssertionError(
+        f"release/config.toml has no target for {sys.platform}/{platform.machine()}/{version}"
+    )
+
+
+@dataclass(frozen=True)
+class BuiltRelease:
+    version: str
+    epoch: int
+    tree: Path
+    dist: Path  # the wheel, sdist, bundle (if any), runtime-manifest.json and its .minisig
+    wheel: Path
+    bundle: Path | None
+
+    @property
+    def tag(self) -> str:
+        return f"v{self.version}"
+
+    @property
+    def manifest(self) -> Path:
+        return self.dist / "runtime-manifest.json"
+
+
+def snapshot_tree(source: Path, destination: Path) -> None:
+    """Copy the files a commit of `source`'s working tree would hold into a fresh repository."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=source, capture_output=True, check=True
+    ).stdout.split(b"\0")
+    for raw in filter(None, listed):
+        relative = raw.decode()
+        origin = source / relative
+        if not origin.is_file() or origin.is_symlink():
+            continue
+        target = destination / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(origin, target)
+
+
+def _git(tree: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=tree, check=True, capture_output=True, env={**os.environ, **_GIT_ENV})
+
+
+class ReleaseFactory:
+    """Builds releases under `work`, sharing one build environment."""
+
+    def __init__(self, work: Path, secret_key: Path) -> None:
+        self.work = work
+        self.secret_key = secret_key
+        self._environment: BuildEnvironment | None = None
+        self.target = host_target()
+
+    def release(
+        self, version: str, *, epoch: int = 5, migrate_from_epoch: int | None = None, with_bundle: bool = True
+    ) -> BuiltRelease:
+        tree = self.work / f"tree-{version}"
+        snapshot_tree(ROOT, tree)
+        pyproject = tree / "pyproject.toml"
+        text = pyproject.read_text()
+        assert 'version = "0.1.0"' in text
+        pyproject.write_text(text.replace('version = "0.1.0"', f'version = "{version}"', 1))
+        contract = tree / "src" / "herdr_mcp" / "contract" / "__init__.py"
+        code = contract.read_text()
+        assert "CURRENT_EPOCH = 5\n" in code
+        contract.write_text(code.replace("CURRENT_EPOCH = 5\n", f"CURRENT_EPOCH = {epoch}\n", 1))
+        if epoch == 6:
+            catalog = json.loads((tree / "manifests" / "contracts" / "runtime-epoch-5.json").read_text())
+            catalog["epoch"] = 6
+            catalog["tools"][0]["description"] += " (epoch 6)"
+            (tree / "manifests" / "contracts" / "runtime-epoch-6.json").write_text(
+                json.dumps(catalog, indent=2)
+            )
+        _git(tree, "init", "--quiet", "--initial-branch=main")
+        _git(tree, "add", "-A")
+        _git(tree, "commit", "--quiet", "-m", f"release {version}")
+        _git(tree, "tag", f"v{version}")
+        if self._environment is None:
+            self._environment = BuildEnvironment.create(
+                self.work / "build-env", BuildSystem.from_pyproject(tree).requires
+            )
+        dist = self.work / f"dist-{version}"
+        _, wheel = build(tree, dist, environment=self._environment)
+        archive = bundle(wheel, dist, target=self.target) if with_bundle else None
+        command = [
+            sys.executable, "-m", "herdr_mcp", "release", "manifest", "--dist", str(dist),
+            "--source", str(tree), "--repository", REPOSITORY, "--repository-id", str(REPOSITORY_ID),
+            "--published-at", "2026-11-29T12:00:00Z", "--out", str(dist / "runtime-manifest.json"),
+        ]  # fmt: skip
+        if migrate_from_epoch is not None:
+            command += [
+                "--migrate-from",
+                str(tree / "manifests" / "contracts" / f"runtime-epoch-{migrate_from_epoch}.json"),
+            ]
+        # The release's own code makes its manifest: the wheel (pure Python) first on the path.
+        env = {**os.environ, "PYTHONPATH": str(wheel)}
+        subprocess.run(command, check=True, capture_output=True, env=env, cwd=tree)
+        sign = [
+            sys.executable, "-m", "herdr_mcp", "release", "sign",
+            "--manifest", str(dist / "runtime-manifest.json"), "--secret-key", str(self.secret_key),
+        ]  # fmt: skip
+        subprocess.run(sign, check=True, capture_output=True)
+        return BuiltRelease(version, epoch, tree, dist, wheel, archive)
+
+
+def publish(sim: ReleaseRepositorySimulator, release: BuiltRelease) -> None:
+    """The release on the simulator, as the release workflow uploads it."""
+    published = sim.add_release(release.tag)
+    for path in sorted(release.dist.iterdir()):
+        published.add_asset(path.name, path)

@@ -1,0 +1,292 @@
+"""`herdr-mcp update` end to end on loopback, with real releases of this tree.
+
+v1 (version 1.0.0, serving the epoch-4 contract) is installed from its bundle and active behind
+the link; v2 (2.0.0, epoch 5, with a contract_migration from epoch 4) is published in the
+release repository simulator; v1's own `herdr-mcp update` admits, installs and activates it; a
+real MCP call through the link reaches v2; `generation rollback` brings v1 back; v3 (epoch 6)
+is refused with both epochs named and nothing downloaded. Then the updater is killed (SIGKILL)
+after its download, after its install and during its activation: v1 stays active and serving
+each time, and the next `update` cleans up and resumes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from herdr_mcp.contract import ContractIdentity, contract_identity, identity_of
+from herdr_mcp.generations import Generation, GenerationStore, Observation
+from herdr_mcp.release.minisign import keygen
+from herdr_mcp.update.apply import UpdatePaths, start_and_activate
+from herdr_mcp.update.install import install_generation
+from herdr_mcp.update.repository_sim import ReleaseRepositorySimulator
+from herdr_mcp.update.staging import StagedAsset
+from tests.release_builder import REPOSITORY, REPOSITORY_ID, BuiltRelease, ReleaseFactory, publish
+from tests.runtime_harness import make_repo, mcp_client
+from tests.test_link import Link, running_link
+
+pytestmark = pytest.mark.timeout(900)
+
+
+@dataclass(frozen=True)
+class Releases:
+    v1: BuiltRelease
+    v2: BuiltRelease
+    v3: BuiltRelease
+    keys: Path
+
+
+@pytest.fixture(scope="module")
+def releases(tmp_path_factory: pytest.TempPathFactory) -> Releases:
+    work = tmp_path_factory.mktemp("releases")
+    keys = work / "keys"
+    keys.mkdir()
+    keygen(keys / "release.pub", work / "release.key")
+    factory = ReleaseFactory(work, work / "release.key")
+    return Releases(
+        v1=factory.release("1.0.0", epoch=4),
+        v2=factory.release("2.0.0", epoch=5, migrate_from_epoch=4),
+        v3=factory.release("3.0.0", epoch=6, migrate_from_epoch=5, with_bundle=False),
+        keys=keys,
+    )
+
+
+@dataclass
+class Workstation:
+    config: Path
+    sim: ReleaseRepositorySimulator
+    link: Link
+    v1_herdr_mcp: Path
+    keys: Path
+
+    @property
+    def store(self) -> GenerationStore:
+        return GenerationStore.in_dir(self.config / "generations")
+
+    def update_command(self, *extra: str) -> list[str]:
+        return [
+            str(self.v1_herdr_mcp), "update", "--json", "--no-sigstore",
+            "--repository", REPOSITORY, "--repository-id", str(REPOSITORY_ID),
+            "--api-url", self.sim.api_base_url, "--ca-file", str(self.sim.ca_file),
+            *(f"--allowed-host={host}" for host in sorted(self.sim.hosts)),
+            "--keys", str(self.keys), "--config-dir", str(self.config), *extra,
+        ]  # fmt: skip
+
+    def update(self, *extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            self.update_command(*extra), capture_output=True, text=True, timeout=600, env=_env()
+        )
+
+    def served_contract(self) -> ContractIdentity:
+        """The contract the active generation serves, from a real tools/list through the link."""
+        return asyncio.run(_served_contract(self.link))
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    env.pop("HERDR_MCP_UPDATE_FAILPOINT", None)
+    return env
+
+
+async def _served_contract(link: Link) -> ContractIdentity:
+    async with mcp_client(link.url, link.token) as client:
+        listed = await client.list_tools()
+        tools = [tool.model_dump(mode="json", by_alias=True, exclude_none=True) for tool in listed.tools]
+        exec_tool = next(tool for tool in tools if tool["name"] == "herdr_exec")
+        epoch = 5 if "intent" in exec_tool["inputSchema"].get("properties", {}) else 4
+        result = await client.call_tool("herdr_inspect", {})
+        assert not result.is_error, result
+    return identity_of(tools, epoch)
+
+
+@pytest.fixture
+def workstation(releases: Releases, tmp_path: Path) -> Iterator[Workstation]:
+    """v1 installed from its bundle, started, registered and active; the link in front of it."""
+    from herdr_mcp.sim import SimConfig, SimulatorThread
+
+    config = tmp_path / "config"
+    config.mkdir(mode=0o700)
+    repo = make_repo(tmp_path / "repo", {"README.md": b"# demo\n"})
+    paths = UpdatePaths(config)
+    assert releases.v1.bundle is not None
+    job = tmp_path / "bootstrap-job"
+    job.mkdir()
+    data = releases.v1.bundle.read_bytes()
+    staged = StagedAsset(releases.v1.bundle, hashlib.sha256(data).hexdigest(), len(data), job)
+    v1 = install_generation(staged, paths.runtimes, "r1.0.0-bootstrap")
+    socket = tmp_path / "herdr.sock"
+    with SimulatorThread(SimConfig.for_roots([repo]), socket), ReleaseRepositorySimulator(REPOSITORY) as sim:
+        try:
+            result = start_and_activate(
+                paths,
+                Generation(
+                    "r1.0.0-bootstrap",
+                    "http://127.0.0.1:1",
+                    expected_runtime_version="1.0.0",
+                    expected_contract=contract_identity(4),
+                    executable=str(v1.herdr_mcp),
+                ),
+                ["--no-sim", "--herdr-socket", str(socket)],
+            )
+            assert result.outcome == "activated", result
+            with running_link(config / "generations", config / "link-token") as link:
+                yield Workstation(config, sim, link, v1.herdr_mcp, releases.keys)
+        finally:
+            _stop_all(paths)
+
+
+def _stop_all(paths: UpdatePaths) -> None:
+    from herdr_mcp.generations.process import stop_runtime
+
+    if paths.runtimes.is_dir():
+        for runtime_dir in paths.runtimes.iterdir():
+            stop_runtime(runtime_dir, grace_s=5)
+
+
+def _answer(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    assert done.returncode == 0, (done.returncode, done.stdout, done.stderr)
+    answer: dict[str, Any] = json.loads(done.stdout)
+    return answer
+
+
+def test_v1_updates_to_v2_across_one_epoch_rolls_back_and_refuses_v3(
+    releases: Releases, workstation: Workstation
+) -> None:
+    ws = workstation
+    assert ws.served_contract() == contract_identity(4)
+
+    publish(ws.sim, releases.v2)
+    answer = _answer(ws.update())
+    assert (answer["status"], answer["version"], answer["outcome"]) == ("activated", "2.0.0", "activated")
+    v2_generation = answer["generation"]
+    # A real MCP call through the link reaches v2: it serves the epoch-5 contract.
+    assert ws.served_contract() == contract_identity(5)
+    status = ws.store.read_status()
+    assert (status.active, status.previous) == (v2_generation, "r1.0.0-bootstrap")
+    assert json.loads((ws.config / "highest-seen.json").read_text()) == {"version": "2.0.0"}
+    spec = ws.store.read_control().find(v2_generation)
+    assert spec.provenance is not None and spec.provenance["tag"] == "v2.0.0"
+    assert spec.expected_contract == contract_identity(5)
+
+    rolled = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "herdr_mcp",
+            "generation",
+            "--state-dir",
+            str(ws.config / "generations"),
+            "rollback",
+        ],
+        capture_output=True,
+        text=True,
+        env=_env(),
+    )
+    assert rolled.returncode == 0, rolled.stderr
+    assert rolled.stdout.startswith("activated:")
+    assert ws.served_contract() == contract_identity(4)
+
+    publish(ws.sim, releases.v3)
+    ws.sim.clear_log()
+    refused = ws.update()
+    assert refused.returncode == 2, refused.stdout
+    assert "epoch 4" in refused.stderr and "epoch 6" in refused.stderr, refused.stderr
+    assert refused.stderr.startswith("herdr-mcp: error: contract_"), refused.stderr
+    downloaded = [entry.path for entry in ws.sim.downloads()]
+    assert all(path.endswith(("runtime-manifest.json", ".minisig")) for path in downloaded), downloaded
+    assert ws.served_contract() == contract_identity(4)  # v1 still serves
+
+
+def _killed_at(ws: Workstation, failpoint: str) -> None:
+    process = subprocess.Popen(
+        ws.update_command(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**_env(), "HERDR_MCP_UPDATE_FAILPOINT": failpoint},
+    )
+    assert process.stderr is not None
+    seen = []
+    for line in process.stderr:
+        seen.append(line)
+        if line.strip() == f"failpoint {failpoint}":
+            break
+    else:
+        raise AssertionError(f"the update never reached {failpoint}: {''.join(seen)}")
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=10)
+    process.stderr.close()
+    if process.stdout is not None:
+        process.stdout.close()
+
+
+def test_a_killed_update_leaves_v1_serving_and_the_next_one_cleans_up_and_resumes(
+    releases: Releases, workstation: Workstation
+) -> None:
+    ws = workstation
+    publish(ws.sim, releases.v2)
+    paths = UpdatePaths(ws.config)
+
+    # 1. Killed right after the download: a staging job is left, v1 serves.
+    _killed_at(ws, "staged")
+    assert [job.name.startswith("upd-") for job in paths.jobs.iterdir()] == [True]
+    assert ws.store.read_status().active == "r1.0.0-bootstrap"
+    assert ws.served_contract() == contract_identity(4)
+
+    # 2. Killed right after the install: a half-made generation is left, v1 serves.
+    _killed_at(ws, "installed")
+    half_made = [path.name for path in paths.runtimes.iterdir() if path.name != "r1.0.0-bootstrap"]
+    assert len(half_made) == 1
+    assert [spec.generation for spec in ws.store.read_control().generations] == ["r1.0.0-bootstrap"]
+    assert ws.served_contract() == contract_identity(4)
+
+    # 3. Killed while the gate observes the switched candidate: the next reader undoes it.
+    control = ws.store.read_control()
+    ws.store.write_control(
+        replace(control, observation=Observation(checks=20, interval_ms=1000)),
+        expected_revision=control.revision,
+    )
+    process = subprocess.Popen(
+        ws.update_command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env()
+    )
+    deadline = time.monotonic() + 300
+    while ws.store.read_status().outcome != "observing":
+        assert process.poll() is None, "the update ended before its activation was observed"
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    candidate = ws.store.read_status().active
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=10)
+    assert candidate != "r1.0.0-bootstrap"
+    # That run cleaned up what the two before it left.
+    assert not (paths.runtimes / half_made[0]).exists()
+    assert list(paths.jobs.iterdir()) == []
+    # The link notices the activator died and puts v1 back before routing.
+    assert ws.served_contract() == contract_identity(4)
+    status = ws.store.read_status()
+    assert (status.active, status.outcome) == ("r1.0.0-bootstrap", "rolled_back:activation_interrupted")
+
+    # 4. The next update cleans up and resumes with the interrupted candidate.
+    control = ws.store.read_control()
+    ws.store.write_control(
+        replace(control, observation=Observation(checks=2, interval_ms=100)),
+        expected_revision=control.revision,
+    )
+    done = ws.update()
+    answer = _answer(done)
+    assert (answer["status"], answer["generation"], answer.get("reused")) == ("activated", candidate, True)
+    assert ws.served_contract() == contract_identity(5)
+    assert sorted(path.name for path in paths.runtimes.iterdir()) == sorted(["r1.0.0-bootstrap", candidate])
