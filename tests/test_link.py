@@ -17,6 +17,9 @@ import asyncio
 import contextlib
 import http.server
 import json
+import os
+import select
+import signal
 import socket
 import subprocess
 import sys
@@ -42,6 +45,7 @@ from herdr_mcp.generations import (
 )
 from herdr_mcp.generations.cli import main as generation_main
 from herdr_mcp.link import LinkConfig, build_link_app
+from herdr_mcp.link.upstream import UpstreamPool
 from tests.runtime_harness import (
     RunningRuntime,
     call_tool,
@@ -317,6 +321,60 @@ def test_legacy_session_stays_on_its_generation(world: World) -> None:
         )
 
 
+def test_interrupted_activation_is_undone_by_the_link(world: World) -> None:
+    """An activator SIGKILLed mid-observation leaves `observing` with B active: while it lives the
+    link leaves B in place; once it is dead (the lock is free) new requests go back to A and the
+    status file records the rollback."""
+    link, store = world.link, world.store
+    activator = subprocess.Popen(
+        [
+            sys.executable, "-c",
+            "import sys, time\n"
+            "from pathlib import Path\n"
+            "from herdr_mcp.generations import GenerationStore, activate\n"
+            "def hang(seconds):\n"
+            "    print('observing', flush=True)\n"
+            "    time.sleep(600)\n"
+            "activate(GenerationStore.in_dir(Path(sys.argv[1])), 'B', sleep=hang)\n",
+            str(store.state_dir),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+
+    async def where() -> str:
+        async with link.client() as client:
+            ran = await call_tool(client, "herdr_exec", exec_args(f'echo "${MARK}"'))
+        return str(ran["stdout"]).strip()
+
+    try:
+        assert activator.stdout is not None and activator.stdout.readline() == "observing\n"
+        assert store.read_status().outcome == "observing"
+        # A live activator holds the lock: the link routes to the candidate, as the gate set it.
+        time.sleep(0.3)
+        for _ in range(3):
+            assert run(where()) == "B"
+            time.sleep(0.12)
+        assert (store.read_status().outcome, store.read_status().active) == ("observing", "B")
+        assert link.health()["outcome"] == "observing"
+    finally:
+        os.kill(activator.pid, signal.SIGKILL)
+        activator.wait(10)
+        if activator.stdout is not None:
+            activator.stdout.close()
+    deadline = time.monotonic() + 5
+    while run(where()) != "A":
+        assert time.monotonic() < deadline, link.health()
+        time.sleep(0.05)
+    while store.read_status().outcome != "rolled_back:activation_interrupted":
+        assert time.monotonic() < deadline, store.read_status()
+        time.sleep(0.05)
+    status = store.read_status()
+    assert (status.active, status.status_of("B").phase) == ("A", "failed")
+    assert run(where()) == "A"
+    assert (link.health()["active"], link.health()["outcome"]) == ("A", "rolled_back:activation_interrupted")
+
+
 # -- the failure answers, in process --------------------------------------------------------
 
 
@@ -418,6 +476,138 @@ def test_generation_refusing_the_links_bearer_is_not_delivered(world: World, tmp
     wrong = replace(spec("A", world.a), token_file=None)
     store = store_active(tmp_path, wrong, active="A")
     assert error_of(in_process_post(store, CALL)) == (503, 7, "not_delivered", "generation_unauthorized")
+
+
+class KeepAliveGeneration:
+    """A stand-in generation answering HTTP/1.1 keep-alive, which closes a connection once it was
+    idle for `idle_close_s` after an answer (0: at once, without saying `Connection: close`)."""
+
+    def __init__(self, idle_close_s: float) -> None:
+        self.idle_close_s = idle_close_s
+        self.requests = 0
+        self.connections = 0
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(8)
+        self.endpoint = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                connection, _ = self._sock.accept()
+                self.connections += 1
+                threading.Thread(target=self._handle, args=(connection,), daemon=True).start()
+
+    def _handle(self, connection: socket.socket) -> None:
+        with connection, contextlib.suppress(OSError):
+            data = b""
+            answered = 0
+            while True:
+                while b"\r\n\r\n" not in data:
+                    idle = data == b"" and answered > 0
+                    if idle and not select.select([connection], [], [], self.idle_close_s)[0]:
+                        return  # idle too long: close, as uvicorn does after its keep-alive timeout
+                    chunk = connection.recv(65536)
+                    if not chunk:
+                        return
+                    data += chunk
+                head, _, data = data.partition(b"\r\n\r\n")
+                length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+                while len(data) < length:
+                    data += connection.recv(65536)
+                data = data[length:]
+                self.requests += 1
+                answered += 1
+                answer = json.dumps({"jsonrpc": "2.0", "id": 7, "result": {"n": self.requests}}).encode()
+                connection.sendall(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                    b"content-length: %d\r\n\r\n%s" % (len(answer), answer)
+                )
+
+    def close(self) -> None:
+        self._sock.close()
+        self._thread.join(5)
+
+
+def in_process_posts(store: GenerationStore, count: int, pause_s: float) -> list[httpx2.Response]:
+    """`count` calls through one in-process link app, `pause_s` apart."""
+    app = build_link_app(
+        LinkConfig(store, "link-token-" + "x" * 20, store.state_dir / "t", token_reader=lambda _: "y" * 32)
+    )
+
+    async def posts() -> list[httpx2.Response]:
+        answers = []
+        async with (
+            app.router.lifespan_context(app),
+            httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://127.0.0.1") as http,
+        ):
+            for _ in range(count):
+                answers.append(
+                    await http.post(
+                        "/mcp", json=CALL, headers={"Authorization": "Bearer link-token-" + "x" * 20}
+                    )
+                )
+                await asyncio.sleep(pause_s)
+        return answers
+
+    return run(posts())
+
+
+@pytest.mark.parametrize(("idle_close_s", "pause_s"), [(0.0, 0.05), (0.05, 0.2)])
+def test_generation_closing_idle_keepalive_connections_is_not_a_failure(
+    tmp_path: Path, idle_close_s: float, pause_s: float
+) -> None:
+    """A pooled connection the generation closed is found closed before anything is written on it,
+    so the call goes on a new connection: every call answered, each one received exactly once."""
+    upstream = KeepAliveGeneration(idle_close_s)
+    try:
+        store = store_active(tmp_path, Generation("idle", upstream.endpoint), active="idle")
+        answers = in_process_posts(store, 4, pause_s)
+    finally:
+        upstream.close()
+    assert [answer.status_code for answer in answers] == [200] * 4
+    assert [answer.json()["result"]["n"] for answer in answers] == [1, 2, 3, 4]
+    assert (upstream.requests, upstream.connections) == (4, 4)
+
+
+def test_closed_pooled_connection_is_detected_before_writing(tmp_path: Path) -> None:
+    """The generation's FIN reached the socket but the event loop has not run since (a blocking
+    sleep): the pre-write check (MSG_PEEK) still finds the pooled connection closed."""
+    upstream = KeepAliveGeneration(0.0)
+
+    async def two_calls() -> list[int]:
+        pool = UpstreamPool()
+        statuses = []
+        try:
+            for _ in range(2):
+                answer = await pool.request(upstream.endpoint, b"POST", b"/mcp", [], b"{}")
+                while not answer.done:
+                    await answer.read()
+                answer.close()
+                statuses.append(answer.status)
+                time.sleep(0.1)  # the FIN arrives; the loop does not run, so nothing marks it
+        finally:
+            await pool.aclose()
+        return statuses
+
+    try:
+        assert run(two_calls()) == [200, 200]
+    finally:
+        upstream.close()
+    assert (upstream.requests, upstream.connections) == (2, 2)
+
+
+def test_keepalive_connection_is_reused(tmp_path: Path) -> None:
+    upstream = KeepAliveGeneration(5.0)
+    try:
+        store = store_active(tmp_path, Generation("warm", upstream.endpoint), active="warm")
+        answers = in_process_posts(store, 5, 0.0)
+    finally:
+        upstream.close()
+    assert [answer.status_code for answer in answers] == [200] * 5
+    assert (upstream.requests, upstream.connections) == (5, 1)
 
 
 # -- streaming, through a real link ---------------------------------------------------------

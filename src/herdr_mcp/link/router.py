@@ -43,14 +43,14 @@ import hmac
 import json
 import logging
 import os
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import httpx2
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -65,26 +65,25 @@ from herdr_mcp.generations import (
     StatusFile,
     TokenReader,
     default_token_reader,
+    recover_interrupted,
+)
+from herdr_mcp.generations.gate import OBSERVING
+from herdr_mcp.link.upstream import (
+    AnswerBroken,
+    DeliveryUnknown,
+    NotDelivered,
+    Response,
+    UpstreamPool,
 )
 
 log = logging.getLogger("herdr_mcp.link")
 
 #: How stale the active pointer may be: the status file is stat()ed at most this often.
 STATUS_POLL_S = 0.1
+#: A generation's bearer is re-read from its token file at most this often (and after a 401).
+TOKEN_RECHECK_S = 1.0
 #: The runtime's own cap on an MCP request body (the SDK's DEFAULT_MAX_REQUEST_BODY_SIZE).
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
-#: A loopback connect either succeeds at once or the generation is not listening.
-CONNECT_TIMEOUT_S = 2.0
-#: Sending a <= 4 MiB body over loopback.
-WRITE_TIMEOUT_S = 10.0
-#: Waiting for a free upstream connection; nothing was sent yet, so this is `not_delivered`.
-POOL_TIMEOUT_S = 10.0
-#: Tool calls and SSE streams last as long as they last (a tool has its own timeouts).
-READ_TIMEOUT_S = None
-#: Idle upstream connections are dropped before uvicorn's 5 s keep-alive closes them from the
-#: other side, so a request is never written onto a connection the generation is closing.
-UPSTREAM_KEEPALIVE_S = 2.0
-MAX_UPSTREAM_CONNECTIONS = 256
 #: The SDK's default session cap per runtime, for two generations.
 MAX_PINNED_SESSIONS = 2 * 10_000
 #: JSON-RPC "server error" range: the link's own failures.
@@ -94,12 +93,14 @@ SESSION_HEADER = "mcp-session-id"
 #: Never forwarded in either direction (RFC 9110 7.6.1), plus what the link sets itself.
 _HOP_BY_HOP = frozenset(
     {
-        "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
-        "te", "trailer", "transfer-encoding", "upgrade",
+        b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"proxy-connection",
+        b"te", b"trailer", b"transfer-encoding", b"upgrade",
     }
 )  # fmt: skip
-_NOT_FORWARDED = _HOP_BY_HOP | {"host", "authorization", "content-length"}
-_NOT_RELAYED = _HOP_BY_HOP | {"date", "server"}
+#: `expect`: the link has the whole body before it sends; a 100-continue would only be in the way.
+_NOT_FORWARDED = _HOP_BY_HOP | {b"host", b"authorization", b"content-length", b"expect"}
+_NOT_RELAYED = _HOP_BY_HOP | {b"date", b"server"}
+_SESSION = SESSION_HEADER.encode()
 
 
 class LinkRefusal(Exception):
@@ -144,14 +145,37 @@ class ActivePointer:
     a new version. They are stat()ed at most every `STATUS_POLL_S` and read only when one changed.
     A file that fails to parse leaves the last good pointer in place (and `error` set): the
     writers never write what they would not read back, so this is someone else's edit.
+
+    An interrupted activation. While the status says `outcome: observing`, the gate holds the
+    generations lock (it does for a whole activation, observation included). So at each poll
+    while it says so, the pointer tries that lock without waiting (`locked(timeout_s=0)`): held
+    means a live activator, and the candidate keeps the traffic the gate gave it. Free, with the
+    status re-read under it still `observing`, proves the activator died mid-observation. Then new
+    requests go to the previous generation at once (the pointer routes as the repaired status
+    will say), and `recover_interrupted` writes that repair in a background thread.
+
+    The race accepted: the lock is released between that proof and `recover_interrupted` taking
+    it again (the gate exposes no recovery for a caller already holding the lock, and the lock is
+    not reentrant). A new activation may take it in between; it repairs the interrupted one first
+    itself (`activate` and `rollback` do), so `recover_interrupted` then finds nothing to repair,
+    or waits until that activation ends. That wait is why it runs off the event loop: a request
+    never waits on the lock. Meanwhile the link routes to the generation the repair puts back,
+    which is also what the new activation keeps until its own switch, seen at the next poll.
     """
 
-    def __init__(self, store: GenerationStore, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        store: GenerationStore,
+        clock: Callable[[], float] = time.monotonic,
+        recover: Callable[[GenerationStore], object] = recover_interrupted,
+    ) -> None:
         self._store = store
         self._clock = clock
+        self._recover = recover
         self._checked_at: float | None = None
         self._identity: tuple[object, object] | None = None
         self._pointer = Pointer(ControlFile(), StatusFile())
+        self._recovering: threading.Thread | None = None
 
     def current(self) -> Pointer:
         now = self._clock()
@@ -166,7 +190,44 @@ class ActivePointer:
             except GenerationError as exc:
                 self._pointer = Pointer(self._pointer.control, self._pointer.status, exc.code)
                 log.warning("keeping the last good active pointer: %s", exc)
+        if self._pointer.status.outcome == OBSERVING:
+            self._check_interrupted()
         return self._pointer
+
+    def _check_interrupted(self) -> None:
+        if self._recovering is not None and self._recovering.is_alive():
+            return
+        try:
+            with self._store.locked(timeout_s=0):
+                status = self._store.read_status()
+        except GenerationError as exc:
+            if exc.code != "control_locked":  # held: a live activator, leave it alone
+                log.warning("cannot check for an interrupted activation: %s", exc)
+            return
+        if status.outcome != OBSERVING or status.active is None:
+            self._identity = None  # it finished meanwhile: read the new status at the next poll
+            return
+        log.warning(
+            "the activation of %s was interrupted (no process holds the generations lock); "
+            "routing to %s and recording the rollback",
+            status.active,
+            status.previous,
+        )
+        repaired = replace(
+            status, active=status.previous, previous=None, outcome="rolled_back:activation_interrupted"
+        )
+        self._pointer = Pointer(self._pointer.control, repaired, self._pointer.error)
+        self._recovering = threading.Thread(
+            target=self._recover_in_background, name="link-recover-interrupted", daemon=True
+        )
+        self._recovering.start()
+
+    def _recover_in_background(self) -> None:
+        try:
+            self._recover(self._store)
+        except GenerationError as exc:
+            log.warning("could not record the interrupted activation's rollback: %s", exc)
+        self._identity = None  # re-read whatever the status file says now at the next poll
 
 
 # -- leases and sessions ----------------------------------------------------------------------
@@ -235,6 +296,46 @@ async def _answer(send: Send, status: int, body: bytes, extra: tuple[tuple[bytes
     await send({"type": "http.response.body", "body": body})
 
 
+class _Tokens:
+    """Each generation's bearer as an `Authorization` value, re-read at most every `TOKEN_RECHECK_S`.
+
+    Reading the token file on every request cost more than the rest of the routing. A changed token
+    is picked up within `TOKEN_RECHECK_S`, and at once after the generation refused the one sent
+    (that request is answered `generation_unauthorized`: nothing ran, the client may resend).
+    """
+
+    def __init__(self, reader: TokenReader, clock: Callable[[], float] = time.monotonic) -> None:
+        self._reader = reader
+        self._clock = clock
+        self._cache: dict[tuple[str, str, str | None], tuple[float, bytes]] = {}
+
+    def authorization(self, spec: Generation) -> bytes:
+        key = (spec.generation, spec.endpoint, spec.token_file)
+        now = self._clock()
+        cached = self._cache.get(key)
+        if cached is not None and now - cached[0] < TOKEN_RECHECK_S:
+            return cached[1]
+        try:
+            token = self._reader(spec)
+        except GenerationError as exc:
+            raise LinkRefusal(503, "not_delivered", exc.message, exc.code) from exc
+        if not token or not all(33 <= ord(char) < 127 for char in token):
+            raise LinkRefusal(
+                503,
+                "not_delivered",
+                f"the bearer token of generation {spec.generation} holds characters a header cannot carry",
+                "token_unavailable",
+            )
+        if len(self._cache) >= 64:
+            self._cache.clear()
+        value = b"Bearer " + token.encode("ascii")
+        self._cache[key] = (now, value)
+        return value
+
+    def forget(self, spec: Generation) -> None:
+        self._cache.pop((spec.generation, spec.endpoint, spec.token_file), None)
+
+
 class McpForwarder:
     """The raw ASGI endpoint for `/mcp` (module docstring: routing and failure semantics)."""
 
@@ -244,20 +345,25 @@ class McpForwarder:
         token: str,
         token_file: Path,
         token_reader: TokenReader,
-        http: httpx2.AsyncClient,
+        pool: UpstreamPool,
     ) -> None:
         self.pointer = ActivePointer(store)
         self.leases = Leases()
         self.sessions = SessionPins()
         self._expected = f"Bearer {token}".encode()
         self._token_file = token_file
-        self._token_reader = token_reader
-        self._http = http
+        self._tokens = _Tokens(token_reader)
+        self._pool = pool
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = dict(scope["headers"])
+        authorization = session = b""
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                authorization = value
+            elif name == _SESSION:
+                session = value
         # 1. the link's own bearer
-        if not hmac.compare_digest(headers.get(b"authorization", b""), self._expected):
+        if not hmac.compare_digest(authorization, self._expected):
             await self._unauthorized(send)
             return
         # 2. the whole body before any routing
@@ -273,7 +379,7 @@ class McpForwarder:
                     "send large content in smaller pieces",
                 )
             # 3. the generation
-            spec = self._route(headers.get(SESSION_HEADER.encode(), b"").decode("latin-1"))
+            spec = self._route(session.decode("latin-1"))
             # 4. the lease, 5. exactly one send
             with self.leases.hold(spec.generation):
                 await self._forward(scope, receive, send, spec, body)
@@ -320,26 +426,10 @@ class McpForwarder:
                 "active_generation_unknown",
             ) from None
 
-    def _upstream_request(self, scope: Scope, spec: Generation, body: bytes) -> httpx2.Request:
-        try:
-            token = self._token_reader(spec)
-        except GenerationError as exc:
-            raise LinkRefusal(503, "not_delivered", exc.message, exc.code) from exc
-        headers = [
-            (name.decode("latin-1"), value.decode("latin-1"))
-            for name, value in scope["headers"]
-            if name.decode("latin-1").lower() not in _NOT_FORWARDED
-        ]
-        headers.append(("authorization", f"Bearer {token}"))
-        query = scope.get("query_string", b"").decode("latin-1")
-        url = f"{spec.endpoint}/mcp" + (f"?{query}" if query else "")
-        return self._http.build_request(scope["method"], url, headers=headers, content=body)
-
     async def _forward(
         self, scope: Scope, receive: Receive, send: Send, spec: Generation, body: bytes
     ) -> None:
-        request = self._upstream_request(scope, spec, body)
-        relay = asyncio.ensure_future(self._relay(request, send, spec, scope))
+        relay = asyncio.ensure_future(self._relay(scope, send, spec, body))
         disconnected = asyncio.ensure_future(_wait_for_disconnect(receive))
         try:
             # A client that goes away ends its upstream exchange too, as if it had called the
@@ -353,29 +443,36 @@ class McpForwarder:
         if not relay.cancelled():
             relay.result()  # re-raises a LinkRefusal (answered by the caller) or UpstreamBroken
 
-    async def _relay(self, request: httpx2.Request, send: Send, spec: Generation, scope: Scope) -> None:
+    async def _relay(self, scope: Scope, send: Send, spec: Generation, body: bytes) -> None:
+        headers = [(name, value) for name, value in scope["headers"] if name.lower() not in _NOT_FORWARDED]
+        headers.append((b"authorization", self._tokens.authorization(spec)))
+        query: bytes = scope.get("query_string", b"")
+        target = b"/mcp?" + query if query else b"/mcp"
         try:
-            response = await self._http.send(request, stream=True)
-        except (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout) as exc:
+            response = await self._pool.request(
+                spec.endpoint, scope["method"].encode("ascii"), target, headers, body
+            )
+        except NotDelivered as exc:
             raise LinkRefusal(
                 503,
                 "not_delivered",
                 f"generation {spec.generation} at {spec.endpoint} did not accept the connection; "
                 "nothing was sent, the request may be sent again",
-                type(exc).__name__,
+                exc.reason,
             ) from exc
-        except httpx2.HTTPError as exc:
+        except DeliveryUnknown as exc:
             raise LinkRefusal(
                 502,
                 "delivery_unknown",
                 f"generation {spec.generation} failed after the request was sent; it may or may not "
                 "have been carried out: check its effect before sending it again",
-                type(exc).__name__,
+                exc.reason,
             ) from exc
         try:
-            if response.status_code == 401:
+            if response.status == 401:
                 # The generation's bearer gate refused before dispatch, so nothing ran. Relaying
                 # the 401 would tell the client that ITS token (the link's) is wrong.
+                self._tokens.forget(spec)
                 raise LinkRefusal(
                     503,
                     "not_delivered",
@@ -384,34 +481,36 @@ class McpForwarder:
                     "generation_unauthorized",
                 )
             self._follow_session(scope, response, spec)
-            headers = [
-                (name.encode("latin-1"), value.encode("latin-1"))
-                for name, value in response.headers.multi_items()
-                if name.lower() not in _NOT_RELAYED
-            ]
-            headers.append((GENERATION_HEADER.encode(), spec.generation.encode()))
-            await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+            relayed = [(name, value) for name, value in response.headers if name not in _NOT_RELAYED]
+            relayed.append((GENERATION_HEADER.encode(), spec.generation.encode()))
+            await send({"type": "http.response.start", "status": response.status, "headers": relayed})
             try:
-                async for chunk in response.aiter_raw():
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            except httpx2.HTTPError as exc:
+                while True:
+                    chunk = await response.read()
+                    if response.done:
+                        break
+                    if chunk:
+                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            except AnswerBroken as exc:
                 raise UpstreamBroken(
-                    f"generation {spec.generation} broke its answer mid-way ({type(exc).__name__}); "
+                    f"generation {spec.generation} broke its answer mid-way ({exc.reason}); "
                     "dropping the client connection"
                 ) from exc
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            # The connection went back to the pool when the body ended; the last piece ends the answer.
+            await send({"type": "http.response.body", "body": chunk, "more_body": False})
         finally:
-            await response.aclose()
+            response.close()
 
-    def _follow_session(self, scope: Scope, response: httpx2.Response, spec: Generation) -> None:
-        sent = dict(scope["headers"]).get(SESSION_HEADER.encode(), b"").decode("latin-1")
-        created = response.headers.get(SESSION_HEADER)
+    def _follow_session(self, scope: Scope, response: Response, spec: Generation) -> None:
+        sent = b""
+        for name, value in scope["headers"]:
+            if name == _SESSION:
+                sent = value
+        created = response.header(_SESSION)
         if created:
-            self.sessions.pin(created, spec.generation)
-        if sent and (
-            (scope["method"] == "DELETE" and response.status_code < 300) or response.status_code == 404
-        ):
-            self.sessions.forget(sent)
+            self.sessions.pin(created.decode("latin-1"), spec.generation)
+        if sent and ((scope["method"] == "DELETE" and response.status < 300) or response.status == 404):
+            self.sessions.forget(sent.decode("latin-1"))
 
 
 async def _read_body(receive: Receive) -> bytes | None:
@@ -445,34 +544,34 @@ class LinkConfig:
     token_reader: TokenReader | None = None
 
 
-def upstream_client() -> httpx2.AsyncClient:
-    """The one HTTP client to all generations (loopback only, no redirects, no proxies)."""
-    return httpx2.AsyncClient(
-        timeout=httpx2.Timeout(
-            connect=CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S, write=WRITE_TIMEOUT_S, pool=POOL_TIMEOUT_S
-        ),
-        limits=httpx2.Limits(
-            max_connections=MAX_UPSTREAM_CONNECTIONS,
-            max_keepalive_connections=MAX_UPSTREAM_CONNECTIONS,
-            keepalive_expiry=UPSTREAM_KEEPALIVE_S,
-        ),
-        follow_redirects=False,
-        trust_env=False,
-    )
+class LinkApp(Starlette):
+    """Starlette for `/health` and the lifespan; `/mcp` goes straight to the forwarder.
+
+    The forwarder is a raw ASGI app that answers every failure itself, so Starlette's middleware
+    and routing (a measurable part of a ~2 ms tool call) have nothing to add on that path.
+    """
+
+    forwarder: McpForwarder
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == "/mcp":
+            await self.forwarder(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
 
 
-def build_link_app(config: LinkConfig) -> Starlette:
+def build_link_app(config: LinkConfig) -> LinkApp:
     """The link app, composed once: `/mcp` (the link's bearer) and `/health` (open).
 
-    The upstream HTTP client is closed when the app's lifespan ends.
+    The upstream connections are closed when the app's lifespan ends.
     """
-    http = upstream_client()
+    pool = UpstreamPool()
     forwarder = McpForwarder(
         config.store,
         config.token,
         config.token_file,
         config.token_reader or default_token_reader(config.store),
-        http,
+        pool,
     )
 
     async def health(request: Request) -> JSONResponse:
@@ -496,10 +595,12 @@ def build_link_app(config: LinkConfig) -> Starlette:
         try:
             yield
         finally:
-            await http.aclose()
+            await pool.aclose()
 
     endpoint: ASGIApp = forwarder
-    return Starlette(
+    app = LinkApp(
         routes=[Route("/health", health, methods=["GET"]), Route("/mcp", endpoint)],
         lifespan=lifespan,
     )
+    app.forwarder = forwarder
+    return app
