@@ -11,6 +11,7 @@ release workflow does. `publish` puts a release into the repository simulator.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -20,9 +21,15 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from herdr_mcp.contract import contract_identity
+from herdr_mcp.generations import Generation
+from herdr_mcp.generations.process import stop_runtime
 from herdr_mcp.release.build import BuildEnvironment, BuildSystem, build
 from herdr_mcp.release.bundle import Target, bundle, load_release_config
+from herdr_mcp.update.apply import UpdatePaths, start_and_activate
+from herdr_mcp.update.install import install_generation
 from herdr_mcp.update.repository_sim import ReleaseRepositorySimulator
+from herdr_mcp.update.staging import StagedAsset
 
 ROOT = Path(__file__).resolve().parents[1]
 REPOSITORY = "herdr-mcp/herdr-mcp"
@@ -154,3 +161,32 @@ def publish(sim: ReleaseRepositorySimulator, release: BuiltRelease) -> None:
     published = sim.add_release(release.tag)
     for path in sorted(release.dist.iterdir()):
         published.add_asset(path.name, path)
+
+
+def install_active(
+    paths: UpdatePaths, release: BuiltRelease, generation: str, serve_args: list[str], job: Path
+) -> None:
+    """Bootstrap a workstation: `release` installed from its bundle as `generation`, started with
+    `serve_args`, registered and activated through the gate (what a first install does)."""
+    assert release.bundle is not None
+    job.mkdir()
+    data = release.bundle.read_bytes()
+    staged = StagedAsset(release.bundle, hashlib.sha256(data).hexdigest(), len(data), job)
+    installed = install_generation(staged, paths.runtimes, generation)
+    spec = Generation(
+        generation,
+        "http://127.0.0.1:1",  # replaced by the endpoint the runtime announces
+        expected_runtime_version=release.version,
+        expected_contract=contract_identity(release.epoch),
+        executable=str(installed.herdr_mcp),
+        provenance={"plane": "prod", "source": "release", "tag": release.tag},
+    )
+    result = start_and_activate(paths, spec, serve_args)
+    assert result.outcome == "activated", result
+
+
+def stop_all(paths: UpdatePaths) -> None:
+    """Stop every generation runtime of `paths` (test teardown)."""
+    if paths.runtimes.is_dir():
+        for runtime_dir in paths.runtimes.iterdir():
+            stop_runtime(runtime_dir, grace_s=5)

@@ -12,7 +12,6 @@ each time, and the next `update` cleans up and resumes.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import os
 import signal
@@ -27,13 +26,19 @@ from typing import Any
 import pytest
 
 from herdr_mcp.contract import ContractIdentity, contract_identity, identity_of
-from herdr_mcp.generations import Generation, GenerationStore, Observation
+from herdr_mcp.generations import GenerationStore, Observation
 from herdr_mcp.release.minisign import keygen
-from herdr_mcp.update.apply import UpdatePaths, start_and_activate
-from herdr_mcp.update.install import install_generation
+from herdr_mcp.update.apply import UpdatePaths
 from herdr_mcp.update.repository_sim import ReleaseRepositorySimulator
-from herdr_mcp.update.staging import StagedAsset
-from tests.release_builder import REPOSITORY, REPOSITORY_ID, BuiltRelease, ReleaseFactory, publish
+from tests.release_builder import (
+    REPOSITORY,
+    REPOSITORY_ID,
+    BuiltRelease,
+    ReleaseFactory,
+    install_active,
+    publish,
+    stop_all,
+)
 from tests.runtime_harness import make_repo, mcp_client
 from tests.test_link import Link, running_link
 
@@ -121,39 +126,16 @@ def workstation(releases: Releases, tmp_path: Path) -> Iterator[Workstation]:
     config.mkdir(mode=0o700)
     repo = make_repo(tmp_path / "repo", {"README.md": b"# demo\n"})
     paths = UpdatePaths(config)
-    assert releases.v1.bundle is not None
-    job = tmp_path / "bootstrap-job"
-    job.mkdir()
-    data = releases.v1.bundle.read_bytes()
-    staged = StagedAsset(releases.v1.bundle, hashlib.sha256(data).hexdigest(), len(data), job)
-    v1 = install_generation(staged, paths.runtimes, "r1.0.0-bootstrap")
     socket = tmp_path / "herdr.sock"
     with SimulatorThread(SimConfig.for_roots([repo]), socket), ReleaseRepositorySimulator(REPOSITORY) as sim:
         try:
-            result = start_and_activate(
-                paths,
-                Generation(
-                    "r1.0.0-bootstrap",
-                    "http://127.0.0.1:1",
-                    expected_runtime_version="1.0.0",
-                    expected_contract=contract_identity(4),
-                    executable=str(v1.herdr_mcp),
-                ),
-                ["--no-sim", "--herdr-socket", str(socket)],
-            )
-            assert result.outcome == "activated", result
+            serve_args = ["--no-sim", "--herdr-socket", str(socket)]
+            install_active(paths, releases.v1, "r1.0.0-bootstrap", serve_args, tmp_path / "bootstrap-job")
+            v1 = paths.runtimes / "r1.0.0-bootstrap" / "venv" / "bin" / "herdr-mcp"
             with running_link(config / "generations", config / "link-token") as link:
-                yield Workstation(config, sim, link, v1.herdr_mcp, releases.keys)
+                yield Workstation(config, sim, link, v1, releases.keys)
         finally:
-            _stop_all(paths)
-
-
-def _stop_all(paths: UpdatePaths) -> None:
-    from herdr_mcp.generations.process import stop_runtime
-
-    if paths.runtimes.is_dir():
-        for runtime_dir in paths.runtimes.iterdir():
-            stop_runtime(runtime_dir, grace_s=5)
+            stop_all(paths)
 
 
 def _answer(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
@@ -268,6 +250,7 @@ def test_a_killed_update_leaves_v1_serving_and_the_next_one_cleans_up_and_resume
         assert time.monotonic() < deadline
         time.sleep(0.05)
     candidate = ws.store.read_status().active
+    assert candidate is not None
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=10)
     assert candidate != "r1.0.0-bootstrap"

@@ -103,6 +103,12 @@ def _run_rollback(argv: list[str]) -> int:
     return rollback_main(argv)
 
 
+def _run_dev(argv: list[str]) -> int:
+    from herdr_mcp.dev.cli import main as dev_main
+
+    return dev_main(argv)
+
+
 def _run_link(argv: list[str]) -> int:
     from herdr_mcp.link.cli import main as link_main
 
@@ -112,6 +118,7 @@ def _run_link(argv: list[str]) -> int:
 #: Subcommands with parsers of their own: main() hands them their arguments untouched.
 _DELEGATED = {
     "link": _run_link,
+    "dev": _run_dev,
     "service": _run_service,
     "rollback": _run_rollback,
     "sim": _run_sim,
@@ -179,7 +186,12 @@ def build_parser() -> argparse.ArgumentParser:
         "release", help="maintainer release commands: build, bundle, manifest, sign, verify", add_help=False
     )
     commands.add_parser(
-        "update", help="update --check | update auto: discover and admit the next release", add_help=False
+        "update",
+        help="install and activate the next release (--check: admit only)",
+        add_help=False,
+    )
+    commands.add_parser(
+        "dev", help="DEV plane: status | sync (build this checkout) | rollback (pinned PROD)", add_help=False
     )
     commands.add_parser(
         "link", help="the stable local MCP endpoint in front of the active generation", add_help=False

@@ -69,6 +69,8 @@ from herdr_mcp.update.staging import JOB_PREFIX, DownloadConfig, stage
 #: Seconds a candidate's `version --json` may take (a cold venv imports everything once).
 PROBE_TIMEOUT_S = 60.0
 FAILPOINT_ENV = "HERDR_MCP_UPDATE_FAILPOINT"
+#: Present while a DEV generation (built from a checkout by `herdr-mcp dev sync`) is in charge.
+DEV_PLANE_MARKER = "dev-plane.json"
 #: Provenance keys of a generation this updater installed from a release.
 SOURCE_RELEASE = "release"
 
@@ -221,6 +223,12 @@ def run_update(
     `GenerationError`, `FenceSet`, and the manifest and signature errors) for anything that stops
     it before the gate; the gate's refusals are a report with status `refused`."""
     check_fence(paths.config_dir)
+    if (paths.config_dir / DEV_PLANE_MARKER).exists():
+        raise UpdateUsageError(
+            "plane_not_prod",
+            "this workstation runs a DEV generation; `herdr-mcp dev rollback` returns to the pinned "
+            "PROD generation, then update",
+        )
     store = paths.generations
     with update_lock(paths):
         cleaned = clean_up(paths)
@@ -316,14 +324,20 @@ def start_and_activate(
     spec: Generation,
     serve_args: Sequence[str] | None,
     *,
+    keep: Sequence[str] = (),
     say: Callable[[str], None] = lambda _: None,
 ) -> ActivationResult:
     """Start `spec`'s runtime (its endpoint is what the process announces), register it, activate
     it through the gate, then retire our generations that are neither active nor the rollback
-    target; a refused candidate is stopped and forgotten instead. Shared with `dev sync`."""
+    target, nor in `keep`); a refused candidate is stopped and forgotten instead. `serve_args`
+    None: the generation's own recorded ones, else the active generation's. Shared with `dev`."""
     store = paths.generations
     runtime_dir = paths.runtimes / spec.generation
-    args = tuple(serve_args) if serve_args is not None else _active_serve_args(paths)
+    if serve_args is not None:
+        args = tuple(serve_args)
+    else:
+        own = read_serve_args(runtime_dir)
+        args = own if own is not None else _active_serve_args(paths)
     registered = {item.generation for item in store.read_control().generations}
     if spec.generation in registered:
         spec = store.read_control().find(spec.generation)
@@ -342,7 +356,7 @@ def start_and_activate(
     say(f"activating generation {spec.generation} at {spec.endpoint}")
     result = activate(store, spec.generation)
     if result.ok:
-        retire(paths)
+        retire(paths, keep)
     else:
         stop_runtime(runtime_dir)
         with contextlib.suppress(GenerationError):
@@ -439,14 +453,14 @@ def _forget(paths: UpdatePaths, generation: str) -> None:
         remove(paths.generations, generation)
 
 
-def retire(paths: UpdatePaths) -> list[str]:
-    """Stop, forget and delete our generations that are neither active nor previous."""
+def retire(paths: UpdatePaths, keep: Sequence[str] = ()) -> list[str]:
+    """Stop, forget and delete our generations that are neither active nor previous nor in `keep`."""
     store = paths.generations
     status = store.read_status()
-    keep = {status.active, status.previous}
+    kept = {status.active, status.previous, *keep}
     retired = []
     for spec in store.read_control().generations:
-        if spec.generation in keep or not _ours(paths, spec):
+        if spec.generation in kept or not _ours(paths, spec):
             continue
         stop_runtime(paths.runtimes / spec.generation)
         try:

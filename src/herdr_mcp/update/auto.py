@@ -33,11 +33,10 @@ from typing import Any, Literal
 
 from herdr_mcp.service.fence import read_fence
 from herdr_mcp.update.admission import AlreadyCurrent, TrustedRelease
-from herdr_mcp.update.apply import UpdateReport
+from herdr_mcp.update.apply import DEV_PLANE_MARKER, UpdateReport
 from herdr_mcp.update.check import CheckResult
 from herdr_mcp.update.discovery import CHANNELS, NoCandidate
 
-DEV_PLANE_MARKER = "dev-plane.json"
 SETTINGS_FILE = "update-settings.json"
 AUTO_CHANNEL = "stable"
 #: A settings file is two fields.

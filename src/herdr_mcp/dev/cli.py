@@ -1,0 +1,77 @@
+"""`herdr-mcp dev status|sync|rollback`: run a generation built from this checkout, and go back.
+
+Exit 0 on success; 2 with one line `herdr-mcp: error: <code>: <message>` on any refusal (the
+gate's outcome code when it did not activate: the generation active before stays active).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from herdr_mcp.dev.plane import DevPlaneError, rollback, status, sync
+from herdr_mcp.generations.control import GenerationError
+from herdr_mcp.generations.gate import ActivationResult
+from herdr_mcp.generations.process import check_serve_args
+from herdr_mcp.release.build import BuildError
+from herdr_mcp.release.bundle import BundleError
+from herdr_mcp.runtime.config import default_config_dir
+from herdr_mcp.service.fence import FenceSet
+from herdr_mcp.update.apply import UpdatePaths
+from herdr_mcp.update.errors import UpdateError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="herdr-mcp dev", description="the DEV plane over the pinned PROD")
+    parser.add_argument("--config-dir", type=Path, default=None)
+    parser.add_argument("--json", action="store_true")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("status", help="the plane, the pinned PROD generation and the active one")
+    sync_cmd = commands.add_parser("sync", help="build this checkout and activate it as the DEV generation")
+    sync_cmd.add_argument("--source", type=Path, default=Path.cwd(), help="the checkout (default: here)")
+    sync_cmd.add_argument(
+        "--serve-arg",
+        action="append",
+        default=None,
+        help="a `serve` argument (default: the active generation's)",
+    )
+    commands.add_parser("rollback", help="re-activate the pinned PROD generation (nothing is rebuilt)")
+    return parser
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    paths = UpdatePaths(args.config_dir or default_config_dir())
+    try:
+        if args.command == "status":
+            answer: dict[str, Any] = status(paths)
+            summary = f"plane {answer['plane']}, active generation {answer['active']}"
+            if answer["plane"] == "dev":
+                pin = answer["pinned_prod"]
+                summary += f", pinned PROD {pin['generation']} ({pin['version']})"
+            answer["summary"] = summary
+            result: ActivationResult | None = None
+        elif args.command == "sync":
+            serve_args = check_serve_args(args.serve_arg) if args.serve_arg is not None else None
+            result, plane = sync(paths, args.source, serve_args=serve_args, say=_say)
+            answer = {**result.to_dict(), "plane": plane.to_dict(), "summary": result.message}
+        else:
+            result, pin = rollback(paths, say=_say)
+            answer = {**result.to_dict(), "pinned_prod": pin.to_dict(), "summary": result.message}
+    except (DevPlaneError, GenerationError, UpdateError, FenceSet, BuildError, BundleError) as exc:
+        print(f"herdr-mcp: error: {exc.code}: {exc.message}", file=sys.stderr)
+        return 2
+    if result is not None and not result.ok:
+        if args.json:
+            print(json.dumps(answer, sort_keys=True))
+        print(f"herdr-mcp: error: {result.outcome}: {result.message}", file=sys.stderr)
+        return 2
+    print(json.dumps(answer, sort_keys=True) if args.json else answer["summary"])
+    return 0

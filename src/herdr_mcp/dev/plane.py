@@ -1,0 +1,392 @@
+"""The DEV plane: a generation built from a source checkout, on top of a pinned PROD generation.
+
+PROD is a generation installed from a signed release; DEV is one built from a Git checkout with
+its source provenance. They are the same generation mechanism (runtime dirs, the control and
+status files, the activation gate); the plane is a fact recorded next to them:
+
+`<config dir>/dev-plane.json` (0600; its presence means "this workstation runs DEV", and
+`update auto` skips while it exists):
+
+    {"schema_version": 1,
+     "pinned_prod": {"generation", "executable", "version", "contract", "checksum"},
+     "dev_generation": "<id of the DEV generation last synced>",
+     "source": {"path", "commit", "dirty", "describe"},
+     "synced_at": "<UTC>"}
+
+`sync` (`herdr-mcp dev sync`):
+
+1. under the update lock (an update and a sync never interleave), refused while the update fence
+   is set, after the same clean-up an update does;
+2. pins PROD: on the first sync, the active generation, which must be a PROD one (not built from
+   a checkout), with the sha256 of its installed `herdr_mcp` RECORD (the list of every installed
+   file with its own hash) as its checksum; a later sync keeps the existing pin;
+3. builds the checkout's wheel (the release toolchain's `build`, SOURCE_DATE_EPOCH from its HEAD
+   commit), bundles it for this machine and installs it into a new generation venv with no
+   network, exactly as an update installs a release;
+4. probes it (`version --json`); its contract must be the pinned PROD contract (`dev_contract_changed`
+   otherwise: a contract change goes through a release with a contract_migration);
+5. writes the marker, then starts the generation and activates it through the same gate. If the
+   gate refuses, the DEV generation is removed, and the marker is put back as it was (removed on
+   a first sync): PROD stays active.
+
+`rollback` (`herdr-mcp dev rollback`) re-activates the pinned PROD generation through the gate
+without building anything: its checksum must still be the pinned one (`dev_pin_mismatch`), its
+runtime is started again if it is not running; on `activated` or `active_unchanged` the marker is
+removed and the workstation is PROD again.
+
+Errors: `DevPlaneError` (`dev_plane_invalid`, `dev_not_prod`, `dev_no_active_generation`,
+`dev_pin_missing`, `dev_pin_mismatch`, `dev_contract_changed`, `dev_source_invalid`,
+`dev_not_dev`), plus the updater's and the release toolchain's own errors.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from herdr_mcp.contract import ContractIdentity
+from herdr_mcp.generations.control import Generation, GenerationError, atomic_write, parse_contract
+from herdr_mcp.generations.gate import ActivationResult
+from herdr_mcp.release.build import build, commit_time
+from herdr_mcp.release.bundle import bundle, load_release_config
+from herdr_mcp.service.fence import check_fence
+from herdr_mcp.update.apply import (
+    DEV_PLANE_MARKER,
+    PROBE_TIMEOUT_S,
+    UpdatePaths,
+    clean_up,
+    host_target,
+    start_and_activate,
+    update_lock,
+)
+from herdr_mcp.update.install import install_generation
+from herdr_mcp.update.probe import ProbeResult, parse_version_output
+from herdr_mcp.update.staging import StagedAsset
+
+SCHEMA_VERSION = 1
+MAX_MARKER_BYTES = 64 * 1024
+
+
+class DevPlaneError(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class PinnedProd:
+    generation: str
+    executable: str
+    version: str
+    contract: ContractIdentity
+    checksum: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "generation": self.generation,
+            "executable": self.executable,
+            "version": self.version,
+            "contract": self.contract.to_dict(),
+            "checksum": self.checksum,
+        }
+
+
+@dataclass(frozen=True)
+class DevPlane:
+    """The parsed `dev-plane.json`."""
+
+    pinned_prod: PinnedProd
+    dev_generation: str | None
+    source: dict[str, Any]
+    synced_at: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "pinned_prod": self.pinned_prod.to_dict(),
+            "dev_generation": self.dev_generation,
+            "source": self.source,
+            "synced_at": self.synced_at,
+        }
+
+
+def marker_path(config_dir: Path) -> Path:
+    return config_dir / DEV_PLANE_MARKER
+
+
+def read_plane(config_dir: Path) -> DevPlane | None:
+    """The DEV plane marker, or None on PROD; `dev_plane_invalid` when it is not ours."""
+    path = marker_path(config_dir)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise DevPlaneError("dev_plane_invalid", f"cannot open {path}: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(MAX_MARKER_BYTES + 1)
+    try:
+        document = json.loads(data) if len(data) <= MAX_MARKER_BYTES else None
+        if not isinstance(document, dict) or document.get("schema_version") != SCHEMA_VERSION:
+            raise ValueError("not a schema 1 object")
+        if set(document) != {"schema_version", "pinned_prod", "dev_generation", "source", "synced_at"}:
+            raise ValueError("unexpected fields")
+        pin = document["pinned_prod"]
+        if not isinstance(pin, dict) or set(pin) != {
+            "generation",
+            "executable",
+            "version",
+            "contract",
+            "checksum",
+        }:
+            raise ValueError("pinned_prod is malformed")
+        for key in ("generation", "executable", "version", "checksum"):
+            if not isinstance(pin[key], str):
+                raise ValueError(f"pinned_prod.{key} must be a string")
+        dev = document["dev_generation"]
+        if not (dev is None or isinstance(dev, str)) or not isinstance(document["source"], dict):
+            raise ValueError("dev_generation or source is malformed")
+        if not isinstance(document["synced_at"], str):
+            raise ValueError("synced_at must be a string")
+        return DevPlane(
+            PinnedProd(
+                pin["generation"],
+                pin["executable"],
+                pin["version"],
+                parse_contract(pin["contract"], "pinned_prod.contract"),
+                pin["checksum"],
+            ),
+            dev,
+            document["source"],
+            document["synced_at"],
+        )
+    except (ValueError, GenerationError) as exc:
+        raise DevPlaneError(
+            "dev_plane_invalid", f"{path} is not a DEV plane marker herdr-mcp wrote ({exc}); fix or remove it"
+        ) from None
+
+
+def _write_plane(config_dir: Path, plane: DevPlane | None) -> None:
+    path = marker_path(config_dir)
+    if plane is None:
+        path.unlink(missing_ok=True)
+    else:
+        atomic_write(path, json.dumps(plane.to_dict(), indent=2, sort_keys=True).encode() + b"\n")
+
+
+def installed_checksum(executable: Path) -> str:
+    """sha256 of the `herdr_mcp` RECORD in the venv that holds `executable` (bin/herdr-mcp)."""
+    venv = executable.parent.parent
+    records = sorted(venv.glob("lib/python*/site-packages/herdr_mcp-*.dist-info/RECORD"))
+    if len(records) != 1:
+        raise DevPlaneError(
+            "dev_pin_mismatch", f"{venv} does not hold exactly one installed herdr_mcp (found {len(records)})"
+        )
+    return "sha256:" + hashlib.sha256(records[0].read_bytes()).hexdigest()
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _git(source: Path, *args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=source, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise DevPlaneError("dev_source_invalid", f"git {' '.join(args)} in {source}: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+def source_provenance(source: Path) -> dict[str, Any]:
+    """Where a DEV build comes from: the checkout, its HEAD commit, whether it has local changes."""
+    top = Path(_git(source, "rev-parse", "--show-toplevel"))
+    return {
+        "path": str(top),
+        "commit": _git(top, "rev-parse", "HEAD"),
+        "dirty": bool(_git(top, "status", "--porcelain", "--untracked-files=normal")),
+        "describe": _git(top, "describe", "--always", "--dirty", "--tags"),
+    }
+
+
+def _pin_active(paths: UpdatePaths) -> PinnedProd:
+    store = paths.generations
+    active = store.read_status().active
+    if active is None:
+        raise DevPlaneError(
+            "dev_no_active_generation",
+            "no generation is active: install a release first (`herdr-mcp update`); it is pinned as PROD",
+        )
+    spec = store.read_control().find(active)
+    if (spec.provenance or {}).get("plane") == "dev":
+        raise DevPlaneError(
+            "dev_not_prod",
+            f"the active generation {active} was built from a checkout; it cannot be PROD",
+        )
+    if spec.executable is None or spec.expected_contract is None or spec.expected_runtime_version is None:
+        raise DevPlaneError(
+            "dev_not_prod",
+            f"the active generation {active} records no executable, version and contract to pin",
+        )
+    return PinnedProd(
+        active,
+        spec.executable,
+        spec.expected_runtime_version,
+        spec.expected_contract,
+        installed_checksum(Path(spec.executable)),
+    )
+
+
+def _probe_build(executable: Path) -> ProbeResult:
+    done = subprocess.run(
+        [str(executable), "version", "--json"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=PROBE_TIMEOUT_S,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise DevPlaneError(
+            "dev_source_invalid",
+            f"the DEV build's `version --json` exited {done.returncode}: "
+            + done.stderr.decode("utf-8", "replace")[-800:],
+        )
+    return parse_version_output(done.stdout)
+
+
+def sync(
+    paths: UpdatePaths,
+    source: Path,
+    *,
+    serve_args: Sequence[str] | None = None,
+    say: Callable[[str], None] = lambda _: None,
+) -> tuple[ActivationResult, DevPlane]:
+    """`herdr-mcp dev sync` (module docstring). Returns the gate's result and the plane written
+    (on a refusal: the plane as it is now, which may be None-equivalent to PROD)."""
+    check_fence(paths.config_dir)
+    with update_lock(paths):
+        for line in clean_up(paths):
+            say(f"cleaned up: {line}")
+        before = read_plane(paths.config_dir)
+        pin = before.pinned_prod if before is not None else _pin_active(paths)
+        provenance = source_provenance(source)
+        top = Path(provenance["path"])
+        commit_time(top)  # a checkout with a commit, or BuildError now
+        target_name = host_target()
+        target = load_release_config(top / "release" / "config.toml").target(target_name)
+        generation_id = f"dev-{provenance['commit'][:12]}-{time.time_ns() // 1_000_000}"
+        with tempfile.TemporaryDirectory(prefix="herdr-mcp-dev-") as scratch_name:
+            scratch = Path(scratch_name)
+            say(f"building {top} at {provenance['describe']}")
+            _, wheel = build(top, scratch / "dist")
+            say(f"bundling {wheel.name} for {target_name}")
+            archive = bundle(wheel, scratch / "bundle", target=target)
+            data = archive.read_bytes()
+            staged = StagedAsset(archive, hashlib.sha256(data).hexdigest(), len(data), scratch)
+            say(f"installing it as generation {generation_id}")
+            installed = install_generation(staged, paths.runtimes, generation_id)
+            wheel_sha256 = hashlib.sha256(wheel.read_bytes()).hexdigest()
+        try:
+            found = _probe_build(installed.herdr_mcp)
+            if found.contract != pin.contract:
+                raise DevPlaneError(
+                    "dev_contract_changed",
+                    f"the checkout serves contract epoch {found.contract.epoch} ({found.contract.hash}), the "
+                    f"pinned PROD epoch {pin.contract.epoch} ({pin.contract.hash}); a contract change ships "
+                    "as a release with a contract_migration, not as a DEV sync",
+                )
+        except BaseException:
+            shutil.rmtree(installed.path, ignore_errors=True)
+            raise
+        plane = DevPlane(pin, generation_id, {**provenance, "wheel_sha256": wheel_sha256}, _now())
+        _write_plane(paths.config_dir, plane)
+        result = start_and_activate(
+            paths,
+            Generation(
+                generation=generation_id,
+                endpoint="http://127.0.0.1:1",  # replaced by the endpoint the runtime announces
+                expected_runtime_version=found.version,
+                expected_contract=found.contract,
+                executable=str(installed.herdr_mcp),
+                provenance={
+                    "plane": "dev",
+                    "source": "checkout",
+                    "path": provenance["path"],
+                    "commit": provenance["commit"],
+                    "dirty": "true" if provenance["dirty"] else "false",
+                    "describe": provenance["describe"],
+                    "wheel_sha256": wheel_sha256,
+                },
+            ),
+            serve_args,
+            keep=(pin.generation,),
+            say=say,
+        )
+        if not result.ok:
+            _write_plane(paths.config_dir, before)
+            return result, before if before is not None else plane
+        return result, plane
+
+
+def rollback(
+    paths: UpdatePaths, *, say: Callable[[str], None] = lambda _: None
+) -> tuple[ActivationResult, PinnedProd]:
+    """`herdr-mcp dev rollback` (module docstring)."""
+    with update_lock(paths):
+        plane = read_plane(paths.config_dir)
+        if plane is None:
+            raise DevPlaneError("dev_not_dev", "this workstation is on PROD already (no DEV plane marker)")
+        pin = plane.pinned_prod
+        control = paths.generations.read_control()
+        if not any(spec.generation == pin.generation for spec in control.generations):
+            raise DevPlaneError(
+                "dev_pin_missing",
+                f"the pinned PROD generation {pin.generation} is no longer registered; "
+                "run `herdr-mcp update` to install a release instead",
+            )
+        spec = control.find(pin.generation)
+        checksum = installed_checksum(Path(pin.executable))
+        if spec.executable != pin.executable or checksum != pin.checksum:
+            raise DevPlaneError(
+                "dev_pin_mismatch",
+                f"the pinned PROD generation {pin.generation} is not what was pinned (checksum {checksum}, "
+                f"pinned {pin.checksum}); refusing to activate it",
+            )
+        say(f"returning to the pinned PROD generation {pin.generation} ({pin.version})")
+        result = start_and_activate(paths, spec, None, keep=(pin.generation,), say=say)
+        if result.ok:
+            _write_plane(paths.config_dir, None)
+        return result, pin
+
+
+def status(paths: UpdatePaths) -> dict[str, Any]:
+    """What `herdr-mcp dev status` prints: the plane, the pin, the active generation."""
+    plane = read_plane(paths.config_dir)
+    store = paths.generations
+    active = store.read_status().active
+    spec: Generation | None = None
+    if active is not None:
+        try:
+            spec = store.read_control().find(active)
+        except GenerationError:
+            spec = None
+    out: dict[str, Any] = {
+        "plane": "dev" if plane is not None else "prod",
+        "active": active,
+        "active_provenance": dict(spec.provenance) if spec is not None and spec.provenance else None,
+    }
+    if plane is not None:
+        out["pinned_prod"] = plane.pinned_prod.to_dict()
+        out["dev_generation"] = plane.dev_generation
+        out["source"] = plane.source
+        out["synced_at"] = plane.synced_at
+    return out
