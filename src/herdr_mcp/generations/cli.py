@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from herdr_mcp.generations.control import (
 )
 from herdr_mcp.generations.gate import ActivationResult, activate, rollback
 from herdr_mcp.generations.registry import register, remove
+from herdr_mcp.generations.supervisor import DEFAULT_INTERVAL_S, ensure_running, supervise
 from herdr_mcp.runtime.config import default_config_dir
 
 #: A frozen catalog file is ~40 KiB; this is far above it and far below a memory problem.
@@ -59,6 +62,12 @@ def _parser() -> argparse.ArgumentParser:
 
     remove = commands.add_parser("remove", help="forget a generation that is not active")
     remove.add_argument("generation")
+
+    up = commands.add_parser(
+        "up", help="keep the active and previous generations' runtimes running (the runtime service)"
+    )
+    up.add_argument("--once", action="store_true", help="one pass, then exit")
+    up.add_argument("--interval", type=float, default=DEFAULT_INTERVAL_S, help="seconds between passes")
     return parser
 
 
@@ -75,10 +84,29 @@ def main(argv: list[str]) -> int:
             return _report(activate(store, check_generation_id(args.generation)), as_json=args.json)
         if args.command == "rollback":
             return _report(rollback(store), as_json=args.json)
+        if args.command == "up":
+            return _up(store, once=args.once, interval_s=args.interval)
         return _remove(store, check_generation_id(args.generation))
     except GenerationError as exc:
         print(f"herdr-mcp: error: {exc.code}: {exc.message}", file=sys.stderr)
         return 2
+
+
+def _up(store: GenerationStore, *, once: bool, interval_s: float) -> int:
+    config_dir = store.state_dir.parent
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    if once:
+        ensure_running(store, config_dir, say)
+        return 0
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    say(f"herdr-mcp generation up: keeping the generations of {store.state_dir} running")
+    supervise(store, config_dir, stop, interval_s=interval_s, say=say)
+    return 0
 
 
 def _status(store: GenerationStore, *, as_json: bool) -> int:

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from herdr_mcp.generations.control import GenerationError, atomic_write, check_endpoint
+from herdr_mcp.generations.control import Generation, GenerationError, atomic_write, check_endpoint
 
 RUNTIMES_DIR = "runtimes"
 LAUNCH_FILE = "launch.json"
@@ -52,6 +52,18 @@ MAX_LAUNCH_BYTES = 64 * 1024
 
 def runtimes_dir(config_dir: Path) -> Path:
     return config_dir / RUNTIMES_DIR
+
+
+def is_managed(config_dir: Path, spec: Generation) -> bool:
+    """Whether `spec` runs from its runtime dir under `config_dir` (made by `update` or `dev
+    sync`): only such generations are ever started, stopped or removed by herdr-mcp itself."""
+    if spec.executable is None:
+        return False
+    try:
+        Path(spec.executable).relative_to(runtimes_dir(config_dir) / spec.generation)
+    except ValueError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -99,15 +111,17 @@ def start_runtime(
     config_dir: Path,
     serve_args: Sequence[str] = (),
     *,
+    port: int = 0,
     timeout_s: float = START_TIMEOUT_S,
 ) -> StartedRuntime:
-    """Start the generation's runtime and wait until it listens (module docstring)."""
+    """Start the generation's runtime and wait until it listens (module docstring); `port` 0 lets
+    the kernel choose."""
     args = check_serve_args(serve_args)
     runtime_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     atomic_write(runtime_dir / LAUNCH_FILE, json.dumps({"serve_args": list(args)}, indent=2).encode() + b"\n")
     log_path = runtime_dir / LOG_FILE
     command = [
-        str(executable), "serve", "--host", "127.0.0.1", "--port", "0",
+        str(executable), "serve", "--host", "127.0.0.1", "--port", str(port),
         "--config-dir", str(config_dir), *args,
     ]  # fmt: skip
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
@@ -210,6 +224,10 @@ def _runs(pid: int, executable: str) -> bool:
         if stat_fields and stat_fields[0] == "Z":
             _reap(pid)
             return False
+        if argv == [b""]:
+            # A process that is exiting has released its memory (so its command line reads empty)
+            # but maybe not yet its sockets: still running for our purposes, until it is gone.
+            return True
         return any(arg.decode("utf-8", "replace") == executable for arg in argv)
     done = subprocess.run(
         ["ps", "-o", "command=", "-p", str(pid)], capture_output=True, text=True, check=False

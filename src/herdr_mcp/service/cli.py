@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 
 from herdr_mcp.generations import GenerationError, GenerationStore, TokenReader, activate
 from herdr_mcp.generations.control import check_generation_id
+from herdr_mcp.generations.process import is_managed
 from herdr_mcp.runtime.config import DEFAULT_PORT, default_config_dir
 from herdr_mcp.service.fence import FenceSet, clear_fence, read_fence, set_fence
 from herdr_mcp.service.rollback import discard_rollback, read_rollback, record_rollback, rollback_service
@@ -289,11 +290,28 @@ def _executable(given: Path | None) -> Path:
 
 def _service_config(args: argparse.Namespace, host: ServiceHost, generation: str | None) -> ServiceConfig:
     """The jobs' program: `--executable`/`--port`, else those the generation was registered
-    with (its `executable`, its endpoint's address and port), else herdr-mcp on PATH and 8772."""
+    with (its `executable`, its endpoint's address and port), else herdr-mcp on PATH and 8772.
+
+    When that generation (or, without `--generation`, the active one) is managed (installed by
+    `update` or `dev sync` into the config dir), the runtime job is `generation up`, run by that
+    generation's executable: it keeps the active and previous generations running, so a
+    generation activated by a later update survives a restart of the service or the machine."""
     executable: Path | None = args.executable
     address, port = "127.0.0.1", args.port
+    store = host.generations()
+    managed = generation or store.read_status().active
+    supervise = False
+    if managed is not None:
+        try:
+            managed_spec = store.read_control().find(managed)
+        except GenerationError:
+            managed_spec = None
+        if managed_spec is not None and is_managed(host.config_dir, managed_spec):
+            supervise = True
+            if executable is None and managed_spec.executable is not None:
+                executable = Path(managed_spec.executable)
     if generation is not None:
-        spec = host.generations().read_control().find(generation)
+        spec = store.read_control().find(generation)
         if executable is None and spec.executable is not None:
             executable = Path(spec.executable)
         endpoint = urlsplit(spec.endpoint)
@@ -307,6 +325,7 @@ def _service_config(args: argparse.Namespace, host: ServiceHost, generation: str
         port=DEFAULT_PORT if port is None else port,
         host=address,
         log_dir=log_dir if host.platform == "launchd" else None,
+        supervise=supervise,
     )
 
 

@@ -84,9 +84,14 @@ class ServiceConfig:
     host: str = "127.0.0.1"
     #: launchd only (systemd jobs log to the journal).
     log_dir: Path | None = None
+    #: The runtime job keeps the managed generations running (`generation up`) instead of
+    #: serving one runtime itself.
+    supervise: bool = False
 
     def arguments(self, job: str) -> list[str]:
         exe = str(self.executable)
+        if job == "runtime" and self.supervise:
+            return [exe, "generation", "up"]
         if job == "runtime":
             return [exe, "serve", "--host", self.host, "--port", str(self.port)]
         if job == "link":

@@ -49,6 +49,7 @@ from packaging.version import Version
 from herdr_mcp.generations.control import MAX_GENERATIONS, Generation, GenerationError, GenerationStore
 from herdr_mcp.generations.gate import ActivationResult, activate, recover_interrupted
 from herdr_mcp.generations.process import (
+    is_managed,
     read_serve_args,
     runtime_pid,
     runtimes_dir,
@@ -438,14 +439,7 @@ def _installed_generation(
 
 
 def _ours(paths: UpdatePaths, spec: Generation) -> bool:
-    """Whether `spec` runs from a runtime dir of this config dir (made by update or dev sync)."""
-    if spec.executable is None:
-        return False
-    try:
-        Path(spec.executable).relative_to(paths.runtimes / spec.generation)
-    except ValueError:
-        return False
-    return True
+    return is_managed(paths.config_dir, spec)
 
 
 def _forget(paths: UpdatePaths, generation: str) -> None:
