@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from herdr_mcp.release.bundle import (
     parse_bundle_filename,
 )
 from herdr_mcp.release.manifest import AssetInput, RuntimeManifest, build_manifest
+from tests.release_builder import host_target
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "release" / "config.toml"
@@ -55,21 +55,6 @@ class Built:
     wheel: Path
     target: Target
     archive: Path
-
-
-def _host_target(config: ReleaseConfig) -> Target:
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    for target in config.targets:
-        if (target.sys_platform, target.platform_machine, target.python_version) == (
-            sys.platform,
-            platform.machine(),
-            version,
-        ):
-            return target
-    pytest.fail(
-        f"release/config.toml has no target for this host ({sys.platform}/{platform.machine()}, "
-        f"Python {version}): run the tests with one of its Python versions on one of its platforms"
-    )
 
 
 def _offline_prefix() -> list[str]:
@@ -107,7 +92,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(ROOT), str(tree)], check=True)
     environment = BuildEnvironment.create(work / "env", BuildSystem.from_pyproject(tree).requires)
     _, wheel = build(tree, work / "dist", environment=environment)
-    target = _host_target(load_release_config(CONFIG))
+    target = host_target()
     archive = bundle(wheel, work / "bundles", target=target)
     return Built(wheel=wheel, target=target, archive=archive)
 

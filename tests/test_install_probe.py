@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import json
-import platform
 import stat
 import subprocess
 import sys
@@ -22,7 +21,7 @@ import pytest
 
 from herdr_mcp.contract import ContractIdentity, contract_identity
 from herdr_mcp.release.build import BuildEnvironment, BuildSystem, build
-from herdr_mcp.release.bundle import Target, bundle, load_release_config
+from herdr_mcp.release.bundle import Target, bundle
 from herdr_mcp.update import install
 from herdr_mcp.update.admission import TrustedRelease
 from herdr_mcp.update.errors import LocalStateError, ReleaseDataError, UpdateUsageError
@@ -30,6 +29,7 @@ from herdr_mcp.update.install import install_generation, offline_prefix, unpack_
 from herdr_mcp.update.probe import parse_version_output, probe
 from herdr_mcp.update.repository_sim import ReleaseRepositorySimulator
 from herdr_mcp.update.staging import DownloadConfig, StagedAsset, stage
+from tests.release_builder import host_target
 from tests.test_staging import REPOSITORY, Keys, admitted
 from tests.test_staging import keys as keys  # the module-scoped signing keys fixture
 
@@ -44,18 +44,6 @@ class Built:
     version: str
 
 
-def _host_target() -> Target:
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    for target in load_release_config(ROOT / "release" / "config.toml").targets:
-        if (target.sys_platform, target.platform_machine, target.python_version) == (
-            sys.platform,
-            platform.machine(),
-            version,
-        ):
-            return target
-    pytest.fail(f"release/config.toml has no target for {sys.platform}/{platform.machine()}/{version}")
-
-
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     work = tmp_path_factory.mktemp("bundle")
@@ -63,7 +51,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(ROOT), str(tree)], check=True)
     environment = BuildEnvironment.create(work / "env", BuildSystem.from_pyproject(tree).requires)
     _, wheel = build(tree, work / "dist", environment=environment)
-    target = _host_target()
+    target = host_target()
     archive = bundle(wheel, work / "bundles", target=target)
     version = wheel.name.split("-")[1]
     return Built(archive=archive, target=target, version=version)
