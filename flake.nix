@@ -151,6 +151,7 @@
         v.sigstore
         ps.cryptography
         ps.packaging
+        ps.httptools
       ];
 
       herdrMcpFor =

@@ -33,6 +33,7 @@ NIX_ATTRIBUTES = {
     "sigstore": "v.sigstore",
     "cryptography": "ps.cryptography",
     "packaging": "ps.packaging",
+    "httptools": "ps.httptools",
 }
 _REQUIREMENT = re.compile(r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^]]*\])?\s*(?P<spec>[^;]*)")
 

@@ -386,10 +386,12 @@ def free_port() -> int:
 
 
 class Swallower:
-    """A TCP server that reads one HTTP request, counts it, and closes without answering."""
+    """A TCP server that reads one HTTP request, counts it, and closes after sending `answer`
+    (nothing by default)."""
 
-    def __init__(self) -> None:
+    def __init__(self, answer: bytes = b"") -> None:
         self.requests = 0
+        self.answer = answer
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.bind(("127.0.0.1", 0))
         self._sock.listen(8)
@@ -409,6 +411,8 @@ class Swallower:
                             break
                         data += chunk
                     self.requests += data.count(b"POST /mcp")
+                    if self.answer:
+                        connection.sendall(self.answer)
 
     def close(self) -> None:
         self._sock.close()
@@ -470,6 +474,19 @@ def test_sent_but_unanswered_is_delivery_unknown_and_never_retried(tmp_path: Pat
     finally:
         swallower.close()
     assert swallower.requests == 1
+
+
+@pytest.mark.parametrize("bad", [b"a\rb", b"a\x00b"], ids=["bare-cr", "nul"])
+def test_an_answer_head_the_link_cannot_relay_safely_is_delivery_unknown(tmp_path: Path, bad: bytes) -> None:
+    # Relayed as is, a bare CR or a NUL in a header could split or corrupt the head the client gets.
+    answer = b"HTTP/1.1 200 OK\r\nX-Bad: " + bad + b"\r\nContent-Length: 2\r\n\r\n{}"
+    generation = Swallower(answer)
+    try:
+        store = store_active(tmp_path, Generation("odd", generation.endpoint), active="odd")
+        assert error_of(in_process_post(store, CALL))[:3] == (502, 7, "delivery_unknown")
+    finally:
+        generation.close()
+    assert generation.requests == 1
 
 
 def test_generation_refusing_the_links_bearer_is_not_delivered(world: World, tmp_path: Path) -> None:

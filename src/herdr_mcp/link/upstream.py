@@ -27,6 +27,7 @@ an idle connection (5 s).
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import time
 from collections.abc import Callable, Iterable
@@ -289,6 +290,9 @@ class Response:
             self._pool.release(self._key, connection, reuse=False)
 
 
+_BAD_FIELD_BYTES = re.compile(rb"[\r\n\x00]")
+
+
 def _parse_head(head: bytes, method: bytes) -> tuple[int, list[tuple[bytes, bytes]], int, int, bool] | None:
     """(status, headers, framing, length, keep_alive); None when the head is not valid HTTP/1.x."""
     lines = head.split(b"\r\n")
@@ -306,8 +310,8 @@ def _parse_head(head: bytes, method: bytes) -> tuple[int, list[tuple[bytes, byte
     keep_alive = status_line[0] == b"HTTP/1.1"
     for line in lines[1:]:
         name, colon, value = line.partition(b":")
-        if not colon or not name or name != name.strip() or b" " in name:
-            return None
+        if not colon or not name or name != name.strip() or b" " in name or _BAD_FIELD_BYTES.search(line):
+            return None  # a bare CR, LF or NUL would split the head the link relays to its client
         name = name.lower()
         value = value.strip(b" \t")
         headers.append((name, value))
