@@ -135,3 +135,27 @@ def test_update_paths_respect_the_fence(sim: ReleaseRepositorySimulator, tmp_pat
     tried = _check(sim, tmp_path, keys, "auto")
     assert tried.returncode == 2 and "\nherdr-mcp: error: " in tried.stderr, tried.stderr
     assert not (tmp_path / "config" / "generations" / "runtime-status.json").exists()
+
+
+def test_a_pinned_manifest_url_is_admitted_from_the_files_next_to_it(
+    sim: ReleaseRepositorySimulator, tmp_path: Path
+) -> None:
+    keys = _publish(sim, tmp_path)
+    url = sim.url(f"/{REPOSITORY}/releases/download/{TAG}/runtime-manifest.json", host=sim.download_host)
+    result = _check(sim, tmp_path, keys, "--check", "--manifest-url", url)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["status"] == "admitted"
+    assert _fetched(sim) == ["runtime-manifest.json", "runtime-manifest.json.minisig"]
+    assert [
+        entry.path for entry in sim.log if "/releases?" in entry.path or entry.path.endswith("/releases")
+    ] == []
+
+    # The tag comes from the URL: a manifest served under another tag is refused as moved.
+    moved = url.replace(f"/download/{TAG}/", "/download/v0.0.1/")
+    refused = _check(sim, tmp_path, keys, "--check", "--manifest-url", moved)
+    assert refused.returncode == 2
+
+    for bad in (url.replace("runtime-manifest.json", "other.json"), url.replace("/download/", "/x/")):
+        refused = _check(sim, tmp_path, keys, "--check", "--manifest-url", bad)
+        assert refused.returncode == 2
+        assert "error: manifest_url_invalid:" in refused.stderr

@@ -151,6 +151,13 @@ def test_v1_updates_to_v2_across_one_epoch_rolls_back_and_refuses_v3(
     assert ws.served_contract() == contract_identity(4)
 
     publish(ws.sim, releases.v2)
+    # A runtime that cannot start is never registered, and its install is removed.
+    broken = ws.update("--serve-arg=--no-such-option")
+    assert broken.returncode == 2
+    assert "herdr-mcp: error: runtime_start_failed:" in broken.stderr, broken.stderr
+    assert [path.name for path in (ws.config / "runtimes").iterdir()] == ["r1.0.0-bootstrap"]
+    assert ws.store.read_status().active == "r1.0.0-bootstrap"
+
     answer = _answer(ws.update())
     assert (answer["status"], answer["version"], answer["outcome"]) == ("activated", "2.0.0", "activated")
     v2_generation = answer["generation"]

@@ -288,19 +288,22 @@ def run_update(
             "bundle_sha256": asset.sha256,
         }
         version = release.manifest.version
-        result = start_and_activate(
-            paths,
-            Generation(
-                generation=generation_id,
-                endpoint="http://127.0.0.1:1",  # replaced by the endpoint the runtime announces
-                expected_runtime_version=version,
-                expected_contract=release.manifest.contract,
-                executable=str(executable),
-                provenance=provenance,
-            ),
-            serve_args,
-            say=say,
+        spec = Generation(
+            generation=generation_id,
+            endpoint="http://127.0.0.1:1",  # replaced by the endpoint the runtime announces
+            expected_runtime_version=version,
+            expected_contract=release.manifest.contract,
+            executable=str(executable),
+            provenance=provenance,
         )
+        try:
+            result = start_and_activate(paths, spec, serve_args, say=say)
+        except BaseException:
+            if reused is None:  # a fresh install that never got to the gate: leave nothing behind
+                stop_runtime(paths.runtimes / generation_id)
+                _forget(paths, generation_id)
+                shutil.rmtree(paths.runtimes / generation_id, ignore_errors=True)
+            raise
         if result.ok:
             summary = f"herdr-mcp {version} is active as generation {generation_id} ({result.outcome})"
         else:
