@@ -108,7 +108,7 @@ def managed(tmp_path: Path) -> Iterator[Managed]:
             )
             yield Managed(paths)
         finally:
-            for name in ("A", "B", "C"):
+            for name in ("A", "B", "C", "D"):
                 stop_runtime(runtimes_dir(config) / name, grace_s=5)
 
 
@@ -211,3 +211,22 @@ def test_the_runtime_service_runs_generation_up_for_managed_generations(
         "generation",
         "up",
     ]
+
+    # Two more updates: A is retired as usual, but B, whose venv the services run from, is kept
+    # (registered, its files in place) although it is neither active nor previous any more.
+    config = managed.paths.config_dir
+    for name in ("C", "D"):
+        spec = Generation(name, "http://127.0.0.1:1", executable=str(_managed_executable(config, name)))
+        assert start_and_activate(managed.paths, spec, None).outcome == "activated"
+    status = managed.store.read_status()
+    assert (status.active, status.previous) == ("D", "C")
+    registered = [item.generation for item in managed.store.read_control().generations]
+    assert "A" not in registered and not (runtimes_dir(config) / "A").exists()
+    assert "B" in registered and Path(str(active.executable)).is_file()
+
+    uninstall = [
+        "uninstall", "--platform", "systemd", "--config-dir", str(config),
+        "--target-dir", str(tmp_path / "units"), "--state-dir", str(managed.store.state_dir),
+    ]  # fmt: skip
+    assert main(uninstall, runner=lambda argv: CommandResult(0, "", "")) == 0
+    assert not (config / "services.json").exists()

@@ -29,6 +29,7 @@ from herdr_mcp.generations.control import check_generation_id
 from herdr_mcp.generations.process import is_managed
 from herdr_mcp.runtime.config import DEFAULT_PORT, default_config_dir
 from herdr_mcp.service.fence import FenceSet, clear_fence, read_fence, set_fence
+from herdr_mcp.service.installed import clear_services_executable, record_services_executable
 from herdr_mcp.service.rollback import discard_rollback, read_rollback, record_rollback, rollback_service
 from herdr_mcp.service.units import (
     ALL_UNITS,
@@ -160,6 +161,7 @@ def install_services(
         _restore(host, files, before)
         raise
     cleared = clear_fence(host.config_dir)
+    record_services_executable(host.config_dir, config.executable)
     recorded = False
     if host.platform == "launchd":
         installed = store.read_status().active
@@ -196,6 +198,7 @@ def uninstall_services(host: ServiceHost) -> list[Path]:
     if host.platform == "systemd":
         _run(host, systemctl("daemon-reload"), check=False)
     discard_rollback(host.config_dir)
+    clear_services_executable(host.config_dir)
     return removed
 
 

@@ -58,6 +58,7 @@ from herdr_mcp.generations.process import (
 )
 from herdr_mcp.generations.registry import register, remove
 from herdr_mcp.service.fence import check_fence
+from herdr_mcp.service.installed import services_executable
 from herdr_mcp.update.admission import AdmissionPolicy, AlreadyCurrent, LocalIdentity, TrustedRelease
 from herdr_mcp.update.check import ReleaseFiles, check_for_update, fetch_and_admit, pinned_release_files
 from herdr_mcp.update.discovery import DiscoveryConfig, NoCandidate
@@ -451,10 +452,10 @@ def _forget(paths: UpdatePaths, generation: str) -> None:
 
 
 def retire(paths: UpdatePaths, keep: Sequence[str] = ()) -> list[str]:
-    """Stop, forget and delete our generations that are neither active nor previous nor in `keep`."""
+    """Stop, forget and delete our generations that are neither active nor previous nor in
+    `keep`, nor the one whose venv the installed services run from (`service/installed.py`)."""
     store = paths.generations
-    status = store.read_status()
-    kept = {status.active, status.previous, *keep}
+    kept = _protected(paths) | set(keep)
     retired = []
     for spec in store.read_control().generations:
         if spec.generation in kept or not _ours(paths, spec):
@@ -467,6 +468,29 @@ def retire(paths: UpdatePaths, keep: Sequence[str] = ()) -> list[str]:
         shutil.rmtree(paths.runtimes / spec.generation, ignore_errors=True)
         retired.append(spec.generation)
     return retired
+
+
+def _protected(paths: UpdatePaths) -> set[str | None]:
+    """The generations never retired or cleaned up: active, previous, and the one whose venv the
+    installed services run from."""
+    store = paths.generations
+    status = store.read_status()
+    protected: set[str | None] = {status.active, status.previous}
+    services = services_executable(paths.config_dir)
+    if services is not None:
+        protected |= {
+            spec.generation for spec in store.read_control().generations if _holds(paths, spec, services)
+        }
+    return protected
+
+
+def _holds(paths: UpdatePaths, spec: Generation, executable: Path) -> bool:
+    """Whether `executable` lives inside `spec`'s runtime dir."""
+    try:
+        executable.relative_to(paths.runtimes / spec.generation)
+    except ValueError:
+        return False
+    return True
 
 
 def _make_room(paths: UpdatePaths) -> None:
@@ -501,7 +525,7 @@ def clean_up(paths: UpdatePaths) -> list[str]:
                 f"removed half-made generation {runtime_dir.name}"
                 + (" (its runtime stopped)" if stopped else "")
             )
-    keep = {status.active, status.previous}
+    keep = _protected(paths)
     for entry in status.generations:
         spec = registered.get(entry.generation)
         if spec is None or entry.generation in keep or not _ours(paths, spec):
