@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -159,3 +160,34 @@ def test_a_pinned_manifest_url_is_admitted_from_the_files_next_to_it(
         refused = _check(sim, tmp_path, keys, "--check", "--manifest-url", bad)
         assert refused.returncode == 2
         assert "error: manifest_url_invalid:" in refused.stderr
+
+
+def test_the_repository_and_channel_come_from_the_settings_file_when_no_flag_names_them(
+    sim: ReleaseRepositorySimulator, tmp_path: Path
+) -> None:
+    keys = _publish(sim, tmp_path)
+    config = tmp_path / "config"
+    config.mkdir()
+    command = [
+        sys.executable, "-m", "herdr_mcp", "update", "--check", "--json", "--no-sigstore",
+        "--api-url", sim.api_base_url, *(f"--allowed-host={host}" for host in sorted(sim.hosts)),
+        "--ca-file", str(sim.ca_file), "--keys", str(keys), "--config-dir", str(config),
+    ]  # fmt: skip
+    env = {
+        key: value for key, value in os.environ.items() if not key.startswith("HERDR_MCP_UPDATE_REPOSITORY")
+    }
+    missing = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
+    assert missing.returncode == 2
+    assert "error: update_config_invalid:" in missing.stderr and "update-settings.json" in missing.stderr
+
+    settings = config / "update-settings.json"
+    settings.write_text(json.dumps({"repository": REPOSITORY, "repository_id": REPOSITORY_ID}))
+    found = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
+    assert found.returncode == 0, found.stderr
+    assert json.loads(found.stdout)["status"] == "admitted"
+
+    for bad in ({"repository": "no-slash"}, {"repository_id": "1"}, {"repository_id": True}):
+        settings.write_text(json.dumps(bad))
+        refused = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
+        assert refused.returncode == 2
+        assert "error: update_settings_invalid:" in refused.stderr

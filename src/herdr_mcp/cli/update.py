@@ -31,7 +31,7 @@ from herdr_mcp.runtime.config import default_config_dir
 from herdr_mcp.service.fence import FenceSet, check_fence
 from herdr_mcp.update.admission import AdmissionPolicy, AlreadyCurrent, LocalIdentity, TrustedRelease
 from herdr_mcp.update.apply import ReleaseSource, UpdatePaths, UpdateReport, local_identity, run_update
-from herdr_mcp.update.auto import run_update_auto
+from herdr_mcp.update.auto import SETTINGS_FILE, SettingsInvalid, read_settings, run_update_auto
 from herdr_mcp.update.check import CheckResult, check_for_update, fetch_and_admit, pinned_release_files
 from herdr_mcp.update.discovery import (
     CHANNELS,
@@ -116,7 +116,7 @@ def _say(line: str) -> None:
 
 
 def _update(args: argparse.Namespace, config_dir: Path) -> UpdateReport:
-    discovery, policy = _configuration(args)
+    discovery, policy = _configuration(args, config_dir)
     paths = UpdatePaths(config_dir)
     fallback = LocalIdentity.of_this_runtime(__version__)
     return run_update(
@@ -131,7 +131,7 @@ def _update(args: argparse.Namespace, config_dir: Path) -> UpdateReport:
 
 
 def _check(args: argparse.Namespace, config_dir: Path) -> CheckResult:
-    discovery, policy = _configuration(args)
+    discovery, policy = _configuration(args, config_dir)
     paths = UpdatePaths(config_dir)
     local = local_identity(paths.generations, LocalIdentity.of_this_runtime(__version__))
     if args.manifest_url is not None:
@@ -146,12 +146,21 @@ def _check(args: argparse.Namespace, config_dir: Path) -> CheckResult:
     return check_for_update(discovery, local, policy, paths.highest_seen)
 
 
-def _configuration(args: argparse.Namespace) -> tuple[DiscoveryConfig, AdmissionPolicy]:
+def _configuration(args: argparse.Namespace, config_dir: Path) -> tuple[DiscoveryConfig, AdmissionPolicy]:
+    """Flags (and their environment variables) first, then `update-settings.json`."""
+    try:
+        settings = read_settings(config_dir)
+    except SettingsInvalid as exc:
+        raise UpdateUsageError("update_settings_invalid", f"{exc}; fix or remove it") from None
+    args.repository = args.repository or settings.repository
+    args.repository_id = args.repository_id if args.repository_id is not None else settings.repository_id
+    args.channel = args.channel or settings.channel
     if not args.repository or args.repository_id is None:
         raise UpdateUsageError(
             "update_config_invalid",
             "name the release repository: --repository OWNER/NAME --repository-id ID "
-            "(or HERDR_MCP_UPDATE_REPOSITORY / HERDR_MCP_UPDATE_REPOSITORY_ID)",
+            '(or HERDR_MCP_UPDATE_REPOSITORY / HERDR_MCP_UPDATE_REPOSITORY_ID, or "repository" and '
+            f'"repository_id" in {config_dir / SETTINGS_FILE})',
         )
     identity = None if args.no_sigstore else load_identity_policy()
     if identity is not None and identity.repository != args.repository:

@@ -19,13 +19,17 @@ Errors of the run itself (transport, a refused release) are raised to the caller
 `herdr-mcp update`.
 
 `update-settings.json` (optional; defaults when absent): `{"auto_update": true, "channel":
-"stable"}`; unknown fields are refused.
+"stable", "repository": "owner/name", "repository_id": 123}`; unknown fields are refused. The
+release repository and its numeric id (what the manifest's `source` must name) are where the
+daily job, which gets no arguments, finds them; command-line flags and the
+`HERDR_MCP_UPDATE_REPOSITORY(_ID)` variables take precedence.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +43,7 @@ from herdr_mcp.update.discovery import CHANNELS, NoCandidate
 
 SETTINGS_FILE = "update-settings.json"
 AUTO_CHANNEL = "stable"
+_REPOSITORY = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}")
 #: A settings file is two fields.
 MAX_SETTINGS_BYTES = 16 * 1024
 
@@ -51,6 +56,8 @@ class UpdateSettings:
 
     auto_update: bool = True
     channel: str = AUTO_CHANNEL
+    repository: str | None = None
+    repository_id: int | None = None
 
 
 class SettingsInvalid(ValueError):
@@ -98,7 +105,7 @@ def read_settings(config_dir: Path) -> UpdateSettings:
         raise SettingsInvalid(f"{SETTINGS_FILE} is not JSON") from exc
     if not isinstance(document, dict):
         raise SettingsInvalid(f"{SETTINGS_FILE} must be a JSON object")
-    unknown = set(document) - {"auto_update", "channel"}
+    unknown = set(document) - {"auto_update", "channel", "repository", "repository_id"}
     if unknown:
         raise SettingsInvalid(f"unknown field(s) in {SETTINGS_FILE}: {', '.join(sorted(unknown))}")
     settings = UpdateSettings(**document)
@@ -106,6 +113,15 @@ def read_settings(config_dir: Path) -> UpdateSettings:
         raise SettingsInvalid(f"{SETTINGS_FILE}: auto_update must be true or false")
     if not isinstance(settings.channel, str) or settings.channel not in CHANNELS:
         raise SettingsInvalid(f"{SETTINGS_FILE}: channel must be one of {', '.join(sorted(CHANNELS))}")
+    if settings.repository is not None and not (
+        isinstance(settings.repository, str) and _REPOSITORY.fullmatch(settings.repository)
+    ):
+        raise SettingsInvalid(f'{SETTINGS_FILE}: repository must be "owner/name"')
+    repository_id = settings.repository_id
+    if repository_id is not None and (
+        isinstance(repository_id, bool) or not isinstance(repository_id, int) or not 0 < repository_id < 2**53
+    ):
+        raise SettingsInvalid(f"{SETTINGS_FILE}: repository_id must be a positive integer")
     return settings
 
 
