@@ -21,7 +21,7 @@ import pytest
 
 from herdr_mcp.generations import Generation, GenerationStore, Observation
 from herdr_mcp.generations.control import GenerationStatus, Validation
-from herdr_mcp.generations.process import runtime_pid, runtimes_dir, stop_runtime
+from herdr_mcp.generations.process import runtime_pid, runtimes_dir, start_runtime, stop_runtime
 from herdr_mcp.service.units import CommandResult, ServiceConfig
 from herdr_mcp.update.apply import UpdatePaths, start_and_activate
 from tests.runtime_harness import make_repo
@@ -230,3 +230,26 @@ def test_the_runtime_service_runs_generation_up_for_managed_generations(
     ]  # fmt: skip
     assert main(uninstall, runner=lambda argv: CommandResult(0, "", "")) == 0
     assert not (config / "services.json").exists()
+
+
+def test_start_runtime_without_posix_spawn_sessions_falls_back_to_popen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Where libc has no POSIX_SPAWN_SETSID, os.posix_spawn(setsid=True) raises NotImplementedError.
+    def unsupported(*args: object, **kwargs: object) -> int:
+        raise NotImplementedError("setsid")
+
+    monkeypatch.setattr(os, "posix_spawn", unsupported)
+    config = tmp_path / "config"
+    executable = _managed_executable(config, "P")
+    runtime_dir = runtimes_dir(config) / "P"
+    started = start_runtime(
+        executable, runtime_dir, config, ["--no-sim", "--herdr-socket", str(tmp_path / "none")]
+    )
+    try:
+        assert os.getsid(started.pid) == started.pid  # its own session
+        assert runtime_pid(runtime_dir) == started.pid
+        assert httpx2.get(started.endpoint + "/health", timeout=10).status_code == 200
+    finally:
+        assert stop_runtime(runtime_dir)
+    assert runtime_pid(runtime_dir) is None

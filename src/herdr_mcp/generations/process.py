@@ -132,17 +132,7 @@ def start_runtime(
         # posix_spawn, not Popen: the runtime outlives this process, which never waits for it, and
         # a Popen object would complain when collected while its child still runs.
         try:
-            pid = os.posix_spawn(
-                str(executable),
-                command,
-                env,
-                file_actions=[
-                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                    (os.POSIX_SPAWN_DUP2, fd, 1),
-                    (os.POSIX_SPAWN_DUP2, fd, 2),
-                ],
-                setsid=True,
-            )
+            pid = _spawn(executable, command, env, fd)
         except OSError as exc:
             raise GenerationError(
                 "runtime_start_failed", f"cannot run {executable}: {exc.strerror}"
@@ -169,6 +159,39 @@ def start_runtime(
                 + f"; its log ({log_path}) ends with: {_tail(log_path, offset)}",
             )
         time.sleep(0.05)
+
+
+#: Runtimes started through Popen (where posix_spawn cannot start a session), kept referenced so
+#: that no Popen object is collected while its runtime runs.
+_POPEN_CHILDREN: list[subprocess.Popen[bytes]] = []
+
+
+def _spawn(executable: Path, command: list[str], env: dict[str, str], log_fd: int) -> int:
+    """Start `command` in a new session with stdin from /dev/null and stdout/stderr to `log_fd`."""
+    try:
+        return os.posix_spawn(
+            str(executable),
+            command,
+            env,
+            file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_DUP2, log_fd, 1),
+                (os.POSIX_SPAWN_DUP2, log_fd, 2),
+            ],
+            setsid=True,
+        )
+    except NotImplementedError:  # a libc without POSIX_SPAWN_SETSID
+        process = subprocess.Popen(
+            command,
+            executable=executable,
+            stdin=subprocess.DEVNULL,
+            stdout=log_fd,
+            stderr=log_fd,
+            env=env,
+            start_new_session=True,
+        )
+        _POPEN_CHILDREN.append(process)
+        return process.pid
 
 
 def _exit_code(pid: int) -> int | None:
