@@ -152,10 +152,10 @@ def _configuration(args: argparse.Namespace, config_dir: Path) -> tuple[Discover
         settings = read_settings(config_dir)
     except SettingsInvalid as exc:
         raise UpdateUsageError("update_settings_invalid", f"{exc}; fix or remove it") from None
-    args.repository = args.repository or settings.repository
-    args.repository_id = args.repository_id if args.repository_id is not None else settings.repository_id
-    args.channel = args.channel or settings.channel
-    if not args.repository or args.repository_id is None:
+    repository = args.repository or settings.repository
+    repository_id = args.repository_id if args.repository_id is not None else settings.repository_id
+    channel = args.channel or settings.channel
+    if not repository or repository_id is None:
         raise UpdateUsageError(
             "update_config_invalid",
             "name the release repository: --repository OWNER/NAME --repository-id ID "
@@ -163,19 +163,19 @@ def _configuration(args: argparse.Namespace, config_dir: Path) -> tuple[Discover
             f'"repository_id" in {config_dir / SETTINGS_FILE})',
         )
     identity = None if args.no_sigstore else load_identity_policy()
-    if identity is not None and identity.repository != args.repository:
+    if identity is not None and identity.repository != repository:
         identity = None  # the packaged signer policy names another repository (a fork or a mirror)
     discovery = DiscoveryConfig(
-        repository=args.repository,
-        channel=CHANNELS[args.channel or "stable"],
+        repository=repository,
+        channel=CHANNELS[channel],
         api_base_url=args.api_url,
         allowed_hosts=frozenset(args.allowed_host) if args.allowed_host else GITHUB_HOSTS,
         ca_file=args.ca_file,
     )
     policy = AdmissionPolicy(
         public_keys=tuple(load_pinned_keys(args.keys)),
-        repository=args.repository,
-        repository_id=args.repository_id,
+        repository=repository,
+        repository_id=repository_id,
         identity_policy=identity,
     )
     return discovery, policy

@@ -69,8 +69,9 @@ from herdr_mcp.update.apply import (
     start_and_activate,
     update_lock,
 )
+from herdr_mcp.update.errors import UpdateError
 from herdr_mcp.update.install import install_generation
-from herdr_mcp.update.probe import ProbeResult, parse_version_output
+from herdr_mcp.update.probe import ProbeResult, ask_version
 from herdr_mcp.update.staging import StagedAsset
 
 SCHEMA_VERSION = 1
@@ -247,20 +248,10 @@ def _pin_active(paths: UpdatePaths) -> PinnedProd:
 
 
 def _probe_build(executable: Path) -> ProbeResult:
-    done = subprocess.run(
-        [str(executable), "version", "--json"],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        timeout=PROBE_TIMEOUT_S,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise DevPlaneError(
-            "dev_source_invalid",
-            f"the DEV build's `version --json` exited {done.returncode}: "
-            + done.stderr.decode("utf-8", "replace")[-800:],
-        )
-    return parse_version_output(done.stdout)
+    try:
+        return ask_version(executable, timeout=PROBE_TIMEOUT_S)
+    except UpdateError as exc:
+        raise DevPlaneError("dev_source_invalid", f"the DEV build does not run: {exc.message}") from None
 
 
 def sync(

@@ -404,6 +404,23 @@ def recover_interrupted(store: GenerationStore) -> StatusFile | None:
         return _recover_locked(store)
 
 
+def recover_abandoned(store: GenerationStore) -> StatusFile | None:
+    """`recover_interrupted`, but only when no activator holds the lock right now; never waits.
+
+    The gate holds the generations lock for a whole activation, observation included, so a free
+    lock while the status says `observing` proves the activator died. Returns the repaired status,
+    or None (nothing interrupted, or a live activator holds the lock). For readers that must not
+    block: the link, `generation up`.
+    """
+    try:
+        with store.locked(timeout_s=0):
+            return _recover_locked(store)
+    except GenerationError as exc:
+        if exc.code == "control_locked":
+            return None
+        raise
+
+
 def _recover_locked(store: GenerationStore) -> StatusFile | None:
     status = store.read_status()
     if status.outcome != OBSERVING or status.active is None:

@@ -57,13 +57,12 @@ def runtimes_dir(config_dir: Path) -> Path:
 def is_managed(config_dir: Path, spec: Generation) -> bool:
     """Whether `spec` runs from its runtime dir under `config_dir` (made by `update` or `dev
     sync`): only such generations are ever started, stopped or removed by herdr-mcp itself."""
-    if spec.executable is None:
-        return False
-    try:
-        Path(spec.executable).relative_to(runtimes_dir(config_dir) / spec.generation)
-    except ValueError:
-        return False
-    return True
+    return spec.executable is not None and in_runtime_dir(config_dir, spec.generation, Path(spec.executable))
+
+
+def in_runtime_dir(config_dir: Path, generation: str, path: Path) -> bool:
+    """Whether `path` lies inside `generation`'s runtime dir under `config_dir`."""
+    return path.is_relative_to(runtimes_dir(config_dir) / generation)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from herdr_mcp.generations.control import Generation, GenerationError, GenerationStore
-from herdr_mcp.generations.gate import OBSERVING, recover_interrupted
+from herdr_mcp.generations.gate import OBSERVING, recover_abandoned
 from herdr_mcp.generations.process import (
     is_managed,
     read_serve_args,
@@ -46,15 +46,9 @@ def ensure_running(
 ) -> list[str]:
     """One pass of the module docstring; returns the generations it (re)started."""
     if store.read_status().outcome == OBSERVING:
-        try:
-            with store.locked(timeout_s=0):
-                pass
-        except GenerationError:
-            pass  # a live activator holds the lock
-        else:
-            repaired = recover_interrupted(store)
-            if repaired is not None:
-                say(f"undid an interrupted activation; {repaired.active} is active again")
+        repaired = recover_abandoned(store)
+        if repaired is not None:
+            say(f"undid an interrupted activation; {repaired.active} is active again")
     status = store.read_status()
     control = store.read_control()
     started = []

@@ -43,11 +43,10 @@ import hmac
 import json
 import logging
 import os
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -65,9 +64,8 @@ from herdr_mcp.generations import (
     StatusFile,
     TokenReader,
     default_token_reader,
-    recover_interrupted,
 )
-from herdr_mcp.generations.gate import OBSERVING
+from herdr_mcp.generations.gate import OBSERVING, recover_abandoned
 from herdr_mcp.link.upstream import (
     AnswerBroken,
     DeliveryUnknown,
@@ -146,36 +144,20 @@ class ActivePointer:
     A file that fails to parse leaves the last good pointer in place (and `error` set): the
     writers never write what they would not read back, so this is someone else's edit.
 
-    An interrupted activation. While the status says `outcome: observing`, the gate holds the
-    generations lock (it does for a whole activation, observation included). So at each poll
-    while it says so, the pointer tries that lock without waiting (`locked(timeout_s=0)`): held
-    means a live activator, and the candidate keeps the traffic the gate gave it. Free, with the
-    status re-read under it still `observing`, proves the activator died mid-observation. Then new
-    requests go to the previous generation at once (the pointer routes as the repaired status
-    will say), and `recover_interrupted` writes that repair in a background thread.
-
-    The race accepted: the lock is released between that proof and `recover_interrupted` taking
-    it again (the gate exposes no recovery for a caller already holding the lock, and the lock is
-    not reentrant). A new activation may take it in between; it repairs the interrupted one first
-    itself (`activate` and `rollback` do), so `recover_interrupted` then finds nothing to repair,
-    or waits until that activation ends. That wait is why it runs off the event loop: a request
-    never waits on the lock. Meanwhile the link routes to the generation the repair puts back,
-    which is also what the new activation keeps until its own switch, seen at the next poll.
+    An interrupted activation. While the status says `outcome: observing`, each poll asks the gate
+    to repair an abandoned one (`recover_abandoned`: it takes the generations lock without
+    waiting, so a live activator, which holds it for the whole activation, is left alone and a
+    request never waits on the lock). A repair means the activator died mid-observation: new
+    requests go to the generation it put back at once. The repair is one small file write, done
+    once per interrupted activation.
     """
 
-    def __init__(
-        self,
-        store: GenerationStore,
-        clock: Callable[[], float] = time.monotonic,
-        recover: Callable[[GenerationStore], object] = recover_interrupted,
-    ) -> None:
+    def __init__(self, store: GenerationStore, clock: Callable[[], float] = time.monotonic) -> None:
         self._store = store
         self._clock = clock
-        self._recover = recover
         self._checked_at: float | None = None
         self._identity: tuple[object, object] | None = None
         self._pointer = Pointer(ControlFile(), StatusFile())
-        self._recovering: threading.Thread | None = None
 
     def current(self) -> Pointer:
         now = self._clock()
@@ -195,39 +177,19 @@ class ActivePointer:
         return self._pointer
 
     def _check_interrupted(self) -> None:
-        if self._recovering is not None and self._recovering.is_alive():
-            return
         try:
-            with self._store.locked(timeout_s=0):
-                status = self._store.read_status()
+            repaired = recover_abandoned(self._store)
         except GenerationError as exc:
-            if exc.code != "control_locked":  # held: a live activator, leave it alone
-                log.warning("cannot check for an interrupted activation: %s", exc)
+            log.warning("cannot check for an interrupted activation: %s", exc)
             return
-        if status.outcome != OBSERVING or status.active is None:
-            self._identity = None  # it finished meanwhile: read the new status at the next poll
+        if repaired is None:
             return
         log.warning(
-            "the activation of %s was interrupted (no process holds the generations lock); "
-            "routing to %s and recording the rollback",
-            status.active,
-            status.previous,
-        )
-        repaired = replace(
-            status, active=status.previous, previous=None, outcome="rolled_back:activation_interrupted"
+            "an activation was interrupted (no process held the generations lock); rolled back to %s",
+            repaired.active,
         )
         self._pointer = Pointer(self._pointer.control, repaired, self._pointer.error)
-        self._recovering = threading.Thread(
-            target=self._recover_in_background, name="link-recover-interrupted", daemon=True
-        )
-        self._recovering.start()
-
-    def _recover_in_background(self) -> None:
-        try:
-            self._recover(self._store)
-        except GenerationError as exc:
-            log.warning("could not record the interrupted activation's rollback: %s", exc)
-        self._identity = None  # re-read whatever the status file says now at the next poll
+        self._identity = None  # re-read the files at the next poll
 
 
 # -- leases and sessions ----------------------------------------------------------------------

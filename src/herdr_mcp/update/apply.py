@@ -36,10 +36,9 @@ import fcntl
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
@@ -49,6 +48,7 @@ from packaging.version import Version
 from herdr_mcp.generations.control import MAX_GENERATIONS, Generation, GenerationError, GenerationStore
 from herdr_mcp.generations.gate import ActivationResult, activate, recover_interrupted
 from herdr_mcp.generations.process import (
+    in_runtime_dir,
     is_managed,
     read_serve_args,
     runtime_pid,
@@ -60,12 +60,12 @@ from herdr_mcp.generations.registry import register, remove
 from herdr_mcp.service.fence import check_fence
 from herdr_mcp.service.installed import services_executable
 from herdr_mcp.update.admission import AdmissionPolicy, AlreadyCurrent, LocalIdentity, TrustedRelease
-from herdr_mcp.update.check import ReleaseFiles, check_for_update, fetch_and_admit, pinned_release_files
+from herdr_mcp.update.check import check_for_update, fetch_and_admit, pinned_release_files
 from herdr_mcp.update.discovery import DiscoveryConfig, NoCandidate
-from herdr_mcp.update.errors import LocalStateError, ReleaseDataError, UpdateUsageError
+from herdr_mcp.update.errors import LocalStateError, ReleaseDataError, UpdateError, UpdateUsageError
 from herdr_mcp.update.highest_seen import record_admitted
 from herdr_mcp.update.install import install_generation
-from herdr_mcp.update.probe import parse_version_output, probe
+from herdr_mcp.update.probe import ask_version, probe
 from herdr_mcp.update.staging import JOB_PREFIX, DownloadConfig, stage
 
 #: Seconds a candidate's `version --json` may take (a cold venv imports everything once).
@@ -189,24 +189,11 @@ def local_identity(store: GenerationStore, fallback: LocalIdentity) -> LocalIden
             Version(spec.expected_runtime_version), spec.expected_contract, fallback.state_schema
         )
     try:
-        done = subprocess.run(
-            [spec.executable, "version", "--json"],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=PROBE_TIMEOUT_S,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        found = ask_version(Path(spec.executable), timeout=PROBE_TIMEOUT_S)
+    except UpdateError as exc:
         raise LocalStateError(
-            "local_identity_unknown", f"cannot ask the active generation {spec.generation}: {exc}"
+            "local_identity_unknown", f"cannot ask the active generation {spec.generation}: {exc.message}"
         ) from None
-    if done.returncode != 0:
-        raise LocalStateError(
-            "local_identity_unknown",
-            f"{spec.executable} version --json exited {done.returncode}: "
-            + done.stderr.decode("utf-8", "replace")[-500:],
-        )
-    found = parse_version_output(done.stdout)
     return LocalIdentity(Version(found.version), found.contract, found.state_schema)
 
 
@@ -237,9 +224,10 @@ def run_update(
         for line in cleaned:
             say(f"cleaned up: {line}")
         local = local_identity(store, fallback)
-        release, bundle_url = _admit(paths, source, local, policy)
+        admission = _admit(paths, source, local, policy)
+        release = admission.outcome
         if release is None:
-            return UpdateReport("no_release", bundle_url or "no release", cleaned=cleaned)
+            return UpdateReport("no_release", admission.no_release or "no release", cleaned=cleaned)
         if isinstance(release, AlreadyCurrent):
             version = release.manifest.version
             return UpdateReport(
@@ -259,7 +247,7 @@ def run_update(
                 target,
                 paths.jobs,
                 download,
-                url=_bundle_url(bundle_url, asset.name),
+                url=admission.bundle_url(asset.name),
                 progress=progress,
             )
             try:
@@ -377,42 +365,45 @@ def _active_serve_args(paths: UpdatePaths) -> tuple[str, ...]:
     return read_serve_args(paths.runtimes / active) or ()
 
 
+@dataclass(frozen=True)
+class _Admission:
+    """What admission answered, and where the release's assets are downloaded from: the
+    discovered download URLs, or the directory of a pinned manifest."""
+
+    outcome: TrustedRelease | AlreadyCurrent | None
+    no_release: str | None = None
+    discovered: Mapping[str, str] | None = None
+    pinned_dir: str | None = None
+
+    def bundle_url(self, name: str) -> str:
+        if self.pinned_dir is not None:
+            return self.pinned_dir + name
+        if self.discovered is None or name not in self.discovered:
+            raise ReleaseDataError(
+                "asset_missing", f"the release lists {name} in its manifest but has no such asset"
+            )
+        return self.discovered[name]
+
+
 def _admit(
     paths: UpdatePaths, source: ReleaseSource, local: LocalIdentity, policy: AdmissionPolicy
-) -> tuple[TrustedRelease | AlreadyCurrent | None, str | None]:
-    """The admitted release and the URL its bundle is fetched from (the discovered download URL,
-    or the directory of the pinned manifest); (None, reason) when there is no release."""
+) -> _Admission:
     if source.manifest_url is None:
         result = check_for_update(source.discovery, local, policy, paths.highest_seen)
         if isinstance(result.candidate, NoCandidate):
-            return None, f"no release ({result.candidate.reason})"
-        if result.candidate is None:
-            raise ReleaseDataError("update_check_incomplete", "the check returned no discovered release")
-        assets = {asset.name: asset.url for asset in result.candidate.assets}
-        if result.outcome is None:
+            return _Admission(None, no_release=f"no release ({result.candidate.reason})")
+        if result.candidate is None or result.outcome is None:
             raise ReleaseDataError(
                 "update_check_incomplete", "discovery found a release but admission gave no answer"
             )
-        if isinstance(result.outcome, TrustedRelease):
-            name = result.outcome.asset_for(host_target()).name
-            if name not in assets:
-                raise ReleaseDataError(
-                    "asset_missing",
-                    f"release {result.candidate.tag} lists {name} in its manifest but has no such asset",
-                )
-            return result.outcome, assets[name]
-        return result.outcome, None
-    files: ReleaseFiles = pinned_release_files(source.manifest_url)
+        return _Admission(
+            result.outcome, discovered={asset.name: asset.url for asset in result.candidate.assets}
+        )
+    files = pinned_release_files(source.manifest_url)
     outcome = fetch_and_admit(
         files, source.discovery.rules(prefix="manifest"), local, policy, paths.highest_seen
     )
-    return outcome, files.manifest_url.rsplit("/", 1)[0] + "/"
-
-
-def _bundle_url(url: str | None, name: str) -> str | None:
-    if url is None:
-        return None
-    return url + name if url.endswith("/") else url
+    return _Admission(outcome, pinned_dir=files.manifest_url.rsplit("/", 1)[0] + "/")
 
 
 def _new_generation_id(version: str) -> str:
@@ -430,7 +421,7 @@ def _installed_generation(
         if provenance.get("bundle_sha256") != sha256 or spec.executable is None:
             continue
         executable = Path(spec.executable)
-        if not _ours(paths, spec) or not executable.is_file():
+        if not is_managed(paths.config_dir, spec) or not executable.is_file():
             continue
         if spec.expected_contract is None:
             continue
@@ -440,10 +431,6 @@ def _installed_generation(
             continue
         return spec.generation, executable
     return None
-
-
-def _ours(paths: UpdatePaths, spec: Generation) -> bool:
-    return is_managed(paths.config_dir, spec)
 
 
 def _forget(paths: UpdatePaths, generation: str) -> None:
@@ -458,7 +445,7 @@ def retire(paths: UpdatePaths, keep: Sequence[str] = ()) -> list[str]:
     kept = _protected(paths) | set(keep)
     retired = []
     for spec in store.read_control().generations:
-        if spec.generation in kept or not _ours(paths, spec):
+        if spec.generation in kept or not is_managed(paths.config_dir, spec):
             continue
         stop_runtime(paths.runtimes / spec.generation)
         try:
@@ -479,18 +466,11 @@ def _protected(paths: UpdatePaths) -> set[str | None]:
     services = services_executable(paths.config_dir)
     if services is not None:
         protected |= {
-            spec.generation for spec in store.read_control().generations if _holds(paths, spec, services)
+            spec.generation
+            for spec in store.read_control().generations
+            if in_runtime_dir(paths.config_dir, spec.generation, services)
         }
     return protected
-
-
-def _holds(paths: UpdatePaths, spec: Generation, executable: Path) -> bool:
-    """Whether `executable` lives inside `spec`'s runtime dir."""
-    try:
-        executable.relative_to(paths.runtimes / spec.generation)
-    except ValueError:
-        return False
-    return True
 
 
 def _make_room(paths: UpdatePaths) -> None:
@@ -517,7 +497,7 @@ def clean_up(paths: UpdatePaths) -> list[str]:
     if paths.runtimes.is_dir():
         for runtime_dir in sorted(paths.runtimes.iterdir()):
             spec = registered.get(runtime_dir.name)
-            if spec is not None and _ours(paths, spec):
+            if spec is not None and is_managed(paths.config_dir, spec):
                 continue
             stopped = stop_runtime(runtime_dir)
             shutil.rmtree(runtime_dir, ignore_errors=True)
@@ -528,7 +508,7 @@ def clean_up(paths: UpdatePaths) -> list[str]:
     keep = _protected(paths)
     for entry in status.generations:
         spec = registered.get(entry.generation)
-        if spec is None or entry.generation in keep or not _ours(paths, spec):
+        if spec is None or entry.generation in keep or not is_managed(paths.config_dir, spec):
             continue
         interrupted = entry.validation is not None and entry.validation.code == "activation_interrupted"
         if entry.phase in ("failed", "rejected") and not interrupted:

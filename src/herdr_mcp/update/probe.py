@@ -51,7 +51,31 @@ def probe(
 ) -> ProbeResult:
     """Run `<executable> version --json` and check it (module docstring). Raises `ReleaseDataError`
     or `LocalStateError` with the codes listed there."""
-    # 1. Run it.
+    # 1. Run it, 2. parse strictly.
+    result = ask_version(executable, timeout=timeout)
+    # 3. Product, 4. version, 5. the TARGET contract.
+    if result.product != PRODUCT:
+        raise ReleaseDataError(
+            "probe_product_mismatch", f"the candidate says it is {result.product!r}, not {PRODUCT!r}"
+        )
+    if result.version != expected_version:
+        raise ReleaseDataError(
+            "probe_version_mismatch",
+            f"the candidate says it is version {result.version}, the release is {expected_version}",
+        )
+    if result.contract != expected:
+        raise ReleaseDataError(
+            "probe_contract_mismatch",
+            f"the candidate serves contract {_describe(result.contract)}, the release declares "
+            f"{_describe(expected)}; it is not installed as this release",
+        )
+    return result
+
+
+def ask_version(executable: Path, *, timeout: float) -> ProbeResult:
+    """What `<executable> version --json` says (steps 1 and 2 of the module docstring), with no
+    expectation: the probe of a candidate, and how the updater and `dev sync` learn what an
+    installed generation is. Raises `probe_timeout`, `probe_failed`, `probe_output_malformed`."""
     try:
         completed = subprocess.run(
             [str(executable), "version", "--json"],
@@ -72,25 +96,7 @@ def probe(
         raise ReleaseDataError(
             "probe_failed", f"{executable} version --json exited {completed.returncode}: {tail}"
         )
-    # 2. Parse strictly.
-    result = parse_version_output(completed.stdout)
-    # 3. Product, 4. version, 5. the TARGET contract.
-    if result.product != PRODUCT:
-        raise ReleaseDataError(
-            "probe_product_mismatch", f"the candidate says it is {result.product!r}, not {PRODUCT!r}"
-        )
-    if result.version != expected_version:
-        raise ReleaseDataError(
-            "probe_version_mismatch",
-            f"the candidate says it is version {result.version}, the release is {expected_version}",
-        )
-    if result.contract != expected:
-        raise ReleaseDataError(
-            "probe_contract_mismatch",
-            f"the candidate serves contract {_describe(result.contract)}, the release declares "
-            f"{_describe(expected)}; it is not installed as this release",
-        )
-    return result
+    return parse_version_output(completed.stdout)
 
 
 def parse_version_output(data: bytes) -> ProbeResult:
