@@ -44,8 +44,9 @@ from herdr_mcp.generations import (
     rollback,
 )
 from herdr_mcp.generations.cli import main as generation_main
-from herdr_mcp.link import LinkConfig, build_link_app
+from herdr_mcp.link import LinkConfig, LinkHandler, LinkServer
 from herdr_mcp.link.upstream import UpstreamPool
+from herdr_mcp.loopback import bind_loopback
 from tests.runtime_harness import (
     RunningRuntime,
     call_tool,
@@ -419,21 +420,24 @@ class Swallower:
         self._thread.join(5)
 
 
-def in_process_post(
-    store: GenerationStore, body: dict[str, Any], token: str = "link-token-" + "x" * 20
-) -> httpx2.Response:
-    app = build_link_app(
-        LinkConfig(store, "link-token-" + "x" * 20, store.state_dir / "t", token_reader=lambda _: "y" * 32)
-    )
+LINK_TOKEN = "link-token-" + "x" * 20
 
-    async def post() -> httpx2.Response:
-        async with (
-            app.router.lifespan_context(app),
-            httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://127.0.0.1") as http,
-        ):
-            return await http.post("/mcp", json=body, headers={"Authorization": f"Bearer {token}"})
 
-    return run(post())
+@contextlib.contextmanager
+def in_process_link(store: GenerationStore) -> Iterator[str]:
+    """A link (its server and handler, in this process) on a free loopback port; yields its /mcp URL."""
+    link = LinkHandler(LinkConfig(store, LINK_TOKEN, store.state_dir / "t", token_reader=lambda _: "y" * 32))
+    server = LinkServer(bind_loopback("127.0.0.1", 0), link).start()
+    try:
+        yield f"http://127.0.0.1:{server.port}/mcp"
+    finally:
+        server.close()
+        link.close()
+
+
+def in_process_post(store: GenerationStore, body: dict[str, Any], token: str = LINK_TOKEN) -> httpx2.Response:
+    with in_process_link(store) as url:
+        return httpx2.post(url, json=body, headers={"Authorization": f"Bearer {token}"}, timeout=20)
 
 
 def store_active(state_dir: Path, *specs: Generation, active: str | None) -> GenerationStore:
@@ -549,27 +553,13 @@ class KeepAliveGeneration:
 
 
 def in_process_posts(store: GenerationStore, count: int, pause_s: float) -> list[httpx2.Response]:
-    """`count` calls through one in-process link app, `pause_s` apart."""
-    app = build_link_app(
-        LinkConfig(store, "link-token-" + "x" * 20, store.state_dir / "t", token_reader=lambda _: "y" * 32)
-    )
-
-    async def posts() -> list[httpx2.Response]:
-        answers = []
-        async with (
-            app.router.lifespan_context(app),
-            httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://127.0.0.1") as http,
-        ):
-            for _ in range(count):
-                answers.append(
-                    await http.post(
-                        "/mcp", json=CALL, headers={"Authorization": "Bearer link-token-" + "x" * 20}
-                    )
-                )
-                await asyncio.sleep(pause_s)
-        return answers
-
-    return run(posts())
+    """`count` calls through one in-process link, `pause_s` apart."""
+    answers = []
+    with in_process_link(store) as url, httpx2.Client(timeout=20) as http:
+        for _ in range(count):
+            answers.append(http.post(url, json=CALL, headers={"Authorization": f"Bearer {LINK_TOKEN}"}))
+            time.sleep(pause_s)
+    return answers
 
 
 @pytest.mark.parametrize(("idle_close_s", "pause_s"), [(0.0, 0.05), (0.05, 0.2)])
@@ -590,29 +580,24 @@ def test_generation_closing_idle_keepalive_connections_is_not_a_failure(
 
 
 def test_closed_pooled_connection_is_detected_before_writing(tmp_path: Path) -> None:
-    """The generation's FIN reached the socket but the event loop has not run since (a blocking
-    sleep): the pre-write check (MSG_PEEK) still finds the pooled connection closed."""
+    """The generation's FIN reached the pooled socket after the first exchange: the pre-write check
+    (MSG_PEEK) finds the connection closed, so the second request goes on a new connection."""
     upstream = KeepAliveGeneration(0.0)
-
-    async def two_calls() -> list[int]:
-        pool = UpstreamPool()
-        statuses = []
-        try:
-            for _ in range(2):
-                answer = await pool.request(upstream.endpoint, b"POST", b"/mcp", [], b"{}")
-                while not answer.done:
-                    await answer.read()
-                answer.close()
-                statuses.append(answer.status)
-                time.sleep(0.1)  # the FIN arrives; the loop does not run, so nothing marks it
-        finally:
-            await pool.aclose()
-        return statuses
-
+    pool = UpstreamPool()
+    statuses = []
     try:
-        assert run(two_calls()) == [200, 200]
+        for _ in range(2):
+            answer = pool.request(upstream.endpoint, b"POST", b"/mcp", [], b"{}")
+            while not answer.done:
+                answer.read()
+            answer.close()
+            statuses.append(answer.status)
+            assert pool.idle_count() == 1  # pooled: nothing has noticed the close yet
+            time.sleep(0.1)  # the FIN arrives
     finally:
+        pool.close()
         upstream.close()
+    assert statuses == [200, 200]
     assert (upstream.requests, upstream.connections) == (2, 2)
 
 

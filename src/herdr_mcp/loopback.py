@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import socket
+import struct
 
 
 def bind_loopback(host: str, port: int) -> socket.socket:
@@ -33,3 +34,17 @@ def exit_cleanly_on_sigterm() -> None:
 
 def _exit_cleanly(signum: int, frame: object) -> None:
     raise SystemExit(0)
+
+
+def kernel_timeouts(
+    sock: socket.socket, *, receive_s: float | None = None, send_s: float | None = None
+) -> None:
+    """SO_RCVTIMEO / SO_SNDTIMEO on a blocking socket: a `recv` or `send` that waited this long
+    raises `BlockingIOError`. Unlike `settimeout`, which polls before every call, the socket
+    stays a plain blocking one, so the common case is one system call."""
+    for option, seconds in ((socket.SO_RCVTIMEO, receive_s), (socket.SO_SNDTIMEO, send_s)):
+        if seconds is not None:
+            whole = int(seconds)
+            sock.setsockopt(
+                socket.SOL_SOCKET, option, struct.pack("@ll", whole, int((seconds - whole) * 1e6))
+            )

@@ -1,8 +1,9 @@
 """The link: the stable local MCP endpoint in front of the runtime generations.
 
-`router` is the ASGI app (routing by the active pointer, leases, legacy session pins, failure
-semantics: see its docstring); `cli` is `herdr-mcp link`. Its WSS connection to the Edge comes
-with the Edge issue.
+`server` is its HTTP/1.1 server (a thread per client connection), `router` the request handler
+(routing by the active pointer, leases, legacy session pins, failure semantics: see its
+docstring), `upstream` its client to the generations; `cli` is `herdr-mcp link`. Its WSS
+connection to the Edge comes with the Edge issue.
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ from herdr_mcp.link.router import (
     ActivePointer,
     Leases,
     LinkConfig,
+    LinkHandler,
     LinkRefusal,
     SessionPins,
-    build_link_app,
 )
+from herdr_mcp.link.server import LinkServer
 
-__all__ = ["ActivePointer", "Leases", "LinkConfig", "LinkRefusal", "SessionPins", "build_link_app"]
+__all__ = ["ActivePointer", "Leases", "LinkConfig", "LinkHandler", "LinkRefusal", "LinkServer", "SessionPins"]

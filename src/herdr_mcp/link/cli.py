@@ -12,16 +12,16 @@ when `--port 0`). Exit 2 with one line `herdr-mcp: error: <code>: <message>` whe
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
+import signal
 import sys
+import threading
 from pathlib import Path
 
-import uvicorn
-
 from herdr_mcp.generations import GenerationError, GenerationStore, recover_interrupted
-from herdr_mcp.link.router import LinkConfig, build_link_app
-from herdr_mcp.loopback import bind_loopback, exit_cleanly_on_sigterm
+from herdr_mcp.link.router import LinkConfig, LinkHandler
+from herdr_mcp.link.server import LinkServer
+from herdr_mcp.loopback import bind_loopback
 from herdr_mcp.runtime.auth import TokenFileError, load_or_create_token
 from herdr_mcp.runtime.config import LOOPBACK_HOSTS, default_config_dir
 
@@ -70,23 +70,24 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    # uvicorn re-raises SIGTERM after its graceful shutdown; make that a clean exit (as `serve`).
-    exit_cleanly_on_sigterm()
-    app = build_link_app(LinkConfig(store=store, token=token, token_file=token_file))
-    sock = bind_loopback(args.host, args.port)
-    port = sock.getsockname()[1]
+    link = LinkHandler(LinkConfig(store=store, token=token, token_file=token_file))
+    try:
+        sock = bind_loopback(args.host, args.port)
+    except OSError as exc:
+        print(f"herdr-mcp: error: port_unavailable: {args.host}:{args.port}: {exc.strerror}", file=sys.stderr)
+        return 2
+    server = LinkServer(sock, link)
+    port = server.port
     host = f"[{args.host}]" if ":" in args.host else args.host
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    server.start()
     print(f"herdr-mcp link serving http://{host}:{port}/mcp", flush=True)
     print(f"  generations: {state_dir}", file=sys.stderr)
     print(f"  bearer token file: {token_file}", file=sys.stderr, flush=True)
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            log_level=args.log_level,
-            lifespan="on",
-            access_log=False,
-            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
-        )
-    )
-    asyncio.run(server.serve(sockets=[sock]))
+    stop.wait()
+    # SIGTERM (a service manager's stop) is a clean exit once the calls in flight are answered.
+    server.close(GRACEFUL_SHUTDOWN_S)
+    link.close()
     return 0

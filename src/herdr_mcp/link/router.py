@@ -1,16 +1,20 @@
-"""The link's ASGI app: `/mcp` forwarded to a generation, `/health` about the link itself.
+"""The link's request handler: `/mcp` forwarded to a generation, `/health` about the link itself.
+
+It runs in the link's connection threads (link/server.py): the pointer, leases, session pins,
+token cache and upstream pool below are shared between them, each behind its own lock.
 
 Routing, for each `/mcp` request, in this order:
 
 1. The link's own bearer (`Authorization: Bearer <link token>`), compared in constant time.
-2. The whole request body is read (at most `MAX_REQUEST_BYTES`) before a generation is chosen, so
-   a client that goes away mid-body never reaches a generation.
+2. The whole request body was read (at most `MAX_REQUEST_BYTES`) before a generation is chosen,
+   so a client that goes away mid-body never reaches a generation.
 3. The generation: the one a legacy MCP session is pinned to (`Mcp-Session-Id` seen on an answer
    of that generation), else the `active` one of `runtime-status.json`.
 4. A lease on that generation is held until the answer is fully relayed: a request that entered A
    finishes on A even when `active` moves to B meanwhile (`/health` counts them).
 5. The request goes to `<endpoint>/mcp` with that generation's bearer, exactly once; the answer
-   (JSON or an SSE stream) is relayed as it arrives, tagged `herdr-mcp-generation: <id>`.
+   (JSON or an SSE stream) is relayed as it arrives, tagged `herdr-mcp-generation: <id>`. A
+   client that closes its connection meanwhile ends the exchange with the generation too.
 
 Failure semantics. A request is never retried, on the same generation or another: the link cannot
 know whether a tool call it sent was carried out, and a retry could carry it out twice.
@@ -37,24 +41,18 @@ the session is not its own. Modern (2026-07-28) requests carry no session and al
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hmac
 import json
 import logging
 import os
+import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from herdr_mcp.generations import (
     ControlFile,
@@ -66,8 +64,11 @@ from herdr_mcp.generations import (
     default_token_reader,
 )
 from herdr_mcp.generations.gate import OBSERVING, recover_abandoned
+from herdr_mcp.link.server import MAX_BODY_BYTES, REASONS, ClientConnection, Request, error_body
 from herdr_mcp.link.upstream import (
     AnswerBroken,
+    ClientGone,
+    ClientWatch,
     DeliveryUnknown,
     NotDelivered,
     Response,
@@ -81,7 +82,7 @@ STATUS_POLL_S = 0.1
 #: A generation's bearer is re-read from its token file at most this often (and after a 401).
 TOKEN_RECHECK_S = 1.0
 #: The runtime's own cap on an MCP request body (the SDK's DEFAULT_MAX_REQUEST_BODY_SIZE).
-MAX_REQUEST_BYTES = 4 * 1024 * 1024
+MAX_REQUEST_BYTES = MAX_BODY_BYTES
 #: The SDK's default session cap per runtime, for two generations.
 MAX_PINNED_SESSIONS = 2 * 10_000
 #: JSON-RPC "server error" range: the link's own failures.
@@ -97,8 +98,10 @@ _HOP_BY_HOP = frozenset(
 )  # fmt: skip
 #: `expect`: the link has the whole body before it sends; a 100-continue would only be in the way.
 _NOT_FORWARDED = _HOP_BY_HOP | {b"host", b"authorization", b"content-length", b"expect"}
-_NOT_RELAYED = _HOP_BY_HOP | {b"date", b"server"}
+#: `content-length`: the link frames the body it relays itself.
+_NOT_RELAYED = _HOP_BY_HOP | {b"date", b"server", b"content-length"}
 _SESSION = SESSION_HEADER.encode()
+_GENERATION = GENERATION_HEADER.encode()
 
 
 class LinkRefusal(Exception):
@@ -158,8 +161,13 @@ class ActivePointer:
         self._checked_at: float | None = None
         self._identity: tuple[object, object] | None = None
         self._pointer = Pointer(ControlFile(), StatusFile())
+        self._lock = threading.Lock()
 
     def current(self) -> Pointer:
+        with self._lock:
+            return self._current()
+
+    def _current(self) -> Pointer:
         now = self._clock()
         if self._checked_at is not None and now - self._checked_at < STATUS_POLL_S:
             return self._pointer
@@ -196,21 +204,23 @@ class ActivePointer:
 
 
 class Leases:
-    """In-flight requests per generation (one event loop: no lock needed)."""
+    """In-flight requests per generation."""
 
     def __init__(self) -> None:
         self._counts: dict[str, int] = {}
+        self._lock = threading.Lock()
 
-    @contextlib.contextmanager
-    def hold(self, generation: str) -> Iterator[None]:
-        self._counts[generation] = self._counts.get(generation, 0) + 1
-        try:
-            yield
-        finally:
+    def take(self, generation: str) -> None:
+        with self._lock:
+            self._counts[generation] = self._counts.get(generation, 0) + 1
+
+    def give_back(self, generation: str) -> None:
+        with self._lock:
             self._counts[generation] -= 1
 
     def in_flight(self) -> dict[str, int]:
-        return dict(sorted(self._counts.items()))
+        with self._lock:
+            return dict(sorted(self._counts.items()))
 
 
 class SessionPins:
@@ -219,18 +229,22 @@ class SessionPins:
     def __init__(self, cap: int = MAX_PINNED_SESSIONS) -> None:
         self._pins: OrderedDict[str, str] = OrderedDict()
         self._cap = cap
+        self._lock = threading.Lock()
 
     def pin(self, session: str, generation: str) -> None:
-        self._pins[session] = generation
-        self._pins.move_to_end(session)
-        while len(self._pins) > self._cap:
-            self._pins.popitem(last=False)
+        with self._lock:
+            self._pins[session] = generation
+            self._pins.move_to_end(session)
+            while len(self._pins) > self._cap:
+                self._pins.popitem(last=False)
 
     def generation_of(self, session: str) -> str | None:
-        return self._pins.get(session)
+        with self._lock:
+            return self._pins.get(session)
 
     def forget(self, session: str) -> None:
-        self._pins.pop(session, None)
+        with self._lock:
+            self._pins.pop(session, None)
 
     def __len__(self) -> int:
         return len(self._pins)
@@ -252,18 +266,14 @@ def _jsonrpc_error(body: bytes, refusal: LinkRefusal) -> bytes:
     return json.dumps({"jsonrpc": "2.0", "id": request_id, "error": error}).encode()
 
 
-async def _answer(send: Send, status: int, body: bytes, extra: tuple[tuple[bytes, bytes], ...] = ()) -> None:
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": status, "headers": [*headers, *extra]})
-    await send({"type": "http.response.body", "body": body})
-
-
 class _Tokens:
     """Each generation's bearer as an `Authorization` value, re-read at most every `TOKEN_RECHECK_S`.
 
     Reading the token file on every request cost more than the rest of the routing. A changed token
     is picked up within `TOKEN_RECHECK_S`, and at once after the generation refused the one sent
     (that request is answered `generation_unauthorized`: nothing ran, the client may resend).
+    Shared by the connection threads without a lock: each dict operation is atomic, and two
+    threads reading the same token file at once is harmless.
     """
 
     def __init__(self, reader: TokenReader, clock: Callable[[], float] = time.monotonic) -> None:
@@ -299,7 +309,7 @@ class _Tokens:
 
 
 class McpForwarder:
-    """The raw ASGI endpoint for `/mcp` (module docstring: routing and failure semantics)."""
+    """`/mcp` (module docstring: routing and failure semantics)."""
 
     def __init__(
         self,
@@ -317,23 +327,20 @@ class McpForwarder:
         self._tokens = _Tokens(token_reader)
         self._pool = pool
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def __call__(self, request: Request, client: ClientConnection) -> None:
         authorization = session = b""
-        for name, value in scope["headers"]:
+        for name, value in request.headers:
             if name == b"authorization":
                 authorization = value
             elif name == _SESSION:
                 session = value
         # 1. the link's own bearer
         if not hmac.compare_digest(authorization, self._expected):
-            await self._unauthorized(send)
+            self._unauthorized(client)
             return
-        # 2. the whole body before any routing
-        body = await _read_body(receive)
-        if body is None:
-            return
+        # 2. the whole body came before any routing (the server hands over complete requests)
         try:
-            if len(body) > MAX_REQUEST_BYTES:
+            if request.oversized:
                 raise LinkRefusal(
                     413,
                     "not_delivered",
@@ -343,19 +350,23 @@ class McpForwarder:
             # 3. the generation
             spec = self._route(session.decode("latin-1"))
             # 4. the lease, 5. exactly one send
-            with self.leases.hold(spec.generation):
-                await self._forward(scope, receive, send, spec, body)
+            self.leases.take(spec.generation)
+            try:
+                self._relay(request, client, spec)
+            finally:
+                self.leases.give_back(spec.generation)
         except LinkRefusal as refusal:
-            await _answer(send, refusal.status, _jsonrpc_error(body, refusal))
+            client.answer(refusal.status, _jsonrpc_error(request.body, refusal))
+        except ClientGone:
+            client.must_close = True  # the exchange with the generation ended with it
+        except UpstreamBroken as exc:
+            log.warning("%s", exc)
+            client.must_close = True  # a broken answer must not look whole
 
-    async def _unauthorized(self, send: Send) -> None:
-        body = json.dumps(
-            {
-                "error": "unauthorized",
-                "error_description": f"send the link's bearer token, kept in {self._token_file}",
-            }
-        ).encode()
-        await _answer(send, 401, body, ((b"www-authenticate", b'Bearer realm="herdr-mcp-link"'),))
+    def _unauthorized(self, client: ClientConnection) -> None:
+        description = f"send the link's bearer token, kept in {self._token_file}"
+        challenge = ((b"www-authenticate", b'Bearer realm="herdr-mcp-link"'),)
+        client.answer(401, error_body("unauthorized", description), challenge)
 
     def _route(self, session: str) -> Generation:
         pointer = self.pointer.current()
@@ -388,31 +399,13 @@ class McpForwarder:
                 "active_generation_unknown",
             ) from None
 
-    async def _forward(
-        self, scope: Scope, receive: Receive, send: Send, spec: Generation, body: bytes
-    ) -> None:
-        relay = asyncio.ensure_future(self._relay(scope, send, spec, body))
-        disconnected = asyncio.ensure_future(_wait_for_disconnect(receive))
-        try:
-            # A client that goes away ends its upstream exchange too, as if it had called the
-            # generation directly; a long SSE stream must not hold its lease forever.
-            await asyncio.wait({relay, disconnected}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            # cancel() is a no-op on a finished task; waiting lets the relay close its upstream.
-            disconnected.cancel()
-            relay.cancel()
-            await asyncio.wait({relay, disconnected})
-        if not relay.cancelled():
-            relay.result()  # re-raises a LinkRefusal (answered by the caller) or UpstreamBroken
-
-    async def _relay(self, scope: Scope, send: Send, spec: Generation, body: bytes) -> None:
-        headers = [(name, value) for name, value in scope["headers"] if name.lower() not in _NOT_FORWARDED]
+    def _relay(self, request: Request, client: ClientConnection, spec: Generation) -> None:
+        headers = [(name, value) for name, value in request.headers if name not in _NOT_FORWARDED]
         headers.append((b"authorization", self._tokens.authorization(spec)))
-        query: bytes = scope.get("query_string", b"")
-        target = b"/mcp?" + query if query else b"/mcp"
+        target = b"/mcp?" + request.query if request.query else b"/mcp"
         try:
-            response = await self._pool.request(
-                spec.endpoint, scope["method"].encode("ascii"), target, headers, body
+            response = self._pool.request(
+                spec.endpoint, request.method, target, headers, request.body, ClientWatch(client.sock)
             )
         except NotDelivered as exc:
             raise LinkRefusal(
@@ -442,58 +435,64 @@ class McpForwarder:
                     "with its own token file (`herdr-mcp generation register --token-file`)",
                     "generation_unauthorized",
                 )
-            self._follow_session(scope, response, spec)
-            relayed = [(name, value) for name, value in response.headers if name not in _NOT_RELAYED]
-            relayed.append((GENERATION_HEADER.encode(), spec.generation.encode()))
-            await send({"type": "http.response.start", "status": response.status, "headers": relayed})
+            self._follow_session(request, response, spec)
+            self._relay_answer(response, client, spec)
+        finally:
+            response.close()
+
+    @staticmethod
+    def _relay_answer(response: Response, client: ClientConnection, spec: Generation) -> None:
+        """The answer's head, then its body as it arrives; a short answer goes out in one write."""
+        out = bytearray(b"HTTP/1.1 %d %s\r\n" % (response.status, REASONS.get(response.status, b"")))
+        for name, value in response.headers:
+            if name not in _NOT_RELAYED:
+                out += b"%s: %s\r\n" % (name, value)
+        out += b"%s: %s\r\n" % (_GENERATION, spec.generation.encode())
+        chunked = False
+        if response.length is not None:
+            out += b"content-length: %d\r\n" % response.length
+        elif client.http11:
+            out += b"transfer-encoding: chunked\r\n"
+            chunked = True
+        else:
+            client.must_close = True  # an HTTP/1.0 client: the body ends when the connection does
+        if client.must_close:
+            out += b"connection: close\r\n"
+        out += b"\r\n"
+        if response.length is None and not response.ready():
+            # A stream (SSE) may wait long for its first event: its head goes out now. An answer
+            # with a Content-Length goes out with its body in one write (one wake-up of the client).
+            client.send(bytes(out))
+            out.clear()
+        while not response.done:
             try:
-                while True:
-                    chunk = await response.read()
-                    if response.done:
-                        break
-                    if chunk:
-                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                piece = response.read()
             except AnswerBroken as exc:
+                if out:
+                    client.send(bytes(out))
                 raise UpstreamBroken(
                     f"generation {spec.generation} broke its answer mid-way ({exc.reason}); "
                     "dropping the client connection"
                 ) from exc
-            # The connection went back to the pool when the body ended; the last piece ends the answer.
-            await send({"type": "http.response.body", "body": chunk, "more_body": False})
-        finally:
-            response.close()
+            if piece:
+                out += b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece
+            if out and not response.done:
+                client.send(bytes(out))
+                out.clear()
+        if chunked:
+            out += b"0\r\n\r\n"
+        client.send(bytes(out))
 
-    def _follow_session(self, scope: Scope, response: Response, spec: Generation) -> None:
-        sent = b""
-        for name, value in scope["headers"]:
-            if name == _SESSION:
-                sent = value
+    def _follow_session(self, request: Request, response: Response, spec: Generation) -> None:
+        sent = request.header(_SESSION) or b""
         created = response.header(_SESSION)
         if created:
             self.sessions.pin(created.decode("latin-1"), spec.generation)
-        if sent and ((scope["method"] == "DELETE" and response.status < 300) or response.status == 404):
+        if sent and ((request.method == b"DELETE" and response.status < 300) or response.status == 404):
             self.sessions.forget(sent.decode("latin-1"))
 
 
-async def _read_body(receive: Receive) -> bytes | None:
-    """The request body (stops collecting past the cap), or None if the client went away."""
-    body = bytearray()
-    while True:
-        message: Message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        if len(body) <= MAX_REQUEST_BYTES:
-            body.extend(message.get("body", b""))
-        if not message.get("more_body", False):
-            return bytes(body)
-
-
-async def _wait_for_disconnect(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        continue
-
-
-# -- the app ----------------------------------------------------------------------------------
+# -- the link ---------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -506,63 +505,46 @@ class LinkConfig:
     token_reader: TokenReader | None = None
 
 
-class LinkApp(Starlette):
-    """Starlette for `/health` and the lifespan; `/mcp` goes straight to the forwarder.
+class LinkHandler:
+    """The link's request handler (for `LinkServer`): `/mcp` forwarded, `/health` answered."""
 
-    The forwarder is a raw ASGI app that answers every failure itself, so Starlette's middleware
-    and routing (a measurable part of a ~2 ms tool call) have nothing to add on that path.
-    """
-
-    forwarder: McpForwarder
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] == "/mcp":
-            await self.forwarder(scope, receive, send)
-            return
-        await super().__call__(scope, receive, send)
-
-
-def build_link_app(config: LinkConfig) -> LinkApp:
-    """The link app, composed once: `/mcp` (the link's bearer) and `/health` (open).
-
-    The upstream connections are closed when the app's lifespan ends.
-    """
-    pool = UpstreamPool()
-    forwarder = McpForwarder(
-        config.store,
-        config.token,
-        config.token_file,
-        config.token_reader or default_token_reader(config.store),
-        pool,
-    )
-
-    async def health(request: Request) -> JSONResponse:
-        pointer = forwarder.pointer.current()
-        return JSONResponse(
-            {
-                "status": "ok",
-                "product": "herdr-mcp-link",
-                "active": pointer.status.active,
-                "previous": pointer.status.previous,
-                "outcome": pointer.status.outcome,
-                "transition_seq": pointer.status.transition_seq,
-                "pointer_error": pointer.error,
-                "in_flight": forwarder.leases.in_flight(),
-                "pinned_sessions": len(forwarder.sessions),
-            }
+    def __init__(self, config: LinkConfig) -> None:
+        self.pool = UpstreamPool()
+        self.forwarder = McpForwarder(
+            config.store,
+            config.token,
+            config.token_file,
+            config.token_reader or default_token_reader(config.store),
+            self.pool,
         )
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        try:
-            yield
-        finally:
-            await pool.aclose()
+    def __call__(self, request: Request, client: ClientConnection) -> None:
+        if request.path == b"/mcp":
+            self.forwarder(request, client)
+        elif request.path == b"/health":
+            if request.method == b"GET":
+                client.answer(200, json.dumps(self.health()).encode())
+            else:
+                client.answer(
+                    405, error_body("method_not_allowed", "/health answers GET"), ((b"allow", b"GET"),)
+                )
+        else:
+            client.answer(404, error_body("not_found", "the link serves /mcp and /health"))
 
-    endpoint: ASGIApp = forwarder
-    app = LinkApp(
-        routes=[Route("/health", health, methods=["GET"]), Route("/mcp", endpoint)],
-        lifespan=lifespan,
-    )
-    app.forwarder = forwarder
-    return app
+    def health(self) -> dict[str, Any]:
+        pointer = self.forwarder.pointer.current()
+        return {
+            "status": "ok",
+            "product": "herdr-mcp-link",
+            "active": pointer.status.active,
+            "previous": pointer.status.previous,
+            "outcome": pointer.status.outcome,
+            "transition_seq": pointer.status.transition_seq,
+            "pointer_error": pointer.error,
+            "in_flight": self.forwarder.leases.in_flight(),
+            "pinned_sessions": len(self.forwarder.sessions),
+        }
+
+    def close(self) -> None:
+        """Close the idle upstream connections (exchanges in flight close theirs when they end)."""
+        self.pool.close()

@@ -1,10 +1,12 @@
 """The link's HTTP/1.1 client to the generations: persistent loopback connections, one exchange each.
 
-A general HTTP client does much more per request than the link needs (URL and header models,
-redirect and auth hooks, an h11 state machine, anyio streams); on a ~2 ms tool call that was most
-of what the link added. This one writes the request head itself, parses only the answer's status
-line and headers, and reads the body by Content-Length, chunked coding, or until the connection
-closes, handing over each piece as it arrives (an SSE stream is relayed live).
+Blocking sockets, used from the link's connection threads (link/server.py): a request is written
+with one `sendall`, its answer read with plain `recv` calls, nothing in between. A general HTTP
+client does much more per request than the link needs (URL and header models, redirect and auth
+hooks, a protocol state machine); on a ~1.5 ms tool call that was most of what the link added.
+This one writes the request head itself, parses only the answer's status line and headers, and
+reads the body by Content-Length, chunked coding, or until the connection closes, handing over
+each piece as it arrives (an SSE stream is relayed live).
 
 Delivery, which the link's failure answers depend on:
 
@@ -14,25 +16,27 @@ Delivery, which the link's failure answers depend on:
 - `DeliveryUnknown`: the request was (or may have been) written and no complete answer head came
   back. Never retried: the generation may have carried it out.
 - `AnswerBroken`: the head came back but the body broke off.
+- `ClientGone`: the client the answer was for went away (seen through its `ClientWatch` while
+  waiting for the generation); the exchange is abandoned and its connection closed.
 
-A pooled (idle, keep-alive) connection is checked before a request is written on it: the
-protocol has not seen EOF, the transport is not closing, nothing unread arrived, and a
-non-blocking `MSG_PEEK` on the socket shows no FIN or stray bytes waiting. A close that is still
-in flight when the request is written cannot be told from a failure after the generation read
-it, so such a failure is `DeliveryUnknown`. To make that window practically unreachable, idle
-connections are dropped after `KEEPALIVE_S`, well before uvicorn (the generations' server) closes
-an idle connection (5 s).
+A pooled (idle, keep-alive) connection is checked before a request is written on it: nothing
+unread arrived, and a non-blocking `MSG_PEEK` on the socket shows no FIN or stray bytes waiting. A
+close that is still in flight when the request is written cannot be told from a failure after the
+generation read it, so such a failure is `DeliveryUnknown`. To make that window practically
+unreachable, idle connections are dropped after `KEEPALIVE_S`, well before uvicorn (the
+generations' server) closes an idle connection (5 s).
 """
 
 from __future__ import annotations
 
-import asyncio
 import re
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import cast
 from urllib.parse import urlsplit
+
+from herdr_mcp.loopback import kernel_timeouts
 
 #: A loopback connect either succeeds at once or the generation is not listening.
 CONNECT_TIMEOUT_S = 2.0
@@ -46,8 +50,11 @@ MAX_CONNECTIONS = 256
 MAX_HEAD_BYTES = 64 * 1024
 #: A chunk-size line or trailer line longer than this is malformed.
 MAX_LINE_BYTES = 8 * 1024
-#: Unrelayed answer bytes buffered per connection before reading from the generation pauses.
-READ_HIGH_WATER = 1024 * 1024
+_PEEK_NOW = int(socket.MSG_PEEK | socket.MSG_DONTWAIT)
+#: How often a wait on a generation checks whether the client it answers is still there.
+WATCH_EVERY_S = 0.25
+#: One read from a generation; the piece is relayed before the next read (back-pressure).
+RECV_BYTES = 256 * 1024
 
 
 class UpstreamError(Exception):
@@ -70,59 +77,60 @@ class AnswerBroken(UpstreamError):
     """The answer's head came back, its body broke off."""
 
 
+class ClientGone(Exception):
+    """The client an exchange was for closed its connection while the link waited on the generation."""
+
+
+class ClientWatch:
+    """The client connection an exchange answers: when it closes, the exchange is abandoned.
+
+    Checked every `WATCH_EVERY_S` while the link waits on the generation. A client that sent
+    more bytes (a pipelined request) is not watched any further: its next request waits in the
+    socket, and whether it went away is seen when its answer is written.
+    """
+
+    def __init__(self, sock: socket.socket | None) -> None:
+        self.sock = sock
+
+    def gone(self) -> bool:
+        """True when the client closed its connection (EOF waiting) or the socket failed."""
+        sock = self.sock
+        if sock is None:
+            return False
+        try:
+            data = sock.recv(1, _PEEK_NOW)
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+        if data:
+            self.sock = None
+            return False
+        return True
+
+
+_NOT_WATCHED = ClientWatch(None)
+
+
 # -- one connection ---------------------------------------------------------------------------
 
 
-class _Connection(asyncio.Protocol):
-    """A TCP connection to one generation; bytes received pile up in `buffer` until read."""
+class _Connection:
+    """A blocking TCP connection to one generation; bytes received pile up in `buffer` until read."""
 
-    def __init__(self, sock: socket.socket, on_lost: Callable[[_Connection], None]) -> None:
+    def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.buffer = bytearray()
         self.eof = False
-        self.error: BaseException | None = None
+        self.error: OSError | None = None
         self.idle_since = 0.0
-        self._on_lost = on_lost
-        self._transport: asyncio.Transport | None = None
-        self._waiter: asyncio.Future[None] | None = None
-        self._paused = False
-
-    # asyncio.Protocol
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = cast(asyncio.Transport, transport)  # uvloop's is no asyncio.Transport
-
-    def data_received(self, data: bytes) -> None:
-        self.buffer += data
-        if len(self.buffer) > READ_HIGH_WATER and not self._paused and self._transport is not None:
-            self._paused = True
-            self._transport.pause_reading()
-        self._wake()
-
-    def eof_received(self) -> bool:
-        self.eof = True
-        self._wake()
-        return False  # the transport closes itself
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.eof = True
-        self.error = exc
-        self._wake()
-        self._on_lost(self)
-
-    # the exchange side
-
-    @property
-    def transport(self) -> asyncio.Transport:
-        assert self._transport is not None
-        return self._transport
 
     def reusable_now(self) -> bool:
         """Whether an idle connection may carry a new request: proven open, nothing pending."""
-        if self.eof or self.buffer or self._transport is None or self._transport.is_closing():
+        if self.eof or self.buffer:
             return False
         try:
-            self.sock.recv(1, socket.MSG_PEEK)
+            self.sock.recv(1, _PEEK_NOW)
         except BlockingIOError:
             return True  # open, nothing waiting: the generation has not closed it
         except OSError:
@@ -130,37 +138,36 @@ class _Connection(asyncio.Protocol):
         return False  # b"": its FIN is waiting; bytes: something it should not have sent
 
     def write(self, data: bytes) -> None:
-        self.transport.write(data)
+        self.sock.sendall(data)
 
     def close(self) -> None:
-        if self._transport is not None:
-            self._transport.close()
+        self.eof = True
+        self.sock.close()
 
-    async def more(self) -> bool:
-        """Wait until more bytes arrived (True) or the connection ended (False)."""
-        if self.eof:
-            return False
-        if self._paused and self._transport is not None:
-            self._paused = False
-            self._transport.resume_reading()
-        waiter = asyncio.get_running_loop().create_future()
-        self._waiter = waiter
-        try:
-            await waiter
-        finally:
-            self._waiter = None
-        return bool(self.buffer) or not self.eof
+    def more(self, watch: ClientWatch) -> bool:
+        """Wait until more bytes arrived (True) or the connection ended (False).
 
-    def consumed(self) -> None:
-        """Resume reading once the relayed bytes were taken out of the buffer."""
-        if self._paused and len(self.buffer) <= READ_HIGH_WATER // 2 and self._transport is not None:
-            self._paused = False
-            self._transport.resume_reading()
-
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        The wait is a plain blocking `recv` (nothing else in the way of a quick answer); every
+        `WATCH_EVERY_S` without bytes the watched client is checked, and `ClientGone` raised
+        when it closed.
+        """
+        while not self.eof:
+            try:
+                data = self.sock.recv(RECV_BYTES)
+            except BlockingIOError:  # SO_RCVTIMEO ran out: nothing yet
+                if watch.gone():
+                    raise ClientGone from None
+                continue
+            except OSError as exc:
+                self.eof = True
+                self.error = exc
+                return False
+            if not data:
+                self.eof = True
+                return False
+            self.buffer += data
+            return True
+        return False
 
 
 # -- the answer -------------------------------------------------------------------------------
@@ -181,6 +188,7 @@ class Response:
         framing: int,
         length: int,
         keep_alive: bool,
+        watch: ClientWatch,
     ) -> None:
         self.status = status
         #: (lower-case name, value) in the order received.
@@ -190,8 +198,10 @@ class Response:
         self._key = key
         self._connection: _Connection | None = connection
         self._framing = framing
+        self._length = length if framing == _LENGTH else None
         self._remaining = length  # body bytes left (_LENGTH) or in the current chunk (_CHUNKED)
         self._keep_alive = keep_alive
+        self._watch = watch
         if framing == _LENGTH and length == 0:
             self._finish()
 
@@ -201,44 +211,52 @@ class Response:
                 return value
         return None
 
-    async def read(self) -> bytes:
+    @property
+    def length(self) -> int | None:
+        """The body's Content-Length, or None when it is chunked or runs until the connection closes."""
+        return self._length
+
+    def ready(self) -> bool:
+        """Whether `read()` answers without waiting on the generation (body bytes here, or none due)."""
+        return self.done or bool(self._connection is not None and self._connection.buffer)
+
+    def read(self) -> bytes:
         """The next piece of the body (b"" only once `done`); `AnswerBroken` when it broke off."""
         if self.done:
             return b""
         connection = self._connection
         assert connection is not None
         if self._framing == _LENGTH:
-            piece = await self._take(connection, self._remaining)
+            piece = self._take(connection, self._remaining)
             self._remaining -= len(piece)
             if self._remaining == 0:
                 self._finish()
             return piece
         if self._framing == _UNTIL_CLOSE:
             while not connection.buffer:
-                if not await connection.more():
+                if not connection.more(self._watch):
                     if connection.error is not None:
                         raise AnswerBroken("ReadError", str(connection.error))
                     self._finish()
                     return b""
             piece = bytes(connection.buffer)
             connection.buffer.clear()
-            connection.consumed()
             return piece
-        return await self._read_chunked(connection)
+        return self._read_chunked(connection)
 
-    async def _read_chunked(self, connection: _Connection) -> bytes:
+    def _read_chunked(self, connection: _Connection) -> bytes:
         if self._remaining == 0:
-            size = int(await self._line(connection, hexsize=True) or b"0", 16)
+            size = int(self._line(connection, hexsize=True) or b"0", 16)
             if size == 0:
-                while await self._line(connection):  # trailers, dropped, up to the empty line
+                while self._line(connection):  # trailers, dropped, up to the empty line
                     continue
                 self._finish()
                 return b""
             self._remaining = size
-        piece = await self._take(connection, self._remaining)
+        piece = self._take(connection, self._remaining)
         self._remaining -= len(piece)
         if self._remaining == 0:
-            if await self._line(connection):
+            if self._line(connection):
                 raise AnswerBroken("RemoteProtocolError", "chunk not followed by CRLF")
             if connection.buffer.startswith(b"0\r\n\r\n"):
                 # The last chunk (no trailers) is already here: this piece ends the body.
@@ -246,9 +264,9 @@ class Response:
                 self._finish()
         return piece
 
-    async def _take(self, connection: _Connection, most: int) -> bytes:
+    def _take(self, connection: _Connection, most: int) -> bytes:
         while not connection.buffer:
-            if not await connection.more():
+            if not connection.more(self._watch):
                 raise AnswerBroken("RemoteProtocolError", "the connection closed mid-body")
         buffer = connection.buffer
         if len(buffer) <= most:
@@ -257,17 +275,16 @@ class Response:
         else:
             piece = bytes(buffer[:most])
             del buffer[:most]
-        connection.consumed()
         return piece
 
-    async def _line(self, connection: _Connection, *, hexsize: bool = False) -> bytes:
+    def _line(self, connection: _Connection, *, hexsize: bool = False) -> bytes:
         while True:
             end = connection.buffer.find(b"\r\n")
             if end >= 0:
                 break
             if len(connection.buffer) > MAX_LINE_BYTES:
                 raise AnswerBroken("RemoteProtocolError", "chunk line too long")
-            if not await connection.more():
+            if not connection.more(self._watch):
                 raise AnswerBroken("RemoteProtocolError", "the connection closed mid-body")
         line = bytes(connection.buffer[:end])
         del connection.buffer[: end + 2]
@@ -290,11 +307,14 @@ class Response:
             self._pool.release(self._key, connection, reuse=False)
 
 
-_BAD_FIELD_BYTES = re.compile(rb"[\r\n\x00]")
+#: A bare CR, a bare LF or a NUL anywhere in a head (CRLF is the only line end).
+_BAD_HEAD_BYTES = re.compile(rb"\x00|\r(?!\n)|(?<!\r)\n")
 
 
 def _parse_head(head: bytes, method: bytes) -> tuple[int, list[tuple[bytes, bytes]], int, int, bool] | None:
     """(status, headers, framing, length, keep_alive); None when the head is not valid HTTP/1.x."""
+    if _BAD_HEAD_BYTES.search(head):
+        return None  # a bare CR, LF or NUL would split the head the link relays to its client
     lines = head.split(b"\r\n")
     status_line = lines[0].split(b" ", 2)
     if len(status_line) < 2 or status_line[0] not in (b"HTTP/1.1", b"HTTP/1.0"):
@@ -310,8 +330,8 @@ def _parse_head(head: bytes, method: bytes) -> tuple[int, list[tuple[bytes, byte
     keep_alive = status_line[0] == b"HTTP/1.1"
     for line in lines[1:]:
         name, colon, value = line.partition(b":")
-        if not colon or not name or name != name.strip() or b" " in name or _BAD_FIELD_BYTES.search(line):
-            return None  # a bare CR, LF or NUL would split the head the link relays to its client
+        if not colon or not name or name != name.strip() or b" " in name:
+            return None
         name = name.lower()
         value = value.strip(b" \t")
         headers.append((name, value))
@@ -339,11 +359,14 @@ def _parse_head(head: bytes, method: bytes) -> tuple[int, list[tuple[bytes, byte
 
 
 class UpstreamPool:
-    """Keep-alive connections per generation endpoint (`http://127.0.0.1:<port>`), for one loop."""
+    """Keep-alive connections per generation endpoint (`http://127.0.0.1:<port>`), for all threads."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
-        self._slots = asyncio.Semaphore(MAX_CONNECTIONS)
+        self._lock = threading.Lock()
+        # Exchanges in flight; a Condition on `_lock` only for waiting when all slots are taken.
+        self._in_use = 0
+        self._slot_freed = threading.Condition(self._lock)
         self._endpoints: dict[str, tuple[tuple[str, int], bytes]] = {}
         self._clock = clock
         self._closed = False
@@ -358,35 +381,39 @@ class UpstreamPool:
             self._endpoints[endpoint] = known
         return known
 
-    async def request(
+    def request(
         self,
         endpoint: str,
         method: bytes,
         target: bytes,
         headers: Iterable[tuple[bytes, bytes]],
         body: bytes,
+        watch: ClientWatch = _NOT_WATCHED,
     ) -> Response:
         """Send one request and read its answer's head; the caller reads the body, then `close()`s.
 
-        Raises `NotDelivered` (nothing written), `DeliveryUnknown` (written, no answer head).
-        Cancellation closes the connection.
+        Raises `NotDelivered` (nothing written), `DeliveryUnknown` (written, no answer head),
+        `ClientGone` (the watched client closed while the generation had not answered yet).
         """
         key, host = self._endpoint(endpoint)
         head = bytearray(b"%s %s HTTP/1.1\r\nhost: %s\r\n" % (method, target, host))
         for name, value in headers:
             head += b"%s: %s\r\n" % (name, value)
         head += b"content-length: %d\r\n\r\n" % len(body)
-        connection = await self._acquire(key)
+        connection = self._acquire(key)
         try:
             # From here on the generation may have the request: never `NotDelivered` again.
-            if len(body) < 64 * 1024:
-                head += body
-                connection.write(bytes(head))
-            else:
-                connection.write(bytes(head))
-                connection.write(body)
+            try:
+                if len(body) < 64 * 1024:
+                    head += body
+                    connection.write(bytes(head))
+                else:
+                    connection.write(bytes(head))
+                    connection.write(body)
+            except OSError as exc:
+                raise DeliveryUnknown("WriteError", str(exc)) from None
             while True:
-                status, answer, framing, length, keep_alive = await self._read_head(connection, method)
+                status, answer, framing, length, keep_alive = self._read_head(connection, method, watch)
                 if status >= 200:
                     break
                 if status == 101:
@@ -394,10 +421,11 @@ class UpstreamPool:
         except BaseException:
             self.release(key, connection, reuse=False)
             raise
-        return Response(self, key, connection, status, answer, framing, length, keep_alive)
+        return Response(self, key, connection, status, answer, framing, length, keep_alive, watch)
 
-    async def _read_head(
-        self, connection: _Connection, method: bytes
+    @staticmethod
+    def _read_head(
+        connection: _Connection, method: bytes, watch: ClientWatch
     ) -> tuple[int, list[tuple[bytes, bytes]], int, int, bool]:
         while True:
             end = connection.buffer.find(b"\r\n\r\n")
@@ -405,7 +433,7 @@ class UpstreamPool:
                 break
             if len(connection.buffer) > MAX_HEAD_BYTES:
                 raise DeliveryUnknown("RemoteProtocolError", "answer head too large")
-            if not await connection.more():
+            if not connection.more(watch):
                 cause = type(connection.error).__name__ if connection.error else "closed"
                 raise DeliveryUnknown("RemoteProtocolError", f"the connection ended unanswered ({cause})")
         head = bytes(connection.buffer[:end])
@@ -415,76 +443,85 @@ class UpstreamPool:
             raise DeliveryUnknown("RemoteProtocolError", "the answer is not HTTP/1.1")
         return parsed
 
-    async def _acquire(self, key: tuple[str, int]) -> _Connection:
+    def _acquire(self, key: tuple[str, int]) -> _Connection:
         if self._closed:
             raise NotDelivered("PoolClosed", "the link is shutting down")
-        if self._slots.locked():
-            try:
-                await asyncio.wait_for(self._slots.acquire(), POOL_TIMEOUT_S)
-            except TimeoutError:
-                raise NotDelivered("PoolTimeout", "no upstream connection freed up") from None
-        else:
-            await self._slots.acquire()
+        with self._lock:
+            if self._in_use >= MAX_CONNECTIONS and not self._slot_freed.wait_for(
+                lambda: self._in_use < MAX_CONNECTIONS, POOL_TIMEOUT_S
+            ):
+                raise NotDelivered("PoolTimeout", "no upstream connection freed up")
+            self._in_use += 1
         try:
-            idle = self._idle.get(key)
             now = self._clock()
-            while idle:
-                connection = idle.pop()
+            while True:
+                with self._lock:
+                    idle = self._idle.get(key)
+                    connection = idle.pop() if idle else None
+                if connection is None:
+                    return self._connect(key)
                 if now - connection.idle_since < KEEPALIVE_S and connection.reusable_now():
                     return connection
                 connection.close()
-            return await self._connect(key)
         except BaseException:
-            self._slots.release()
+            self._free_slot()
             raise
 
-    async def _connect(self, key: tuple[str, int]) -> _Connection:
-        loop = asyncio.get_running_loop()
+    @staticmethod
+    def _connect(key: tuple[str, int]) -> _Connection:
         host, port = key
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        # IPPROTO_TCP: asyncio turns TCP_NODELAY on only for sockets that say so.
-        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock = socket.socket(family, socket.SOCK_STREAM)
         try:
-            sock.setblocking(False)
+            sock.settimeout(CONNECT_TIMEOUT_S)
             try:
-                async with asyncio.timeout(CONNECT_TIMEOUT_S):
-                    await loop.sock_connect(sock, (host, port))
+                sock.connect((host, port))
             except TimeoutError:
                 raise NotDelivered("ConnectTimeout", f"{host}:{port}") from None
             except OSError as exc:
                 raise NotDelivered("ConnectError", f"{host}:{port}: {exc.strerror}") from None
-            _, connection = await loop.create_connection(
-                lambda: _Connection(sock, lambda lost: self._forget(key, lost)), sock=sock
-            )
+            sock.settimeout(None)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            # A blocking recv that gives up every WATCH_EVERY_S (`more` then checks the client).
+            kernel_timeouts(sock, receive_s=WATCH_EVERY_S)
         except BaseException:
             sock.close()
             raise
-        return connection
+        return _Connection(sock)
 
     def release(self, key: tuple[str, int], connection: _Connection, *, reuse: bool) -> None:
         """Give a connection back after an exchange: pooled when `reuse` and still sound."""
-        self._slots.release()
-        if reuse and not self._closed and not connection.eof:
+        if reuse and not connection.eof:
             connection.idle_since = self._clock()
-            idle = self._idle.setdefault(key, [])
-            idle.append(connection)
-            if len(idle) > MAX_CONNECTIONS:
-                idle.pop(0).close()
+            with self._lock:
+                self._free_slot_locked()
+                if not self._closed:
+                    idle = self._idle.setdefault(key, [])
+                    idle.append(connection)
+                    if len(idle) <= MAX_CONNECTIONS:
+                        return
+                    connection = idle.pop(0)
         else:
-            connection.close()
+            self._free_slot()
+        connection.close()
 
-    def _forget(self, key: tuple[str, int], connection: _Connection) -> None:
-        idle = self._idle.get(key)
-        if idle and connection in idle:
-            idle.remove(connection)
+    def _free_slot(self) -> None:
+        with self._lock:
+            self._free_slot_locked()
+
+    def _free_slot_locked(self) -> None:
+        self._in_use -= 1
+        self._slot_freed.notify()
 
     def idle_count(self) -> int:
-        return sum(len(idle) for idle in self._idle.values())
+        with self._lock:
+            return sum(len(idle) for idle in self._idle.values())
 
-    async def aclose(self) -> None:
+    def close(self) -> None:
         """Close the idle connections; exchanges in flight close theirs when they end."""
-        self._closed = True
-        for idle in self._idle.values():
-            while idle:
-                idle.pop().close()
-        await asyncio.sleep(0)
+        with self._lock:
+            self._closed = True
+            idle = [connection for connections in self._idle.values() for connection in connections]
+            self._idle.clear()
+        for connection in idle:
+            connection.close()
