@@ -416,6 +416,8 @@ class Swallower:
                         connection.sendall(self.answer)
 
     def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked in accept()
         self._sock.close()
         self._thread.join(5)
 
@@ -548,6 +550,8 @@ class KeepAliveGeneration:
                 )
 
     def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked in accept()
         self._sock.close()
         self._thread.join(5)
 

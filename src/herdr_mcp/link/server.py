@@ -69,6 +69,7 @@ class Request:
     #: The body was larger than `MAX_BODY_BYTES`; `body` holds only its beginning.
     oversized: bool = False
     keep_alive: bool = True
+    http11: bool = True
 
     def header(self, name: bytes) -> bytes | None:
         for key, value in self.headers:
@@ -90,6 +91,8 @@ class ClientConnection:
     http11: bool = True
     #: Set by the handler when the connection must not carry another request.
     must_close: bool = False
+    #: The request was HEAD: answers carry their head only (RFC 9110 9.3.2).
+    head_only: bool = False
 
     def send(self, data: bytes) -> None:
         try:
@@ -108,7 +111,7 @@ class ClientConnection:
         if self.must_close or not self.http11:
             head += b"connection: close\r\n"
         head += b"\r\n"
-        self.send(bytes(head + body))
+        self.send(bytes(head) if self.head_only else bytes(head + body))
 
 
 Handler = Callable[[Request, ClientConnection], None]
@@ -123,8 +126,13 @@ class _Parsing:
 
     def __init__(self) -> None:
         self.ready: deque[Request] = deque()
-        self.in_head = False
+        #: Head bytes counted from completed request targets and header fields.
         self.head_bytes = 0
+        #: Head bytes counted from whole received pieces that an unfinished head took (llhttp
+        #: reports a header field only once it is complete, so a never-ending one needs this).
+        self.raw_head_bytes = 0
+        self.completed = 0
+        self.in_head = False
         self.expect_continue = False
         self._url = bytearray()
         self._headers: list[tuple[bytes, bytes]] = []
@@ -133,17 +141,19 @@ class _Parsing:
         self.parser = httptools.HttpRequestParser(self)
 
     def on_message_begin(self) -> None:
+        self.head_bytes = self.raw_head_bytes = 0
         self.in_head = True
-        self.head_bytes = 0
         self._url.clear()
         self._headers = []
         self._body = bytearray()
         self._oversized = False
 
     def on_url(self, url: bytes) -> None:
+        self.head_bytes += len(url)
         self._url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self.head_bytes += len(name) + len(value) + 4
         self._headers.append((name.lower(), value))
 
     def on_headers_complete(self) -> None:
@@ -159,6 +169,7 @@ class _Parsing:
             self._body += body
 
     def on_message_complete(self) -> None:
+        self.completed += 1
         url = httptools.parse_url(bytes(self._url))
         self.ready.append(
             Request(
@@ -169,6 +180,7 @@ class _Parsing:
                 body=bytes(self._body),
                 oversized=self._oversized,
                 keep_alive=self.parser.should_keep_alive(),
+                http11=self.parser.get_http_version() == "1.1",
             )
         )
 
@@ -247,7 +259,7 @@ class LinkServer:
                 if not full:
                     self._served.add(connection)
             if full:
-                threading.Thread(target=_refuse_busy, args=(sock,), daemon=True).start()
+                _refuse_busy(sock)
                 continue
             threading.Thread(target=self._serve, args=(connection,), name="link-conn", daemon=True).start()
 
@@ -281,6 +293,10 @@ class LinkServer:
                 if connection.closing:
                     return
                 connection.busy = True
+            # A piece wholly inside one head: it continued a head, or a new one began at its start
+            # (nothing completed in it). Otherwise the head's first bytes are not counted: at most
+            # one piece (RECV_BYTES) more than the limit is ever held.
+            piece_in_head, completed = parsing.in_head, parsing.completed
             try:
                 parsing.parser.feed_data(data)
             except httptools.HttpParserUpgrade:
@@ -291,21 +307,22 @@ class LinkServer:
                 client.must_close = True
                 client.answer(400, error_body("bad_request", f"not an HTTP/1.1 request: {exc}"))
                 return
-            if parsing.in_head:
-                parsing.head_bytes += len(data)
-                if parsing.head_bytes > MAX_HEAD_BYTES:
-                    client.must_close = True
-                    too_large = f"request heads are limited to {MAX_HEAD_BYTES} bytes"
-                    client.answer(431, error_body("head_too_large", too_large))
-                    return
+            if parsing.in_head and (piece_in_head or parsing.completed == completed):
+                parsing.raw_head_bytes += len(data)
+            if max(parsing.head_bytes, parsing.raw_head_bytes) > MAX_HEAD_BYTES:
+                client.must_close = True
+                too_large = f"request heads are limited to {MAX_HEAD_BYTES} bytes"
+                client.answer(431, error_body("head_too_large", too_large))
+                return
             if parsing.expect_continue:
                 parsing.expect_continue = False
                 if not parsing.ready:
                     client.send(b"HTTP/1.1 100 Continue\r\n\r\n")
             while parsing.ready:
                 request = parsing.ready.popleft()
-                client.http11 = parsing.parser.get_http_version() == "1.1"
-                client.must_close = not request.keep_alive or not client.http11
+                client.http11 = request.http11
+                client.head_only = request.method == b"HEAD"
+                client.must_close = not request.keep_alive or not request.http11
                 self._handler(request, client)
                 if client.must_close:
                     return
@@ -316,12 +333,11 @@ class LinkServer:
 
 
 def _refuse_busy(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        kernel_timeouts(sock, send_s=5)
-        body = error_body(
-            "link_busy", f"the link serves at most {MAX_CONNECTIONS} connections; retry shortly"
-        )
-        ClientConnection(sock, must_close=True).answer(503, body)
+    """503 `link_busy` without blocking the accepting thread (a short answer fits the socket buffer)."""
+    with contextlib.suppress(OSError, ClientClosed):
+        sock.setblocking(False)
+        busy = f"the link serves at most {MAX_CONNECTIONS} connections; retry shortly"
+        ClientConnection(sock, must_close=True).answer(503, error_body("link_busy", busy))
     _shut(sock)
     sock.close()
 
