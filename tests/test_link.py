@@ -482,7 +482,7 @@ def test_sent_but_unanswered_is_delivery_unknown_and_never_retried(tmp_path: Pat
     assert swallower.requests == 1
 
 
-@pytest.mark.parametrize("bad", [b"a\rb", b"a\x00b"], ids=["bare-cr", "nul"])
+@pytest.mark.parametrize("bad", [b"a\rb", b"a\nb", b"a\x00b"], ids=["bare-cr", "bare-lf", "nul"])
 def test_an_answer_head_the_link_cannot_relay_safely_is_delivery_unknown(tmp_path: Path, bad: bytes) -> None:
     # Relayed as is, a bare CR or a NUL in a header could split or corrupt the head the client gets.
     answer = b"HTTP/1.1 200 OK\r\nX-Bad: " + bad + b"\r\nContent-Length: 2\r\n\r\n{}"

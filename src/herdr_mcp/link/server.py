@@ -47,7 +47,7 @@ IDLE_TIMEOUT_S = 75.0
 MAX_HEAD_BYTES = 64 * 1024
 #: Request bodies are collected up to this size; past it the request is marked `oversized`.
 MAX_BODY_BYTES = 4 * 1024 * 1024
-RECV_BYTES = 256 * 1024
+RECV_BYTES = 64 * 1024
 
 #: Reason phrases for the statuses the link and the generations answer with.
 REASONS = {
