@@ -3,9 +3,9 @@
 Why not uvicorn, as the runtime uses: the link does almost nothing per request (check a bearer,
 pick a generation, relay bytes), so the server around it was most of its cost. An event loop
 adds a selector round and several layers of callbacks to every hop; a thread blocked in `recv`
-is woken by the kernel straight into the code that forwards the bytes. Measured on the same
-machine in one run (benchmarks/link_bench.py): uvicorn + ASGI added about twice the latency
-this server adds. The link serves one workstation's MCP clients, so a thread per connection
+is woken by the kernel straight into the code that forwards the bytes. On the development
+machine (benchmarks/link_bench.py, docs/updater.md) the link on uvicorn added 22-29 % to a
+~1.5 ms tool call, on this server 12-18 %. The link serves one workstation's MCP clients, so a thread per connection
 (capped at `MAX_CONNECTIONS`) is cheap.
 
 Request heads and bodies are parsed by httptools (llhttp, the parser uvicorn uses too). A
