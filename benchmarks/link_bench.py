@@ -5,8 +5,9 @@ longest pause a request sees while the link's active generation switches.
    sent directly to generation A and through the link to A, interleaved round by round.
    Target: link p50 / direct p50 <= 1.15.
 2. A client calls through the link back to back while the active generation switches A -> B
-   and back (each through the real activation gate); the longest call during the switches is
-   printed next to the longest call of the same loop before them.
+   and back (each through the real activation gate, run as `herdr-mcp generation activate` /
+   `rollback` processes); the longest call during the switches is printed next to the longest
+   call of the same loop before them.
 
 Run from the repository root with the project installed: `python benchmarks/link_bench.py`.
 """
@@ -18,6 +19,7 @@ import asyncio
 import contextlib
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -31,7 +33,7 @@ from mcp import Client
 from tests.runtime_harness import two_runtimes
 from tests.test_link import running_link, spec
 
-from herdr_mcp.generations import ControlFile, GenerationStore, Observation, activate, rollback
+from herdr_mcp.generations import ControlFile, GenerationStore, Observation, activate
 
 ARGUMENTS = {"query": "no-such-method"}
 
@@ -72,10 +74,15 @@ async def _pauses(link: Any, store: GenerationStore, switches: int) -> None:
         done = threading.Event()
 
         def switch() -> None:
-            for _ in range(switches):
-                activate(store, "B")
-                rollback(store)
-            done.set()
+            # As in use: `herdr-mcp generation activate|rollback` run as their own processes (a
+            # gate in this process would hold the GIL the measuring client needs).
+            command = [sys.executable, "-m", "herdr_mcp", "generation", "--state-dir", str(store.state_dir)]
+            try:
+                for _ in range(switches):
+                    for step in (["activate", "B"], ["rollback"]):
+                        subprocess.run([*command, *step], check=True, capture_output=True, timeout=60)
+            finally:
+                done.set()
 
         thread = threading.Thread(target=switch)
         thread.start()

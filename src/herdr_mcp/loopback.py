@@ -1,7 +1,9 @@
-"""Listening on loopback: the socket the runtime and the link serve on, and a clean SIGTERM exit."""
+"""What the serving processes (the runtime, the link) share: the loopback socket they listen on,
+socket timeouts, the startup heap freeze and a clean SIGTERM exit."""
 
 from __future__ import annotations
 
+import gc
 import signal
 import socket
 import struct
@@ -48,3 +50,15 @@ def kernel_timeouts(
             sock.setsockopt(
                 socket.SOL_SOCKET, option, struct.pack("@ll", whole, int((seconds - whole) * 1e6))
             )
+
+
+def freeze_startup_heap() -> None:
+    """Collect once, then move every object alive into the permanent generation (`gc.freeze`).
+
+    What a serving process builds at startup (modules, schemas, the app) lives as long as it
+    does, and every full collection rescanned all of it: in the runtime that was a 50-65 ms pause
+    (measured), felt by every request in flight and the longest call of the link benchmark.
+    Afterwards a full collection scans only what was made since (~3 ms measured).
+    """
+    gc.collect()
+    gc.freeze()

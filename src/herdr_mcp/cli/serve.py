@@ -23,7 +23,7 @@ from pathlib import Path
 import uvicorn
 
 from herdr_mcp.herdr import HerdrClient, HerdrError, default_socket_path
-from herdr_mcp.loopback import bind_loopback, exit_cleanly_on_sigterm
+from herdr_mcp.loopback import bind_loopback, exit_cleanly_on_sigterm, freeze_startup_heap
 from herdr_mcp.runtime.app import build_app
 from herdr_mcp.runtime.auth import load_or_create_token
 from herdr_mcp.runtime.config import LOOPBACK_HOSTS, RuntimeConfig, default_config_dir
@@ -97,5 +97,6 @@ async def _serve(args: argparse.Namespace) -> int:
                 app, log_level=args.log_level, lifespan="on", access_log=False, timeout_graceful_shutdown=5
             )
         )
+        freeze_startup_heap()
         await server.serve(sockets=[sock])
     return 0

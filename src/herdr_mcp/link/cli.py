@@ -21,7 +21,7 @@ from pathlib import Path
 from herdr_mcp.generations import GenerationError, GenerationStore, recover_interrupted
 from herdr_mcp.link.router import LinkConfig, LinkHandler
 from herdr_mcp.link.server import LinkServer
-from herdr_mcp.loopback import bind_loopback
+from herdr_mcp.loopback import bind_loopback, freeze_startup_heap
 from herdr_mcp.runtime.auth import TokenFileError, load_or_create_token
 from herdr_mcp.runtime.config import LOOPBACK_HOSTS, default_config_dir
 
@@ -82,6 +82,7 @@ def main(argv: list[str]) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
+    freeze_startup_heap()
     server.start()
     print(f"herdr-mcp link serving http://{host}:{port}/mcp", flush=True)
     print(f"  generations: {state_dir}", file=sys.stderr)

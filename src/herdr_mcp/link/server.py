@@ -5,8 +5,8 @@ pick a generation, relay bytes), so the server around it was most of its cost. A
 adds a selector round and several layers of callbacks to every hop; a thread blocked in `recv`
 is woken by the kernel straight into the code that forwards the bytes. On the development
 machine (benchmarks/link_bench.py, docs/updater.md) the link on uvicorn added 22-29 % to a
-~1.5 ms tool call, on this server 12-18 %. The link serves one workstation's MCP clients, so a thread per connection
-(capped at `MAX_CONNECTIONS`) is cheap.
+~1.5 ms tool call, on this server 12-18 %. The link serves one workstation's MCP clients, so
+a thread per connection (capped at `MAX_CONNECTIONS`) is cheap.
 
 Request heads and bodies are parsed by httptools (llhttp, the parser uvicorn uses too). A
 request is handed to the handler only when its body is complete; what the handler writes goes
