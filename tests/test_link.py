@@ -713,3 +713,33 @@ def test_client_leaving_ends_the_upstream_exchange_and_its_lease(
     while link.health()["in_flight"] != {"sse": 0}:
         assert time.monotonic() < deadline
         time.sleep(0.02)
+
+
+def test_sigterm_lets_a_call_in_flight_finish_then_exits_cleanly(
+    streaming: tuple[Link, EventStreamGeneration],
+) -> None:
+    """SIGTERM (a service manager's stop): no new connections, the call in flight is answered to
+    its end, then exit 0."""
+    link, upstream = streaming
+    headers = {"Authorization": f"Bearer {link.token}", "Accept": "text/event-stream"}
+    port = int(link.base.rsplit(":", 1)[1])
+    with (
+        httpx2.Client(timeout=20) as http,
+        http.stream("POST", link.url, json=CALL, headers=headers) as answer,
+    ):
+        lines = answer.iter_lines()
+        assert next(lines) == "data: one"
+        link.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        while True:  # the listener closes at once
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            except ConnectionRefusedError:
+                break
+            assert time.monotonic() < deadline, "the link still accepts connections after SIGTERM"
+            time.sleep(0.02)
+        assert link.process.poll() is None  # still answering the call in flight
+        upstream.release.set()
+        rest = [line for line in lines if line]
+    assert rest == ["data: two"]
+    assert link.process.wait(timeout=10) == 0

@@ -80,8 +80,14 @@ def main(argv: list[str]) -> int:
     port = server.port
     host = f"[{args.host}]" if ":" in args.host else args.host
     stop = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        if stop.is_set():  # a second Ctrl-C (or SIGTERM) does not wait for calls in flight
+            raise SystemExit(1)
+        stop.set()
+
     for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+        signal.signal(signum, on_signal)
     freeze_startup_heap()
     server.start()
     print(f"herdr-mcp link serving http://{host}:{port}/mcp", flush=True)

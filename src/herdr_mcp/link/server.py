@@ -225,10 +225,13 @@ class LinkServer:
         with self._lock:
             self._closing = True
             served = list(self._served)
-        with contextlib.suppress(OSError):
-            self._listener.shutdown(socket.SHUT_RDWR)
+        if self._accepting.is_alive():
+            # Wake the accepting thread with a connection of our own: it sees `_closing` and
+            # ends. (Shutting a listening socket down wakes `accept` on Linux, not on macOS.)
+            with contextlib.suppress(OSError):
+                socket.create_connection(self._listener.getsockname()[:2], timeout=1).close()
+            self._accepting.join(5)
         self._listener.close()
-        self._accepting.join(5)
         for connection in served:
             with connection.lock:
                 connection.closing = True
