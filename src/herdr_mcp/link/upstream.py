@@ -279,10 +279,10 @@ class Response:
     def _line(self, connection: _Connection, *, hexsize: bool = False) -> bytes:
         while True:
             end = connection.buffer.find(b"\r\n")
+            if end > MAX_LINE_BYTES or (end < 0 and len(connection.buffer) > MAX_LINE_BYTES):
+                raise AnswerBroken("RemoteProtocolError", "chunk line too long")
             if end >= 0:
                 break
-            if len(connection.buffer) > MAX_LINE_BYTES:
-                raise AnswerBroken("RemoteProtocolError", "chunk line too long")
             if not connection.more(self._watch):
                 raise AnswerBroken("RemoteProtocolError", "the connection closed mid-body")
         line = bytes(connection.buffer[:end])
@@ -370,9 +370,13 @@ class UpstreamPool:
         known = self._endpoints.get(endpoint)
         if known is None:
             parts = urlsplit(endpoint)
-            if parts.scheme != "http" or parts.hostname is None or parts.port is None:
+            try:
+                port = parts.port  # ValueError for a port that is no number or out of range
+            except ValueError:
+                port = None
+            if parts.scheme != "http" or parts.hostname is None or port is None:
                 raise NotDelivered("InvalidEndpoint", endpoint)
-            known = ((parts.hostname, parts.port), parts.netloc.encode("ascii"))
+            known = ((parts.hostname, port), parts.netloc.encode("ascii"))
             self._endpoints[endpoint] = known
         return known
 
@@ -424,10 +428,10 @@ class UpstreamPool:
     ) -> tuple[int, list[tuple[bytes, bytes]], int, int, bool]:
         while True:
             end = connection.buffer.find(b"\r\n\r\n")
+            if end > MAX_HEAD_BYTES or (end < 0 and len(connection.buffer) > MAX_HEAD_BYTES):
+                raise DeliveryUnknown("RemoteProtocolError", "answer head too large")
             if end >= 0:
                 break
-            if len(connection.buffer) > MAX_HEAD_BYTES:
-                raise DeliveryUnknown("RemoteProtocolError", "answer head too large")
             if not connection.more(watch):
                 cause = type(connection.error).__name__ if connection.error else "closed"
                 raise DeliveryUnknown("RemoteProtocolError", f"the connection ended unanswered ({cause})")
