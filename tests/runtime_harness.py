@@ -139,15 +139,24 @@ def running_runtime(
             url=line[len(prefix) :].strip(), token=token, process=process, config_dir=config_dir
         )
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)
-        for stream in (process.stdout, process.stderr):
-            if stream is not None:
-                stream.close()
+        stop_process(process)
+        close_pipes(process)
+
+
+def stop_process(process: subprocess.Popen[str]) -> None:
+    """SIGTERM, and SIGKILL if it is still running 15 s later."""
+    process.terminate()
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=5)
+
+
+def close_pipes(process: subprocess.Popen[str]) -> None:
+    for stream in (process.stdout, process.stderr):
+        if stream is not None:
+            stream.close()
 
 
 def _first_line(process: subprocess.Popen[str]) -> str:

@@ -13,6 +13,7 @@ link in front of a stand-in generation that streams in steps the test controls.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import http.server
@@ -50,7 +51,9 @@ from herdr_mcp.loopback import bind_loopback
 from tests.runtime_harness import (
     RunningRuntime,
     call_tool,
+    close_pipes,
     mcp_client,
+    stop_process,
     two_runtimes,
 )
 from tests.sim_helpers import run, short_tmp_dir
@@ -112,17 +115,10 @@ def running_link(state_dir: Path, token_file: Path) -> Iterator[Link]:
         link = Link(found[0][len(prefix) :].strip(), token_file.read_text().strip(), process)
         yield link
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)
+        stop_process(process)
         if link is not None and process.stderr is not None:
             link.stderr = process.stderr.read()
-        for stream in (process.stdout, process.stderr):
-            if stream is not None:
-                stream.close()
+        close_pipes(process)
 
 
 def spec(name: str, runtime: RunningRuntime) -> Generation:
@@ -386,19 +382,61 @@ def free_port() -> int:
     return port
 
 
-class Swallower:
-    """A TCP server that reads one HTTP request, counts it, and closes after sending `answer`
-    (nothing by default)."""
+class StandIn(abc.ABC):
+    """A loopback TCP stand-in for a generation: `_serve` runs in a thread from the start (set
+    what it uses before calling `__init__`); `close()` stops it."""
 
-    def __init__(self, answer: bytes = b"") -> None:
-        self.requests = 0
-        self.answer = answer
+    def __init__(self) -> None:
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.bind(("127.0.0.1", 0))
         self._sock.listen(8)
         self.endpoint = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
+
+    @abc.abstractmethod
+    def _serve(self) -> None: ...
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked in accept()
+        self._sock.close()
+        self._thread.join(5)
+
+
+def read_request(connection: socket.socket, buffer: bytearray) -> tuple[bytes, bytes] | None:
+    """The next request off `connection` (bytes already received wait in `buffer`): its head with
+    the blank line, and its body by Content-Length; None when the connection ends first."""
+    while b"\r\n\r\n" not in buffer:
+        data = connection.recv(65536)
+        if not data:
+            return None
+        buffer += data
+    end = buffer.index(b"\r\n\r\n") + 4
+    head = bytes(buffer[:end])
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    while len(buffer) < end + length:
+        data = connection.recv(65536)
+        if not data:
+            return None
+        buffer += data
+    body = bytes(buffer[end : end + length])
+    del buffer[: end + length]
+    return head, body
+
+
+class Swallower(StandIn):
+    """A TCP server that reads one HTTP request, counts it, and closes after sending `answer`
+    (nothing by default)."""
+
+    def __init__(self, answer: bytes = b"") -> None:
+        self.requests = 0
+        self.answer = answer
+        super().__init__()
 
     def _serve(self) -> None:
         with contextlib.suppress(OSError):
@@ -414,12 +452,6 @@ class Swallower:
                     self.requests += data.count(b"POST /mcp")
                     if self.answer:
                         connection.sendall(self.answer)
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked in accept()
-        self._sock.close()
-        self._thread.join(5)
 
 
 LINK_TOKEN = "link-token-" + "x" * 20
@@ -501,7 +533,7 @@ def test_generation_refusing_the_links_bearer_is_not_delivered(world: World, tmp
     assert error_of(in_process_post(store, CALL)) == (503, 7, "not_delivered", "generation_unauthorized")
 
 
-class KeepAliveGeneration:
+class KeepAliveGeneration(StandIn):
     """A stand-in generation answering HTTP/1.1 keep-alive, which closes a connection once it was
     idle for `idle_close_s` after an answer (0: at once, without saying `Connection: close`)."""
 
@@ -509,12 +541,7 @@ class KeepAliveGeneration:
         self.idle_close_s = idle_close_s
         self.requests = 0
         self.connections = 0
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.bind(("127.0.0.1", 0))
-        self._sock.listen(8)
-        self.endpoint = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
+        super().__init__()
 
     def _serve(self) -> None:
         with contextlib.suppress(OSError):
@@ -525,22 +552,14 @@ class KeepAliveGeneration:
 
     def _handle(self, connection: socket.socket) -> None:
         with connection, contextlib.suppress(OSError):
-            data = b""
+            buffer = bytearray()
             answered = 0
             while True:
-                while b"\r\n\r\n" not in data:
-                    idle = data == b"" and answered > 0
-                    if idle and not select.select([connection], [], [], self.idle_close_s)[0]:
-                        return  # idle too long: close, as uvicorn does after its keep-alive timeout
-                    chunk = connection.recv(65536)
-                    if not chunk:
-                        return
-                    data += chunk
-                head, _, data = data.partition(b"\r\n\r\n")
-                length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
-                while len(data) < length:
-                    data += connection.recv(65536)
-                data = data[length:]
+                idle = not buffer and answered > 0
+                if idle and not select.select([connection], [], [], self.idle_close_s)[0]:
+                    return  # idle too long: close, as uvicorn does after its keep-alive timeout
+                if read_request(connection, buffer) is None:
+                    return
                 self.requests += 1
                 answered += 1
                 answer = json.dumps({"jsonrpc": "2.0", "id": 7, "result": {"n": self.requests}}).encode()
@@ -548,12 +567,6 @@ class KeepAliveGeneration:
                     b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
                     b"content-length: %d\r\n\r\n%s" % (len(answer), answer)
                 )
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked in accept()
-        self._sock.close()
-        self._thread.join(5)
 
 
 def in_process_posts(store: GenerationStore, count: int, pause_s: float) -> list[httpx2.Response]:

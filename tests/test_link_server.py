@@ -27,7 +27,14 @@ from herdr_mcp.link import LinkConfig, LinkHandler, LinkServer, server
 from herdr_mcp.link.server import ClientConnection, Request
 from herdr_mcp.link.upstream import WATCH_EVERY_S
 from herdr_mcp.loopback import bind_loopback
-from tests.test_link import LINK_TOKEN, KeepAliveGeneration, in_process_link, store_active
+from tests.test_link import (
+    LINK_TOKEN,
+    KeepAliveGeneration,
+    StandIn,
+    in_process_link,
+    read_request,
+    store_active,
+)
 
 TIMEOUT_S = 5.0
 AUTH = f"Bearer {LINK_TOKEN}".encode()
@@ -364,19 +371,10 @@ def test_oversized_body_reaches_the_handler_marked(recorded: tuple[LinkServer, R
     assert (exact["oversized"], exact["body_length"]) == (False, server.MAX_BODY_BYTES)
 
 
-class PromptlyClosedGeneration(KeepAliveGeneration):
-    """`KeepAliveGeneration` whose `close` wakes its accepting thread (no 5 s join)."""
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)
-        super().close()
-
-
 def test_oversized_mcp_request_is_413_not_delivered(tmp_path: Path) -> None:
     """Through `LinkHandler`: 413 with JSON-RPC `data.code` `not_delivered`; nothing reaches the
     active generation."""
-    upstream = PromptlyClosedGeneration(5.0)
+    upstream = KeepAliveGeneration(5.0)
     try:
         store = store_active(tmp_path, Generation("big", upstream.endpoint), active="big")
         body = b'{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"pad": "'
@@ -556,7 +554,7 @@ def test_idle_connection_is_closed_after_the_idle_timeout(monkeypatch: pytest.Mo
 # -- the upstream exchange --------------------------------------------------------------------
 
 
-class SilentGeneration:
+class SilentGeneration(StandIn):
     """A stand-in generation that reads one request, never answers, and notes when the link closes
     the connection."""
 
@@ -564,39 +562,20 @@ class SilentGeneration:
         self.received = threading.Event()
         self.hung_up = threading.Event()
         self.request = b""
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.bind(("127.0.0.1", 0))
-        self._sock.listen(8)
-        self._sock.settimeout(TIMEOUT_S)
-        self.endpoint = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
+        super().__init__()
 
     def _serve(self) -> None:
         with contextlib.suppress(OSError):
             connection, _ = self._sock.accept()
             with connection:
                 connection.settimeout(TIMEOUT_S)
-                data = b""
-                while b"\r\n\r\n" not in data:
-                    chunk = connection.recv(65536)
-                    if not chunk:
-                        return
-                    data += chunk
-                head = data.split(b"\r\n\r\n", 1)[0]
-                length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
-                while len(data) - len(head) - 4 < length:
-                    data += connection.recv(65536)
-                self.request = data
+                request = read_request(connection, bytearray())
+                if request is None:
+                    return
+                self.request = b"".join(request)
                 self.received.set()
                 if connection.recv(1) == b"":
                     self.hung_up.set()
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)
-        self._sock.close()
-        self._thread.join(TIMEOUT_S + 1)
 
 
 def test_client_leaving_before_the_answer_head_ends_the_upstream_exchange(tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ from herdr_mcp.link.upstream import (
     UpstreamError,
     UpstreamPool,
 )
+from tests.test_link import read_request
 
 TIMEOUT_S = 5.0
 #: Pause between two scripted pieces: long enough for each to arrive as its own `recv`.
@@ -140,26 +141,8 @@ class ScriptedUpstream:
 
     @staticmethod
     def _read_request(conn: socket.socket, buffer: bytearray) -> Seen | None:
-        while b"\r\n\r\n" not in buffer:
-            data = conn.recv(65536)
-            if not data:
-                return None
-            buffer += data
-        end = buffer.index(b"\r\n\r\n") + 4
-        head = bytes(buffer[:end])
-        length = 0
-        for line in head.split(b"\r\n")[1:]:
-            name, _, value = line.partition(b":")
-            if name.strip().lower() == b"content-length":
-                length = int(value)
-        while len(buffer) < end + length:
-            data = conn.recv(65536)
-            if not data:
-                return None
-            buffer += data
-        body = bytes(buffer[end : end + length])
-        del buffer[: end + length]
-        return Seen(head, body)
+        request = read_request(conn, buffer)
+        return None if request is None else Seen(*request)
 
     def stop(self) -> None:
         self._stop.set()

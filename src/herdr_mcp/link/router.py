@@ -6,7 +6,7 @@ token cache and upstream pool below are shared between them, each behind its own
 Routing, for each `/mcp` request, in this order:
 
 1. The link's own bearer (`Authorization: Bearer <link token>`), compared in constant time.
-2. The whole request body was read (at most `MAX_REQUEST_BYTES`) before a generation is chosen,
+2. The whole request body was read (at most `MAX_BODY_BYTES`) before a generation is chosen,
    so a client that goes away mid-body never reaches a generation.
 3. The generation: the one a legacy MCP session is pinned to (`Mcp-Session-Id` seen on an answer
    of that generation), else the `active` one of `runtime-status.json`.
@@ -64,7 +64,7 @@ from herdr_mcp.generations import (
     default_token_reader,
 )
 from herdr_mcp.generations.gate import OBSERVING, recover_abandoned
-from herdr_mcp.link.server import MAX_BODY_BYTES, REASONS, ClientConnection, Request, error_body
+from herdr_mcp.link.server import MAX_BODY_BYTES, ClientConnection, Request, error_body
 from herdr_mcp.link.upstream import (
     AnswerBroken,
     ClientGone,
@@ -81,8 +81,6 @@ log = logging.getLogger("herdr_mcp.link")
 STATUS_POLL_S = 0.1
 #: A generation's bearer is re-read from its token file at most this often (and after a 401).
 TOKEN_RECHECK_S = 1.0
-#: The runtime's own cap on an MCP request body (the SDK's DEFAULT_MAX_REQUEST_BODY_SIZE).
-MAX_REQUEST_BYTES = MAX_BODY_BYTES
 #: The SDK's default session cap per runtime, for two generations.
 MAX_PINNED_SESSIONS = 2 * 10_000
 #: JSON-RPC "server error" range: the link's own failures.
@@ -344,7 +342,7 @@ class McpForwarder:
                 raise LinkRefusal(
                     413,
                     "not_delivered",
-                    f"the request is larger than {MAX_REQUEST_BYTES} bytes, which no generation accepts; "
+                    f"the request is larger than {MAX_BODY_BYTES} bytes, which no generation accepts; "
                     "send large content in smaller pieces",
                 )
             # 3. the generation
@@ -352,7 +350,7 @@ class McpForwarder:
             # 4. the lease, 5. exactly one send
             self.leases.take(spec.generation)
             try:
-                self._relay(request, client, spec)
+                self._relay(request, client, spec, session)
             finally:
                 self.leases.give_back(spec.generation)
         except LinkRefusal as refusal:
@@ -399,7 +397,7 @@ class McpForwarder:
                 "active_generation_unknown",
             ) from None
 
-    def _relay(self, request: Request, client: ClientConnection, spec: Generation) -> None:
+    def _relay(self, request: Request, client: ClientConnection, spec: Generation, session: bytes) -> None:
         headers = [(name, value) for name, value in request.headers if name not in _NOT_FORWARDED]
         headers.append((b"authorization", self._tokens.authorization(spec)))
         target = b"/mcp?" + request.query if request.query else b"/mcp"
@@ -435,7 +433,7 @@ class McpForwarder:
                     "with its own token file (`herdr-mcp generation register --token-file`)",
                     "generation_unauthorized",
                 )
-            self._follow_session(request, response, spec)
+            self._follow_session(request.method, session, response, spec)
             self._relay_answer(response, client, spec)
         finally:
             response.close()
@@ -443,22 +441,9 @@ class McpForwarder:
     @staticmethod
     def _relay_answer(response: Response, client: ClientConnection, spec: Generation) -> None:
         """The answer's head, then its body as it arrives; a short answer goes out in one write."""
-        out = bytearray(b"HTTP/1.1 %d %s\r\n" % (response.status, REASONS.get(response.status, b"")))
-        for name, value in response.headers:
-            if name not in _NOT_RELAYED:
-                out += b"%s: %s\r\n" % (name, value)
-        out += b"%s: %s\r\n" % (_GENERATION, spec.generation.encode())
-        chunked = False
-        if response.length is not None:
-            out += b"content-length: %d\r\n" % response.length
-        elif client.http11:
-            out += b"transfer-encoding: chunked\r\n"
-            chunked = True
-        else:
-            client.must_close = True  # an HTTP/1.0 client: the body ends when the connection does
-        if client.must_close:
-            out += b"connection: close\r\n"
-        out += b"\r\n"
+        relayed = [(name, value) for name, value in response.headers if name not in _NOT_RELAYED]
+        relayed.append((_GENERATION, spec.generation.encode()))
+        out, chunked = client.head(response.status, relayed, response.length)
         if response.length is None and not response.ready():
             # A stream (SSE) may wait long for its first event: its head goes out now. An answer
             # with a Content-Length goes out with its body in one write (one wake-up of the client).
@@ -483,12 +468,11 @@ class McpForwarder:
             out += b"0\r\n\r\n"
         client.send(bytes(out))
 
-    def _follow_session(self, request: Request, response: Response, spec: Generation) -> None:
-        sent = request.header(_SESSION) or b""
+    def _follow_session(self, method: bytes, sent: bytes, response: Response, spec: Generation) -> None:
         created = response.header(_SESSION)
         if created:
             self.sessions.pin(created.decode("latin-1"), spec.generation)
-        if sent and ((request.method == b"DELETE" and response.status < 300) or response.status == 404):
+        if sent and ((method == b"DELETE" and response.status < 300) or response.status == 404):
             self.sessions.forget(sent.decode("latin-1"))
 
 

@@ -30,7 +30,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import httptools
@@ -50,7 +50,7 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 RECV_BYTES = 64 * 1024
 
 #: Reason phrases for the statuses the link and the generations answer with.
-REASONS = {
+_REASONS = {
     100: b"Continue", 200: b"OK", 202: b"Accepted", 204: b"No Content", 400: b"Bad Request",
     401: b"Unauthorized", 404: b"Not Found", 405: b"Method Not Allowed", 413: b"Content Too Large",
     431: b"Request Header Fields Too Large", 502: b"Bad Gateway", 503: b"Service Unavailable",
@@ -100,17 +100,33 @@ class ClientConnection:
         except OSError as exc:
             raise ClientClosed(str(exc)) from None
 
+    def head(
+        self, status: int, headers: Iterable[tuple[bytes, bytes]], length: int | None
+    ) -> tuple[bytearray, bool]:
+        """An answer's head and whether its body must be sent chunked.
+
+        The body is framed by `length` when known, else chunked for HTTP/1.1, else (HTTP/1.0) by
+        closing the connection; `connection: close` is said whenever the connection ends after it.
+        """
+        out = bytearray(b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b"")))
+        for name, value in headers:
+            out += b"%s: %s\r\n" % (name, value)
+        chunked = False
+        if length is not None:
+            out += b"content-length: %d\r\n" % length
+        elif self.http11:
+            out += b"transfer-encoding: chunked\r\n"
+            chunked = True
+        else:
+            self.must_close = True
+        if self.must_close:
+            out += b"connection: close\r\n"
+        out += b"\r\n"
+        return out, chunked
+
     def answer(self, status: int, body: bytes, extra: tuple[tuple[bytes, bytes], ...] = ()) -> None:
         """A complete JSON answer with a Content-Length, in one write."""
-        head = bytearray(
-            b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\n" % (status, REASONS.get(status, b""))
-        )
-        for name, value in extra:
-            head += b"%s: %s\r\n" % (name, value)
-        head += b"content-length: %d\r\n" % len(body)
-        if self.must_close or not self.http11:
-            head += b"connection: close\r\n"
-        head += b"\r\n"
+        head, _ = self.head(status, ((b"content-type", b"application/json"), *extra), len(body))
         self.send(bytes(head) if self.head_only else bytes(head + body))
 
 
