@@ -44,7 +44,6 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import tempfile
@@ -55,7 +54,13 @@ from pathlib import Path
 from typing import Any
 
 from herdr_mcp.contract import ContractIdentity
-from herdr_mcp.generations.control import Generation, GenerationError, atomic_write, parse_contract
+from herdr_mcp.generations.control import (
+    Generation,
+    GenerationError,
+    atomic_write,
+    parse_contract,
+    read_capped,
+)
 from herdr_mcp.generations.gate import ActivationResult
 from herdr_mcp.release.build import build, commit_time
 from herdr_mcp.release.bundle import bundle, load_release_config
@@ -130,13 +135,11 @@ def read_plane(config_dir: Path) -> DevPlane | None:
     """The DEV plane marker, or None on PROD; `dev_plane_invalid` when it is not ours."""
     path = marker_path(config_dir)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        return None
+        data = read_capped(path, MAX_MARKER_BYTES)
     except OSError as exc:
         raise DevPlaneError("dev_plane_invalid", f"cannot open {path}: {exc.strerror}") from None
-    with os.fdopen(fd, "rb") as handle:
-        data = handle.read(MAX_MARKER_BYTES + 1)
+    if data is None:
+        return None
     try:
         document = json.loads(data) if len(data) <= MAX_MARKER_BYTES else None
         if not isinstance(document, dict) or document.get("schema_version") != SCHEMA_VERSION:

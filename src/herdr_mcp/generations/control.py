@@ -534,13 +534,20 @@ def _dump(document: dict[str, Any]) -> bytes:
 
 def _read_capped(path: Path) -> bytes | None:
     try:
+        return read_capped(path, MAX_FILE_BYTES)
+    except OSError as exc:
+        raise GenerationError("state_unreadable", f"cannot open {path}: {exc.strerror}") from exc
+
+
+def read_capped(path: Path, cap: int) -> bytes | None:
+    """At most `cap` + 1 bytes of `path` (more than `cap` tells the caller it is too large),
+    never through a symlink; None when there is no such file. Other failures raise `OSError`."""
+    try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except FileNotFoundError:
         return None
-    except OSError as exc:
-        raise GenerationError("state_unreadable", f"cannot open {path}: {exc.strerror}") from exc
     with os.fdopen(fd, "rb") as handle:
-        return handle.read(MAX_FILE_BYTES + 1)
+        return handle.read(cap + 1)
 
 
 def atomic_write(path: Path, payload: bytes) -> None:

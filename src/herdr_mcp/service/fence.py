@@ -14,12 +14,11 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from herdr_mcp.generations.control import atomic_write
+from herdr_mcp.generations.control import atomic_write, read_capped
 
 FENCE_FILE = "update-fence.json"
 SCHEMA_VERSION = 1
@@ -79,13 +78,11 @@ def read_fence(config_dir: Path) -> Fence | None:
     unreadable or malformed one is a fence whose reason says what is wrong with it."""
     path = fence_path(config_dir)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        return None
+        data = read_capped(path, MAX_FENCE_BYTES)
     except OSError as exc:
         return Fence(reason=f"fence file {path} is unreadable ({exc.strerror})", set_at=None)
-    with os.fdopen(fd, "rb") as handle:
-        data = handle.read(MAX_FENCE_BYTES + 1)
+    if data is None:
+        return None
     return _parse(data) or Fence(reason=f"fence file {path} is malformed", set_at=None)
 
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from herdr_mcp.generations import ActivationResult, GenerationError, GenerationStore, TokenReader, activate
-from herdr_mcp.generations.control import atomic_write, check_generation_id
+from herdr_mcp.generations.control import atomic_write, check_generation_id, read_capped
 from herdr_mcp.service.fence import check_fence
 from herdr_mcp.service.units import (
     JOBS,
@@ -150,12 +150,8 @@ def record_rollback(
 
 def read_rollback(config_dir: Path) -> ServiceRollback | None:
     """The recorded rollback, None when there is none; raises `service_rollback_invalid`."""
-    try:
-        fd = os.open(record_path(config_dir), os.O_RDONLY | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        return None
-    with os.fdopen(fd, "rb") as handle:
-        return ServiceRollback.from_json(handle.read(MAX_RECORD_BYTES + 1))
+    data = read_capped(record_path(config_dir), MAX_RECORD_BYTES)
+    return None if data is None else ServiceRollback.from_json(data)
 
 
 def discard_rollback(config_dir: Path) -> None:

@@ -28,13 +28,13 @@ daily job, which gets no arguments, finds them; command-line flags and the
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from herdr_mcp.generations.control import read_capped
 from herdr_mcp.service.fence import read_fence
 from herdr_mcp.update.admission import AlreadyCurrent, TrustedRelease
 from herdr_mcp.update.apply import DEV_PLANE_MARKER, UpdateReport
@@ -92,13 +92,11 @@ class AutoDecision:
 def read_settings(config_dir: Path) -> UpdateSettings:
     """The settings file, or the defaults when there is none; raises `SettingsInvalid`."""
     try:
-        fd = os.open(config_dir / SETTINGS_FILE, os.O_RDONLY | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        return UpdateSettings()
+        data = read_capped(config_dir / SETTINGS_FILE, MAX_SETTINGS_BYTES)
     except OSError as exc:
         raise SettingsInvalid(f"cannot open {SETTINGS_FILE}: {exc.strerror}") from exc
-    with os.fdopen(fd, "rb") as handle:
-        data = handle.read(MAX_SETTINGS_BYTES + 1)
+    if data is None:
+        return UpdateSettings()
     try:
         document = json.loads(data) if len(data) <= MAX_SETTINGS_BYTES else None
     except (ValueError, UnicodeDecodeError) as exc:
