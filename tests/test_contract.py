@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -123,3 +124,33 @@ def test_version_text_and_json_agree() -> None:
     assert lines[3] == f"state schema {info['state_schema']}"
     assert info["contract"] == {"epoch": 5, "hash": PINNED[5], "tool_count": 18}
     assert info["product"] == "herdr-mcp"
+
+
+def test_an_editable_install_finds_the_packaged_data() -> None:
+    """`pip install -e .` puts src/ on sys.path; the catalogs, the manifest schema and the
+    attestations must be readable from there (the packaged names are symlinks into manifests/
+    and attestations/). PYTHONPATH=src is exactly that situation, without a new venv."""
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root / "src")}
+    probe = (
+        "import json, herdr_mcp\n"
+        "from herdr_mcp.contract import contract_identity\n"
+        "from herdr_mcp.release.attestation import load_identity_policy, trusted_root_age\n"
+        "from importlib import resources\n"
+        "schema = resources.files('herdr_mcp.release') / 'runtime-manifest.schema.json'\n"
+        "print(json.dumps({'file': herdr_mcp.__file__, 'epoch': contract_identity().epoch,\n"
+        "  'policy': load_identity_policy().repository, 'root_age': trusted_root_age().age.days >= 0,\n"
+        "  'schema': json.loads(schema.read_text())['title']}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, env=env, cwd=root
+    )
+    assert done.returncode == 0, done.stderr
+    info = json.loads(done.stdout)
+    assert info["file"] == str(root / "src" / "herdr_mcp" / "__init__.py")
+    assert info["epoch"] == 5
+    version = subprocess.run(
+        [sys.executable, "-m", "herdr_mcp", "version"], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.splitlines()[1] == "contract epoch 5 / 18 tools"
