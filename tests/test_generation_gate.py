@@ -5,6 +5,7 @@ malformed tool lists)."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import os
@@ -15,14 +16,15 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from herdr_mcp import __version__
-from herdr_mcp.contract import ContractIdentity, contract_identity
+from herdr_mcp.contract import CURRENT_EPOCH, ContractIdentity, contract_identity, identity_of, load_catalog
 from herdr_mcp.generations import (
     ActivationResult,
     ControlFile,
@@ -34,6 +36,7 @@ from herdr_mcp.generations import (
     rollback,
 )
 from herdr_mcp.generations.cli import main
+from tests.logging_proxy import LoggingProxy, closed_port_url, proxy_env
 from tests.runtime_harness import RunningRuntime, running_runtime, two_runtimes
 from tests.sim_helpers import short_tmp_dir
 
@@ -285,7 +288,7 @@ class _FakeGeneration(http.server.BaseHTTPRequestHandler):
         if self.server.mode == "health_500":
             self._answer(500, b"{}")
             return
-        contract = contract_identity().to_dict()
+        contract = self.server.declared.to_dict()
         self._answer(200, json.dumps({"status": "ok", "version": __version__, "contract": contract}).encode())
 
     def do_POST(self) -> None:
@@ -302,6 +305,18 @@ class _FakeGeneration(http.server.BaseHTTPRequestHandler):
             }
         elif self.server.mode == "huge":
             result = {"tools": [], "padding": "x" * (3 * 1024 * 1024)}
+        elif self.server.tools is not None:
+            result = {"tools": self.server.tools}
+        elif self.server.mode == "huge_integer":
+            result = {"tools": [{"name": "herdr_inspect", "inputSchema": {"maximum": 2**60}}]}
+        elif self.server.mode == "duplicate_key":
+            # The frozen catalog with one key given twice: a reader that keeps the last one sees
+            # the frozen catalog, one that keeps the first sees another description.
+            frozen = json.dumps(load_catalog())
+            twice = frozen.replace('"description": ', '"description": "first reading", "description": ', 1)
+            body = f'{{"jsonrpc": "2.0", "id": {message["id"]}, "result": {{"tools": {twice}}}}}'
+            self._answer(200, body.encode())
+            return
         else:
             result = {"tools": "not a list"}
         self._answer(200, json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}).encode())
@@ -319,6 +334,32 @@ class _FakeGeneration(http.server.BaseHTTPRequestHandler):
 
 class _FakeServer(http.server.ThreadingHTTPServer):
     mode = ""
+    #: The tool array tools/list serves as is (None: the `mode` answer).
+    tools: list[dict[str, Any]] | None = None
+    #: The contract /health declares.
+    declared = contract_identity()
+
+
+@contextlib.contextmanager
+def fake_generation(tmp_path: Path, **settings: Any) -> Iterator[GenerationStore]:
+    """A `_FakeServer` with `settings` (mode, tools, declared), registered as generation "fake"
+    (no expected contract) in a store under `tmp_path`."""
+    token = tmp_path / "token"
+    token.write_text("t" * 32)
+    token.chmod(0o600)
+    with _FakeServer(("127.0.0.1", 0), _FakeGeneration) as server:
+        for name, value in settings.items():
+            setattr(server, name, value)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            port = server.server_address[1]
+            yield store_with(
+                tmp_path / "state", Generation("fake", f"http://127.0.0.1:{port}", token_file=str(token))
+            )
+        finally:
+            server.shutdown()
+            thread.join()
 
 
 @pytest.mark.parametrize(
@@ -327,22 +368,92 @@ class _FakeServer(http.server.ThreadingHTTPServer):
         ("health_500", "candidate_rejected:health_http_500"),
         ("huge", "candidate_rejected:catalog_too_large"),
         ("malformed", "candidate_rejected:catalog_malformed"),
+        ("duplicate_key", "candidate_rejected:catalog_malformed"),
+        ("huge_integer", "candidate_rejected:catalog_malformed"),
     ],
 )
 def test_misbehaving_candidates_are_rejected(tmp_path: Path, mode: str, outcome: str) -> None:
-    token = tmp_path / "token"
-    token.write_text("t" * 32)
-    token.chmod(0o600)
-    with _FakeServer(("127.0.0.1", 0), _FakeGeneration) as server:
-        server.mode = mode
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
-        try:
-            port = server.server_address[1]
-            store = store_with(
-                tmp_path / "state", Generation("fake", f"http://127.0.0.1:{port}", token_file=str(token))
-            )
-            assert pointers(activate(store, "fake")) == (outcome, None, None)
-        finally:
-            server.shutdown()
-            thread.join()
+    with fake_generation(tmp_path, mode=mode) as store:
+        assert pointers(activate(store, "fake")) == (outcome, None, None)
+
+
+def _edited_catalog(edit: Callable[[dict[str, Any]], None]) -> list[dict[str, Any]]:
+    """The frozen catalog of this epoch as served, with `edit` applied to its herdr_fs_read."""
+    tools = load_catalog()
+    edit(next(tool for tool in tools if tool["name"] == "herdr_fs_read"))
+    return tools
+
+
+_CATALOG_EDITS: dict[str, Callable[[dict[str, Any]], None]] = {
+    "extra_tool_field": lambda tool: tool.update({"x-unlisted": True}),
+    "extra_annotation": lambda tool: tool["annotations"].update({"secretHint": True}),
+    "missing_field": lambda tool: tool["annotations"].pop("title"),
+    "changed_annotation": lambda tool: tool["annotations"].update({"readOnlyHint": False}),
+}
+
+
+def test_the_frozen_catalog_as_served_is_activated(tmp_path: Path) -> None:
+    # The control case for the edits below: the exact frozen array, served raw, passes.
+    with fake_generation(tmp_path, tools=load_catalog()) as store:
+        result = activate(store, "fake")
+    assert pointers(result) == ("activated", "fake", None)
+    assert result.validation is not None and result.validation.contract_hash == contract_identity().hash
+
+
+@pytest.mark.parametrize("edit", sorted(_CATALOG_EDITS))
+@pytest.mark.parametrize("registered", [True, False])
+def test_a_catalog_that_differs_from_the_frozen_one_in_any_field_is_refused(
+    tmp_path: Path, edit: str, registered: bool
+) -> None:
+    # tools/list is compared as served: a field the SDK's models would drop (an extra one on a
+    # tool or in its annotations) counts like a missing or changed one. Whether the contract is
+    # registered or only declared by the candidate's /health (consistently with what it serves),
+    # the frozen catalog of that epoch is the reference.
+    tools = _edited_catalog(_CATALOG_EDITS[edit])
+    with fake_generation(tmp_path, tools=tools, declared=identity_of(tools, CURRENT_EPOCH)) as store:
+        if registered:
+            spec = replace(store.read_control().find("fake"), expected_contract=contract_identity())
+            control = store.read_control()
+            store.write_control(replace(control, generations=(spec,)), expected_revision=control.revision)
+        result = activate(store, "fake")
+    assert pointers(result) == ("candidate_rejected:contract_mismatch", None, None)
+    status = store.read_status()
+    assert (status.active, status.last_good, status.status_of("fake").phase) == (None, None, "rejected")
+    assert result.validation is not None
+    assert (
+        result.validation.contract_hash == identity_of(tools, CURRENT_EPOCH).hash != contract_identity().hash
+    )
+
+
+# -- bearer tokens never go through a proxy ---------------------------------------------------
+
+
+def _activate_in_a_process(state: Path, name: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`herdr-mcp generation activate <name>` as its own process, with `env` over ours."""
+    return subprocess.run(
+        [sys.executable, "-m", "herdr_mcp", "generation", "--state-dir", str(state), "activate", name],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **env},
+    )
+
+
+@pytest.mark.parametrize("proxy_mode", ["forward", "fail", "unreachable"])
+def test_generation_activate_sends_nothing_through_a_proxy(
+    world: World, tmp_path: Path, proxy_mode: str
+) -> None:
+    # Every proxy variable, both cases, names a proxy that logs (and forwards, or fails) or a
+    # closed port; the gate's requests carry the runtime's bearer and must go straight to it.
+    store_with(
+        tmp_path,
+        generation("A", world.a, expected_contract=contract_identity()),
+        generation("B", world.b, expected_contract=contract_identity()),
+    )
+    with LoggingProxy("fail" if proxy_mode == "fail" else "forward") as proxy:
+        env = proxy_env(closed_port_url() if proxy_mode == "unreachable" else proxy.url)
+        for name in ("A", "B"):
+            done = _activate_in_a_process(tmp_path, name, env)
+            assert done.returncode == 0, (done.stdout, done.stderr)
+            assert done.stdout.startswith(f"activated: generation {name} is active"), done.stdout
+        assert proxy.requests() == []

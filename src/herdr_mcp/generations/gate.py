@@ -8,10 +8,13 @@ talks to an already running generation over loopback. For a candidate, in this o
 2. Its `version` equals `expected_runtime_version` when one is set (`version_mismatch`).
 3. A real MCP `initialize` + `tools/list` on `/mcp` with the generation's bearer, size-capped and
    timed (`token_unavailable`, `catalog_timeout`, `catalog_unreachable`, `catalog_http_<N>`,
-   `catalog_too_large`, `catalog_malformed`).
-4. The contract identity recomputed from the listed tools equals `expected_contract`, or, when
-   none is set, the contract the candidate's own `/health` declares (`missing_tools` when fewer
-   tools are listed than expected, else `contract_mismatch`).
+   `catalog_too_large`, `catalog_malformed`). The `tools` array is kept exactly as served (no
+   model parses it, so no field is dropped or defaulted; duplicate keys are `catalog_malformed`).
+4. The contract identity of that raw array (JCS-hashed, as `herdr_mcp.contract` hashes the frozen
+   catalogs) equals the target: `expected_contract` when registered, else the frozen catalog of
+   the epoch the candidate's `/health` declares when this installation has it, else that
+   declaration (`missing_tools` when fewer tools are listed than expected, else
+   `contract_mismatch`: an extra, missing or changed field anywhere in any tool).
 5. Switch `active` in `runtime-status.json` (previous = the old active), then take
    `observation.checks` healthy `/health` answers `interval_ms` apart; the first failure switches
    back to the old active (`rolled_back:<code>`).
@@ -20,6 +23,9 @@ Outcomes written to the status file and returned: `activated`, `active_unchanged
 is already active and passes 1-4), `candidate_rejected:<code>`, `rolled_back:<code>`
 (`rolled_back:activation_interrupted` when a process died mid-observation, see
 `recover_interrupted`). The whole activation holds the generations lock, so two never interleave.
+
+Every request goes through `local_client`: the bearer never reaches a proxy named by the
+environment, and a proxy that is down does not stop an activation.
 """
 
 from __future__ import annotations
@@ -35,9 +41,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
-import mcp.types
 
-from herdr_mcp.contract import ContractError, ContractIdentity, identity_of
+from herdr_mcp.contract import ContractError, ContractIdentity, contract_identity, identity_of
 from herdr_mcp.generations.control import (
     ControlFile,
     Generation,
@@ -48,6 +53,7 @@ from herdr_mcp.generations.control import (
     Validation,
     parse_contract,
 )
+from herdr_mcp.local_http import local_client
 
 #: /health is local and answers without touching Herdr for long (the runtime caps its ping at 1 s).
 HEALTH_TIMEOUT_S = 3.0
@@ -151,7 +157,7 @@ def _check_health(spec: Generation) -> dict[str, Any]:
     """Steps 1-2: the generation's /health document; raises `_Refused` with the failing code."""
     try:
         with (
-            httpx2.Client(timeout=HEALTH_TIMEOUT_S, follow_redirects=False) as http,
+            local_client(timeout=HEALTH_TIMEOUT_S) as http,
             http.stream("GET", f"{spec.endpoint}/health") as response,
         ):
             if response.status_code != 200:
@@ -222,9 +228,9 @@ def _find_response(body: bytes, request_id: int, *, event_stream: bool) -> dict[
         if event_stream:
             for line in body.decode("utf-8").splitlines():
                 if line.startswith("data:"):
-                    candidates.append(json.loads(line[5:]))
+                    candidates.append(_strict_json(line[5:]))
         else:
-            candidates.append(json.loads(body))
+            candidates.append(_strict_json(body.decode("utf-8")))
     except ValueError as exc:
         raise _Refused("catalog_malformed", "the MCP answer is not JSON") from exc
     for item in candidates:
@@ -236,11 +242,29 @@ def _find_response(body: bytes, request_id: int, *, event_stream: bool) -> dict[
     raise _Refused("catalog_malformed", "no answer to the MCP request")
 
 
+def _strict_json(text: str) -> object:
+    """JSON with every key once and no NaN/Infinity: two readings of one answer must not differ."""
+    return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise ValueError(f"duplicate key {key!r}")
+        result[key] = value
+    return result
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
+
+
 def _list_tools(spec: Generation, token: str) -> list[dict[str, Any]]:
-    """Step 3: the tools the generation serves, dumped as the SDK client sees them."""
+    """Step 3: the `tools` array exactly as the generation serves it, all pages concatenated."""
     tools: list[dict[str, Any]] = []
     try:
-        with httpx2.Client(timeout=CATALOG_TIMEOUT_S, follow_redirects=False) as http:
+        with local_client(timeout=CATALOG_TIMEOUT_S) as http:
             session = _McpSession(http, f"{spec.endpoint}/mcp", token)
             try:
                 session.request(
@@ -256,16 +280,18 @@ def _list_tools(spec: Generation, token: str) -> list[dict[str, Any]]:
                 cursor: str | None = None
                 for page in range(MAX_CATALOG_PAGES):
                     params = {} if cursor is None else {"cursor": cursor}
-                    listed = mcp.types.ListToolsResult.model_validate(
-                        session.request(2 + page, "tools/list", params)
-                    )
-                    tools.extend(
-                        tool.model_dump(by_alias=True, exclude_none=True, mode="json")
-                        for tool in listed.tools
-                    )
-                    cursor = listed.next_cursor
+                    listed = session.request(2 + page, "tools/list", params)
+                    served = listed.get("tools")
+                    if not isinstance(served, list) or not all(isinstance(tool, dict) for tool in served):
+                        raise _Refused("catalog_malformed", "tools/list did not answer a tool array")
+                    tools.extend(served)
+                    cursor = listed.get("nextCursor")
                     if cursor is None:
                         return tools
+                    if not isinstance(cursor, str):
+                        raise _Refused(
+                            "catalog_malformed", "tools/list answered a nextCursor that is no string"
+                        )
                 raise _Refused("catalog_malformed", f"tools/list has more than {MAX_CATALOG_PAGES} pages")
             finally:
                 session.close()
@@ -273,8 +299,6 @@ def _list_tools(spec: Generation, token: str) -> list[dict[str, Any]]:
         raise _Refused("catalog_timeout", f"tools/list took longer than {CATALOG_TIMEOUT_S} s") from exc
     except httpx2.HTTPError as exc:
         raise _Refused("catalog_unreachable", f"{spec.endpoint}/mcp: {type(exc).__name__}") from exc
-    except ValueError as exc:  # pydantic's ValidationError is a ValueError
-        raise _Refused("catalog_malformed", "tools/list did not answer a tool list") from exc
 
 
 def validate(spec: Generation, token_reader: TokenReader) -> Validation:
@@ -283,7 +307,7 @@ def validate(spec: Generation, token_reader: TokenReader) -> Validation:
     try:
         health = _check_health(spec)
         runtime_version = health["version"]
-        expected = spec.expected_contract or _declared_contract(health)
+        expected = spec.expected_contract or _frozen_or_declared(_declared_contract(health))
         try:
             token = token_reader(spec)
         except GenerationError as exc:
@@ -291,7 +315,7 @@ def validate(spec: Generation, token_reader: TokenReader) -> Validation:
         tools = _list_tools(spec, token)
         try:
             served = identity_of(tools, expected.epoch)
-        except ContractError as exc:
+        except (ContractError, ValueError) as exc:  # JCS refuses lone surrogates, ints beyond 2**53
             raise _Refused("catalog_malformed", str(exc)) from exc
     except _Refused as exc:
         return Validation(ok=False, code=exc.code, runtime_version=runtime_version)
@@ -303,6 +327,15 @@ def validate(spec: Generation, token_reader: TokenReader) -> Validation:
     if served != expected:
         return replace(found, ok=False, code="contract_mismatch")
     return found
+
+
+def _frozen_or_declared(declared: ContractIdentity) -> ContractIdentity:
+    """The frozen catalog's identity of the declared epoch when we have it: an epoch's catalog
+    never changes, so a candidate may not redefine one we know, even consistently."""
+    try:
+        return contract_identity(declared.epoch)
+    except ContractError:
+        return declared
 
 
 def _declared_contract(health: dict[str, Any]) -> ContractIdentity:
