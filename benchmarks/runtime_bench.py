@@ -28,7 +28,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -36,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.runtime_harness import make_repo, running_runtime
 
+from herdr_mcp.local_http import local_async_client
 from herdr_mcp.sim import SimConfig, SimulatorThread
 
 NEEDLE = "needle_7f3a"
@@ -100,7 +100,7 @@ def _p(samples: list[float], q: float) -> float:
 
 async def _client_session(stack: contextlib.AsyncExitStack, url: str, token: str) -> Client:
     http = await stack.enter_async_context(
-        httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=120)
+        local_async_client(headers={"Authorization": f"Bearer {token}"}, timeout=120)
     )
     return await stack.enter_async_context(Client(streamable_http_client(url, http_client=http)))
 

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+
+from herdr_mcp.local_http import local_async_client
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "Test",
@@ -79,7 +80,7 @@ class RunningRuntime:
 async def mcp_client(url: str, token: str) -> AsyncIterator[Client]:
     """An `mcp` SDK client over Streamable HTTP to `url`, sending `token` as the bearer."""
     async with (
-        httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http,
+        local_async_client(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http,
         Client(streamable_http_client(url, http_client=http)) as client,
     ):
         yield client

@@ -2,10 +2,19 @@
 
 Every updater download goes through here so the transport rules live in one place: HTTPS only,
 the trust anchor is the configured CA file or httpx2's default store (never the environment's
-proxy, netrc or SSL_CERT_FILE), redirects are followed by hand, at most `max_redirects`, and only
+netrc or SSL_CERT_FILE), redirects are followed by hand, at most `max_redirects`, and only
 to HTTPS URLs on the allowed hosts (host names, any port), and one deadline bounds the whole
-transfer. Bodies are read by the caller from `iter_raw()` so it can enforce its own cap while
-the bytes arrive; `Accept-Encoding: identity` makes the bytes counted the bytes held.
+transfer.
+
+Proxies: a request to a host that is not loopback goes through the proxy the environment names
+for its scheme (`HTTPS_PROXY`, else `ALL_PROXY`; lower-case forms win, as in urllib), unless
+`NO_PROXY` exempts the host; that is what a workstation behind a corporate proxy needs, and TLS
+runs end to end through the tunnel, verified as without a proxy. A request to a loopback host
+(127.0.0.0/8, ::1, `localhost`) never goes through a proxy, whatever the environment says. The
+updater sends no credentials, so a proxy sees host names and the bytes of signed releases.
+
+Bodies are read by the caller from `iter_raw()` so it can enforce its own cap while the bytes
+arrive; `Accept-Encoding: identity` makes the bytes counted the bytes held.
 
 Error codes are `<prefix>_<rule>`, so each step keeps its own vocabulary (`download_timeout`).
 `stream_get` raises `UpdateTransportError` with `_not_https` (a redirect to http),
@@ -22,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import ssl
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +39,7 @@ from pathlib import Path
 import httpx2
 
 from herdr_mcp import __version__
+from herdr_mcp.local_http import is_loopback_address
 from herdr_mcp.release.manifest import MAX_URL_LENGTH
 from herdr_mcp.update.errors import UpdateTransportError, UpdateUsageError
 
@@ -66,7 +77,7 @@ def open_client(
                 "update_config_invalid", f"cannot load CA certificates from {rules.ca_file}: {exc}"
             ) from None
     return httpx2.Client(
-        verify=verify,
+        transport=_ProxyRouting(verify, urllib.request.getproxies_environment()),
         timeout=httpx2.Timeout(rules.read_timeout, connect=rules.connect_timeout),
         follow_redirects=False,
         trust_env=False,
@@ -77,6 +88,60 @@ def open_client(
             **(headers or {}),
         },
     )
+
+
+class _ProxyRouting(httpx2.BaseTransport):
+    """Straight to loopback and `NO_PROXY` hosts, through the environment's proxy to the rest
+    (module docstring). `proxies` is urllib's reading of the environment: scheme -> proxy URL,
+    and "no" -> the `NO_PROXY` list."""
+
+    def __init__(self, verify: ssl.SSLContext | bool, proxies: dict[str, str]) -> None:
+        self._verify = verify
+        self._proxies = proxies
+        self._direct = httpx2.HTTPTransport(verify=verify, trust_env=False)
+        self._via: dict[str, httpx2.HTTPTransport] = {}
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        return self._transport_for(request).handle_request(request)
+
+    def _transport_for(self, request: httpx2.Request) -> httpx2.HTTPTransport:
+        host = request.url.host
+        proxy = self._proxies.get(request.url.scheme) or self._proxies.get("all")
+        if not proxy or _is_loopback_host(host) or _exempt(host, self._proxies.get("no", "")):
+            return self._direct
+        if "://" not in proxy:
+            proxy = f"http://{proxy}"  # `HTTPS_PROXY=proxy:3128`, as curl and httpx2 read it
+        transport = self._via.get(proxy)
+        if transport is None:
+            try:
+                transport = httpx2.HTTPTransport(verify=self._verify, trust_env=False, proxy=proxy)
+            except (ValueError, ImportError, httpx2.InvalidURL) as exc:
+                raise httpx2.ProxyError(
+                    f"the proxy the environment names ({proxy}) cannot be used: {exc}; fix or unset it",
+                    request=request,
+                ) from None
+            self._via[proxy] = transport
+        return transport
+
+    def close(self) -> None:
+        self._direct.close()
+        for transport in self._via.values():
+            transport.close()
+
+
+def _is_loopback_host(host: str) -> bool:
+    return host == "localhost" or is_loopback_address(host)
+
+
+def _exempt(host: str, no_proxy: str) -> bool:
+    """Whether `NO_PROXY` (as curl and urllib read it: `*`, or names that match themselves and
+    their subdomains, a leading dot ignored) exempts `host`."""
+    host = host.lower()
+    for entry in no_proxy.split(","):
+        name = entry.strip().lstrip(".").lower()
+        if name == "*" or (name and (host == name or host.endswith(f".{name}"))):
+            return True
+    return False
 
 
 def check_https_url(url: str, rules: TransportRules) -> httpx2.URL:
