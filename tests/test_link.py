@@ -48,6 +48,7 @@ from herdr_mcp.generations.cli import main as generation_main
 from herdr_mcp.link import LinkConfig, LinkHandler, LinkServer
 from herdr_mcp.link.upstream import UpstreamPool
 from herdr_mcp.loopback import bind_loopback
+from tests.logging_proxy import LoggingProxy, closed_port_url, proxy_env
 from tests.runtime_harness import (
     RunningRuntime,
     call_tool,
@@ -93,13 +94,16 @@ class World:
 
 
 @contextlib.contextmanager
-def running_link(state_dir: Path, token_file: Path) -> Iterator[Link]:
-    """`herdr-mcp link --port 0` through its `main` (the subcommand is wired by the CLI)."""
+def running_link(state_dir: Path, token_file: Path, env: dict[str, str] | None = None) -> Iterator[Link]:
+    """`herdr-mcp link --port 0` through its `main` (the subcommand is wired by the CLI), with
+    `env` over this process's environment."""
     command = [
         sys.executable, "-c", "import sys; from herdr_mcp.link.cli import main; sys.exit(main(sys.argv[1:]))",
         "--state-dir", str(state_dir), "--token-file", str(token_file), "--port", "0",
     ]  # fmt: skip
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})}
+    )
     link: Link | None = None
     try:
         found: list[str] = []
@@ -370,6 +374,47 @@ def test_interrupted_activation_is_undone_by_the_link(world: World) -> None:
     assert (status.active, status.status_of("B").phase) == ("A", "failed")
     assert run(where()) == "A"
     assert (link.health()["active"], link.health()["outcome"]) == ("A", "rolled_back:activation_interrupted")
+
+
+@pytest.mark.parametrize("proxy_mode", ["forward", "fail", "unreachable"])
+def test_activations_and_calls_through_the_link_send_nothing_through_a_proxy(
+    world: World, tmp_path: Path, proxy_mode: str
+) -> None:
+    """Every proxy variable (both cases) names a recording proxy, one that fails, or a closed
+    port, in the environment of `generation activate` and of `herdr-mcp link`: the generations'
+    bearers go straight to them, activations succeed, calls through the link reach the active one."""
+    store = GenerationStore.in_dir(tmp_path / "generations")
+    store.write_control(
+        ControlFile(generations=(spec("A", world.a), spec("B", world.b)), observation=Observation(2, 50)),
+        expected_revision=0,
+    )
+    with LoggingProxy("fail" if proxy_mode == "fail" else "forward") as proxy:
+        env = proxy_env(closed_port_url() if proxy_mode == "unreachable" else proxy.url)
+
+        def activate_in_a_process(name: str) -> None:
+            command = [sys.executable, "-m", "herdr_mcp", "generation", "--state-dir", str(store.state_dir)]
+            done = subprocess.run(
+                [*command, "activate", name],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env={**os.environ, **env},
+            )
+            assert (done.returncode, done.stdout.split(":")[0]) == (0, "activated"), done.stderr
+
+        activate_in_a_process("A")
+        with running_link(store.state_dir, tmp_path / "link-token", env=env) as link:
+
+            async def where() -> str:
+                async with link.client() as client:
+                    assert len((await client.list_tools()).tools) == 18
+                    ran = await call_tool(client, "herdr_exec", exec_args(f'echo "${MARK}"'))
+                return str(ran["stdout"]).strip()
+
+            assert run(where()) == "A"
+            activate_in_a_process("B")
+            assert run(where()) == "B"
+        assert proxy.requests() == []
 
 
 # -- the failure answers, in process --------------------------------------------------------
