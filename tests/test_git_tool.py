@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from datetime import datetime
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 from herdr_mcp.errors import ToolError
+from herdr_mcp.runtime.tools import git as git_module
 from herdr_mcp.runtime.tools.git import git_facts, git_toplevel, project_git_summary
 
 
@@ -253,3 +255,202 @@ def test_slow_git_is_stopped_with_its_helpers(repo: Path, tmp_path: Path) -> Non
     assert error.value.code == "git_timeout"
     time.sleep(2)
     assert not marker.exists(), "the filter outlived the killed git"
+
+
+# Secret-looking paths: herdr_git shows no more of them than the fs tools do ---------------------
+
+SECRET_OLD = "API_KEY=old-do-not-leak"
+SECRET_NEW = "API_KEY=new-do-not-leak"
+
+
+def shows(result: dict[str, Any], *needles: str) -> list[str]:
+    """The needles that appear anywhere in a result (its diff text, file lists, messages)."""
+    text = json.dumps(result, ensure_ascii=False)
+    return [needle for needle in needles if needle in text]
+
+
+@pytest.fixture
+def secret_repo(tmp_path: Path) -> Path:
+    """A committed `.env.production` (read by fs_read as secret_path) and an ordinary file."""
+    root = tmp_path / "secret-repo"
+    root.mkdir()
+    git(root, "init", "-q")
+    write(root / ".env.production", f"{SECRET_OLD}\nDEBUG=0\nREGION=eu\nPORT=1\n")
+    write(root / "notes.txt", "one\ntwo\nthree\nfour\n")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "with a secret")
+    return root
+
+
+@pytest.mark.parametrize("staged", [False, True])
+@pytest.mark.parametrize("path", [None, ".env.production", "."])
+def test_diff_withholds_changes_of_a_committed_secret_file(
+    secret_repo: Path, staged: bool, path: str | None
+) -> None:
+    write(secret_repo / ".env.production", f"{SECRET_NEW}\nDEBUG=0\nREGION=eu\nPORT=1\n")
+    write(secret_repo / "notes.txt", "one\ntwo\nthree\nfour\nfive\n")
+    if staged:
+        git(secret_repo, "add", "-A")
+    args: dict[str, Any] = {"action": "diff", "staged": staged} | ({"path": path} if path else {})
+    result = git_facts(secret_repo, args)
+    assert shows(result, SECRET_OLD, SECRET_NEW) == []
+    assert result["withheld"] == [".env.production"]
+    assert "withheld" in result["message"] and "secret" in result["message"]
+    assert ".env.production" not in result["diff"]
+    if path == ".env.production":
+        assert (result["diff"], result["files"]) == ("", [])
+    else:
+        assert "+five\n" in result["diff"]
+        assert result["files"] == [{"path": "notes.txt", "added": 1, "deleted": 0}]
+
+
+def test_diff_without_secrets_says_nothing_is_withheld(secret_repo: Path) -> None:
+    write(secret_repo / "notes.txt", "one\n")
+    result = git_facts(secret_repo, {"action": "diff"})
+    assert (result["withheld"], "message" in result) == ([], False)
+    assert "-four\n" in result["diff"]
+
+
+@pytest.mark.parametrize("renames", ["true", "false", "copies"])
+def test_a_secret_renamed_to_an_ordinary_name_shows_none_of_its_old_contents(
+    secret_repo: Path, renames: str
+) -> None:
+    # The new file is ordinary (fs_read reads it), the old one is not: its lines that did not
+    # survive the rename must stay hidden, whatever the repository configures for renames.
+    git(secret_repo, "config", "diff.renames", renames)
+    git(secret_repo, "mv", ".env.production", "env.txt")
+    write(secret_repo / "env.txt", f"{SECRET_NEW}\nDEBUG=0\nREGION=eu\nPORT=1\n")
+    git(secret_repo, "add", "-A")
+    result = git_facts(secret_repo, {"action": "diff", "staged": True})
+    assert shows(result, SECRET_OLD) == []
+    assert result["withheld"] == [".env.production"]
+    assert "rename from" not in result["diff"]
+    assert all("orig_path" not in entry for entry in result["files"])
+
+
+def test_a_copy_of_a_changed_secret_is_not_diffed_against_it(secret_repo: Path) -> None:
+    git(secret_repo, "config", "diff.renames", "copies")
+    write(secret_repo / "copied.txt", f"{SECRET_NEW}\nDEBUG=0\nREGION=eu\nPORT=1\nEXTRA=1\n")
+    write(secret_repo / ".env.production", f"{SECRET_NEW}\nDEBUG=0\nREGION=eu\nPORT=1\n")
+    git(secret_repo, "add", "-A")
+    result = git_facts(secret_repo, {"action": "diff", "staged": True})
+    assert shows(result, SECRET_OLD) == []
+    assert "copy from" not in result["diff"]
+    assert result["withheld"] == [".env.production"]
+
+
+def test_an_ordinary_file_renamed_to_a_secret_name_is_withheld(secret_repo: Path) -> None:
+    git(secret_repo, "mv", "notes.txt", ".env.local")
+    write(secret_repo / ".env.local", "one\ntwo\nthree\nfour\nTOKEN=added-do-not-leak\n")
+    git(secret_repo, "add", "-A")
+    result = git_facts(secret_repo, {"action": "diff", "staged": True})
+    assert shows(result, "TOKEN=added-do-not-leak") == []
+    assert result["withheld"] == [".env.local"]
+
+
+def test_binary_and_nested_secrets_are_withheld(secret_repo: Path) -> None:
+    (secret_repo / "keys").mkdir()
+    (secret_repo / "keys" / "server.key").write_bytes(b"\x00\x01binary-key-do-not-leak\x00")
+    write(secret_repo / "deploy" / ".ssh" / "config", "Host do-not-leak\n")
+    write(secret_repo / "notes.txt", "changed\n")
+    git(secret_repo, "add", "-A")
+    result = git_facts(secret_repo, {"action": "diff", "staged": True})
+    assert shows(result, "binary-key-do-not-leak", "Host do-not-leak", "server.key", "deploy/.ssh") == [
+        "server.key",
+        "deploy/.ssh",
+    ]
+    assert result["withheld"] == ["deploy/.ssh/config", "keys/server.key"]
+    assert "server.key" not in result["diff"] and ".ssh" not in result["diff"]
+    assert [entry["path"] for entry in result["files"]] == ["notes.txt"]
+
+
+def test_a_submodule_diff_never_opens_the_submodule(secret_repo: Path, tmp_path: Path) -> None:
+    # diff.submodule=diff in the repository's config would print the submodule's own changes,
+    # paths and all, where herdr_git's secret check sees only the submodule's name.
+    inner = tmp_path / "inner"
+    inner.mkdir()
+    git(inner, "init", "-q")
+    write(inner / ".env", f"{SECRET_OLD}\n")
+    git(inner, "add", "-A")
+    git(inner, "commit", "-q", "-m", "inner")
+    git(secret_repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(inner), "sub")
+    git(secret_repo, "commit", "-q", "-m", "submodule")
+    write(secret_repo / "sub" / ".env", f"{SECRET_NEW}\n")
+    git(secret_repo / "sub", "commit", "-q", "-am", "inner change")
+    git(secret_repo, "config", "diff.submodule", "diff")
+    result = git_facts(secret_repo, {"action": "diff"})
+    assert shows(result, SECRET_OLD, SECRET_NEW) == []
+    assert "Subproject commit" in result["diff"]
+
+
+def test_no_action_shows_secret_contents(secret_repo: Path) -> None:
+    # Every action and output form, over every kind of change to secret paths at once.
+    write(secret_repo / ".env.production", f"{SECRET_NEW}\nDEBUG=0\nREGION=eu\nPORT=1\n")
+    git(secret_repo, "commit", "-q", "-am", "rotate the key")
+    write(secret_repo / ".env.production", f"{SECRET_OLD}-worktree\n")
+    write(secret_repo / "credentials.json", '{"token": "staged-do-not-leak"}\n')
+    git(secret_repo, "add", "credentials.json")
+    write(secret_repo / ".env", "UNTRACKED=do-not-leak\n")
+    needles = (SECRET_OLD, SECRET_NEW, "staged-do-not-leak", "UNTRACKED=do-not-leak")
+    for action in ("status", "diff", "log"):
+        for staged in (False, True):
+            for path in (None, ".env.production", "credentials.json", ".env", "."):
+                args: dict[str, Any] = {"action": action, "staged": staged}
+                result = git_facts(secret_repo, args | ({"path": path} if path else {}))
+                assert shows(result, *needles) == [], (action, staged, path)
+    assert [commit["subject"] for commit in git_facts(secret_repo, {"action": "log"})["commits"]] == [
+        "rotate the key",
+        "with a secret",
+    ]
+
+
+def test_past_the_listing_cap_only_listed_paths_are_diffed(
+    secret_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Nothing is known of the paths after the cut, so none of them may reach the patch.
+    for number in range(10):
+        write(secret_repo / f"n{number}.txt", f"file {number}\n")
+    write(secret_repo / "z" / ".env", "LATE=do-not-leak\n")
+    git(secret_repo, "add", "-A")
+    monkeypatch.setattr(git_module, "_NUMSTAT_CAP", 60)
+    result = git_facts(secret_repo, {"action": "diff", "staged": True})
+    assert shows(result, "LATE=do-not-leak", "z/.env") == []
+    assert (result["truncated"], result["files_truncated"]) == (True, True)
+    listed = [entry["path"] for entry in result["files"]]
+    assert listed and len(listed) < 10
+    assert all(f"+file {path[1]}\n" in result["diff"] for path in listed)
+    assert "+file 9\n" not in result["diff"]
+
+
+def test_a_secret_below_a_listed_path_withholds_the_whole_patch(
+    secret_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `a` was a file and is now a directory holding a secret; `a-0.txt`... sort between `a` and
+    # `a/.env`, so a cut listing names `a` but not `a/.env`, and the pathspec `a` covers both.
+    write(secret_repo / "a", "plain file\n")
+    git(secret_repo, "add", "a")
+    git(secret_repo, "commit", "-q", "-m", "a file")
+    git(secret_repo, "rm", "-q", "a")
+    write(secret_repo / "a" / ".env", "BELOW=do-not-leak\n")
+    for number in range(10):
+        write(secret_repo / f"a-{number}.txt", f"file {number}\n")
+    git(secret_repo, "add", "-A")
+    monkeypatch.setattr(git_module, "_NUMSTAT_CAP", 60)
+    result = git_facts(secret_repo, {"action": "diff", "staged": True})
+    assert shows(result, "BELOW=do-not-leak") == []
+    assert (result["diff"], result["files"], result["truncated"]) == ("", [], True)
+    assert "no diff is shown" in result["message"]
+
+
+def test_a_cut_listing_of_secrets_only_diffs_nothing(
+    secret_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for number in range(5):
+        write(secret_repo / f".env.{number}", f"SECRET_{number}=do-not-leak\n")
+    write(secret_repo / "z.txt", "after the cut\n")
+    git(secret_repo, "add", "-A")
+    monkeypatch.setattr(git_module, "_NUMSTAT_CAP", 40)
+    result = git_facts(secret_repo, {"action": "diff", "staged": True})
+    assert shows(result, "do-not-leak", "after the cut") == []
+    assert (result["diff"], result["files"], result["truncated"]) == ("", [], True)
+    assert result["withheld"] and all(path.startswith(".env.") for path in result["withheld"])

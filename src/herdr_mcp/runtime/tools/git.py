@@ -7,7 +7,9 @@ Every call runs the `git` binary once or twice with an argv we build ourselves:
   `-c core.quotepath=off -c color.ui=false -c core.fsmonitor=false`;
 - a caller's path is refused when it looks like an option, must stay inside the root
   lexically, and always follows `--`;
-- diff never runs external diff drivers or textconv filters; log never verifies signatures;
+- diff never runs external diff drivers or textconv filters, never opens submodules, and never
+  shows what it would show of a secret-looking path (the fs tools' rule, `boundary/secrets.py`):
+  those paths are left out of the patch and named in `withheld`; log never verifies signatures;
 - the environment drops variables that would point Git at another repository, and sets
   GIT_TERMINAL_PROMPT=0 and LC_ALL=C (stable messages for the error mapping);
 - stdout is read while Git runs and only up to the cap (+1 byte to know it was exceeded); past
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from herdr_mcp.errors import ToolError
+from herdr_mcp.runtime.boundary.secrets import is_secret_path
 
 __all__ = ["git_facts", "git_toplevel", "project_git_summary"]
 
@@ -101,7 +104,11 @@ def git_facts(root: Path, args: Mapping[str, Any], *, timeout: float = GIT_TIMEO
       are Git's porcelain status letters (`.` unchanged, `M`, `A`, `D`, `R`, `C`, `T`, `U`, and
       `?` for untracked). The raw listing is capped at max_bytes.
     - diff: `{"action", "staged", "diff", "truncated", "files_changed", "files": [{"path",
-      "added", "deleted", "orig_path"?}], "files_truncated"}`; added/deleted are null for binary.
+      "added", "deleted", "orig_path"?}], "files_truncated", "withheld": [paths], "message"?}`;
+      added/deleted are null for binary. A changed path the fs tools refuse as secret-looking
+      (either side of a rename) is left out of `diff` and `files` and listed in `withheld`, and
+      `message` says so; an ordinary file on the other side of such a rename is shown as added
+      or deleted, never as a rename of the secret.
     - log: `{"action", "commits": [{"sha", "author", "author_email", "date", "subject"}],
       "truncated"}`; an unborn branch has no commits.
 
@@ -294,28 +301,153 @@ def _status_entry(xy: bytes, path: bytes) -> dict[str, str]:
 
 
 def _diff(root: Path, path: str | None, staged: bool, max_bytes: int, timeout: float) -> dict[str, Any]:
-    common = ["--no-ext-diff", "--no-textconv", "--no-color", *(["--cached"] if staged else [])]
-    output = _run_git(root, ["diff", *common, *_pathspec(path)], max_bytes=max_bytes, timeout=timeout)
-    _raise_for_failure(output)
-    numstat_argv = ["diff", *common, "--numstat", "-z", *_pathspec(path)]
-    numstat = _run_git(root, numstat_argv, max_bytes=_NUMSTAT_CAP, timeout=timeout)
-    _raise_for_failure(numstat)
-    files = _parse_numstat(numstat.stdout[:_NUMSTAT_CAP])
-    return {
+    # Renames but never copies, whatever diff.renames says (fewer ways for a shown path to be
+    # paired with another one); submodules as their commit ids only (diff.submodule=diff would
+    # print the inside of a repository whose paths this check never sees); paths relative to
+    # the root, which is what the secret rules and the pathspecs below are relative to.
+    common = [
+        "--no-ext-diff",
+        "--no-textconv",
+        "--no-color",
+        "--find-renames",
+        "--submodule=short",
+        "--relative",
+        *(["--cached"] if staged else []),
+    ]
+    # 1. The patch and the list of changed files, for the caller's path.
+    patch = _run_git(root, ["diff", *common, *_pathspec(path)], max_bytes=max_bytes, timeout=timeout)
+    _raise_for_failure(patch)
+    listing = _numstat(root, common, _pathspec(path), timeout)
+    withheld = sorted({shown for change in listing.changes for shown in change.secret_paths()})
+    if not withheld and not listing.truncated:
+        return _diff_result(staged, patch, max_bytes, listing, withheld)
+    # 2. Secret paths (or paths past the listing cap, which could be secret) were in range: both
+    #    again, with every secret path excluded and, past the cap, only the listed paths included.
+    #    Rename detection only pairs paths inside the pathspec, so no secret is paired with a
+    #    path that is shown.
+    message = _WITHHELD_MESSAGE.format(count=len(withheld)) if withheld else None
+    pathspec = _withholding_pathspec(path, listing)
+    if pathspec is None:  # everything listed was secret, and nothing is known past the cut
+        return _diff_result(staged, None, max_bytes, _Numstat([], True), withheld, message=message)
+    patch = _run_git(root, ["diff", *common, *pathspec], max_bytes=max_bytes, timeout=timeout, magic=True)
+    _raise_for_failure(patch)
+    shown = _numstat(root, common, pathspec, timeout, magic=True)
+    # 3. Check the second listing too: a path can change between two runs of Git, and a listed
+    #    path that became a directory covers what is below it. It names only paths of the first
+    #    listing, so it is complete unless something was added; if it is cut off, or names a
+    #    secret path, nothing of this patch is returned.
+    late = sorted({secret for change in shown.changes for secret in change.secret_paths()})
+    if late or shown.truncated:
+        everything = sorted({*withheld, *late})
+        return _diff_result(staged, None, max_bytes, _Numstat([], True), everything, message=_LATE_MESSAGE)
+    return _diff_result(staged, patch, max_bytes, shown, withheld, cut=listing.truncated, message=message)
+
+
+_WITHHELD_MESSAGE = (
+    "The changes of {count} secret-looking path(s) are withheld (listed in withheld): herdr_git shows "
+    "no more of them than herdr_fs_read, which refuses them as secret_path. Look at them on the "
+    "workstation itself if you need to."
+)
+_LATE_MESSAGE = (
+    "Secret-looking paths changed while the diff was taken, or lie below a listed path, so no diff is "
+    "shown (the secret paths found are listed in withheld); retry, or pass a narrower path."
+)
+
+
+def _diff_result(
+    staged: bool,
+    patch: _GitOutput | None,
+    max_bytes: int,
+    listing: _Numstat,
+    withheld: list[str],
+    *,
+    cut: bool = False,
+    message: str | None = None,
+) -> dict[str, Any]:
+    """The diff answer; `patch` None means none is shown (the answer then counts as cut off)."""
+    files = [change.entry() for change in listing.changes]
+    text = b"" if patch is None else patch.stdout[: _utf8_prefix(patch.stdout, max_bytes)]
+    result: dict[str, Any] = {
         "staged": staged,
-        "diff": _text(output.stdout[: _utf8_prefix(output.stdout, max_bytes)]),
-        "truncated": output.truncated,
+        "diff": _text(text),
+        "truncated": patch is None or patch.truncated or cut,
         "files_changed": len(files),
         "files": files,
-        "files_truncated": numstat.truncated,
+        "files_truncated": listing.truncated or cut,
+        "withheld": withheld,
     }
+    if message is not None:
+        result["message"] = message
+    return result
 
 
-def _parse_numstat(data: bytes) -> list[dict[str, Any]]:
+def _withholding_pathspec(path: str | None, listing: _Numstat) -> list[str] | None:
+    """Pathspecs (with explicit magic: run without --literal-pathspecs) for the caller's path
+    minus every secret path of `listing`; when the listing was cut off, only its non-secret
+    paths, as nothing is known of the paths after the cut (None when there are none)."""
+    if listing.truncated:
+        included = [
+            raw for change in listing.changes if not change.secret_paths() for raw in change.raw_paths()
+        ]
+        if not included:
+            return None
+    else:
+        included = [path if path is not None else "."]
+    return [
+        "--",
+        *(":(literal)" + included_path for included_path in included),
+        *(":(exclude,literal)" + secret for secret in _raw_secret_paths(listing)),
+    ]
+
+
+def _raw_secret_paths(listing: _Numstat) -> list[str]:
+    return sorted({raw for change in listing.changes for raw in change.raw_paths() if is_secret_path(raw)})
+
+
+@dataclass(frozen=True)
+class _Change:
+    """One `--numstat -z` record. Paths are kept as Git wrote them (bytes decoded with
+    surrogateescape), so they can go back to Git as pathspecs unchanged."""
+
+    added: int | None
+    deleted: int | None
+    path: str
+    orig_path: str | None = None
+
+    def raw_paths(self) -> list[str]:
+        return [self.path] if self.orig_path is None else [self.orig_path, self.path]
+
+    def secret_paths(self) -> list[str]:
+        """The secret-looking paths of this change, as shown to the caller."""
+        return [_shown(raw) for raw in self.raw_paths() if is_secret_path(raw)]
+
+    def entry(self) -> dict[str, Any]:
+        entry: dict[str, Any] = {"path": _shown(self.path), "added": self.added, "deleted": self.deleted}
+        if self.orig_path is not None:
+            entry["orig_path"] = _shown(self.orig_path)
+        return entry
+
+
+@dataclass(frozen=True)
+class _Numstat:
+    changes: list[_Change]
+    truncated: bool
+
+
+def _numstat(
+    root: Path, common: Sequence[str], pathspec: Sequence[str], timeout: float, *, magic: bool = False
+) -> _Numstat:
+    argv = ["diff", *common, "--numstat", "-z", *pathspec]
+    output = _run_git(root, argv, max_bytes=_NUMSTAT_CAP, timeout=timeout, magic=magic)
+    _raise_for_failure(output)
+    return _Numstat(_parse_numstat(output.stdout[:_NUMSTAT_CAP]), output.truncated)
+
+
+def _parse_numstat(data: bytes) -> list[_Change]:
     """Parse `git diff --numstat -z`: `added TAB deleted TAB path NUL`, or for a rename
-    `added TAB deleted TAB NUL old NUL new NUL`."""
+    `added TAB deleted TAB NUL old NUL new NUL`; a record cut off by the cap is dropped."""
     records = data.split(b"\0")[:-1]
-    files: list[dict[str, Any]] = []
+    changes: list[_Change] = []
     index = 0
     while index < len(records):
         parts = records[index].split(b"\t", 2)
@@ -323,20 +455,22 @@ def _parse_numstat(data: bytes) -> list[dict[str, Any]]:
         if len(parts) != 3:
             continue
         added, deleted, path = parts
-        entry: dict[str, Any] = {
-            "added": int(added) if added.isdigit() else None,
-            "deleted": int(deleted) if deleted.isdigit() else None,
-        }
+        counts = (int(added) if added.isdigit() else None, int(deleted) if deleted.isdigit() else None)
         if path:
-            entry["path"] = _text(path)
-        else:
-            if index + 1 >= len(records):
-                break  # the rename's paths were cut off
-            entry["orig_path"] = _text(records[index])
-            entry["path"] = _text(records[index + 1])
-            index += 2
-        files.append(entry)
-    return files
+            changes.append(_Change(*counts, path=os.fsdecode(path)))
+            continue
+        if index + 1 >= len(records):
+            break  # the rename's paths were cut off
+        changes.append(
+            _Change(*counts, path=os.fsdecode(records[index + 1]), orig_path=os.fsdecode(records[index]))
+        )
+        index += 2
+    return changes
+
+
+def _shown(raw: str) -> str:
+    """A path from Git as the caller sees it (undecodable bytes replaced)."""
+    return _text(os.fsencode(raw))
 
 
 _LOG_FIELDS = 5
@@ -378,9 +512,13 @@ def _git_env() -> dict[str, str]:
     return env
 
 
-def _run_git(root: Path, args: Sequence[str], *, max_bytes: int, timeout: float) -> _GitOutput:
+def _run_git(
+    root: Path, args: Sequence[str], *, max_bytes: int, timeout: float, magic: bool = False
+) -> _GitOutput:
     """Run git in `root`, keeping at most max_bytes + 1 bytes of stdout; kill it past that.
 
+    Pathspecs are literal unless `magic` is set; then every pathspec in `args` must carry its
+    own magic (`:(literal)...`), since nothing else keeps a caller's path from being a pattern.
     Git runs in its own process group so that a kill also reaches the helpers it started
     (filters, hooks of a repository's config).
     """
@@ -390,7 +528,7 @@ def _run_git(root: Path, args: Sequence[str], *, max_bytes: int, timeout: float)
         str(root),
         "--no-optional-locks",
         "--no-pager",
-        "--literal-pathspecs",
+        *([] if magic else ["--literal-pathspecs"]),
         "-c",
         "core.quotepath=off",
         "-c",
