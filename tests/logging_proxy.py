@@ -24,6 +24,8 @@ import threading
 from dataclasses import dataclass
 from typing import Literal
 
+from herdr_mcp.local_http import is_loopback_address
+
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
 
 
@@ -36,6 +38,18 @@ class Seen:
 
     def header(self, name: str) -> str | None:
         return next((value for key, value in self.headers if key == name), None)
+
+    @property
+    def host(self) -> str:
+        """The host the request was for (`CONNECT host:port` or `GET http://host:port/...`)."""
+        target = self.request_line.split(" ")[1]
+        authority = target.split("://", 1)[-1].split("/", 1)[0]
+        return authority.rpartition(":")[0].strip("[]") if ":" in authority else authority
+
+    @property
+    def to_this_machine(self) -> bool:
+        """Whether the request was for a loopback host (127.0.0.0/8, ::1, localhost)."""
+        return self.host == "localhost" or is_loopback_address(self.host)
 
 
 def proxy_env(url: str) -> dict[str, str]:
