@@ -9,8 +9,10 @@ structured result) or an `ImageResult`, or raises `ToolError`.
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import json
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,10 +20,12 @@ import mcp_types as types
 from jsonschema import Draft202012Validator
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
+from starlette.requests import Request
 
 from herdr_mcp import __version__
 from herdr_mcp.contract import CURRENT_EPOCH, load_catalog
 from herdr_mcp.errors import ToolError
+from herdr_mcp.runtime.audit import AuditLog, AuditUnavailable, describe_call
 from herdr_mcp.runtime.services import Services
 from herdr_mcp.runtime.tools import HANDLERS
 from herdr_mcp.runtime.tools.fs import ImageResult
@@ -36,10 +40,12 @@ INSTRUCTIONS = (
 
 
 class ToolDispatcher:
-    """Validates arguments against the frozen schemas and runs the matching handler."""
+    """Validates arguments against the frozen schemas, runs the matching handler and records
+    every call in the audit log (`audit`; by default `audit.jsonl` in the config dir)."""
 
-    def __init__(self, services: Services, epoch: int = CURRENT_EPOCH) -> None:
+    def __init__(self, services: Services, epoch: int = CURRENT_EPOCH, audit: AuditLog | None = None) -> None:
         self.services = services
+        self.audit = audit if audit is not None else AuditLog(services.config.config_dir)
         self.catalog = load_catalog(epoch)
         missing = {tool["name"] for tool in self.catalog} - set(HANDLERS)
         if missing:
@@ -52,29 +58,55 @@ class ToolDispatcher:
             tools=[types.Tool.model_validate(tool) for tool in self.catalog]
         )
 
-    async def call(self, name: str, arguments: Mapping[str, Any] | None) -> types.CallToolResult:
+    async def call(
+        self, name: str, arguments: Mapping[str, Any] | None, session: str | None = None
+    ) -> types.CallToolResult:
+        """Answer one tools/call; the answer leaves only after its audit record is written."""
+        given = dict(arguments or {})
+        started, clock = dt.datetime.now(dt.UTC), time.perf_counter()
+
+        def record(outcome: str) -> dict[str, Any]:
+            return describe_call(
+                tool=name,
+                arguments=given,
+                session=session,
+                runtime=self.services.runtime_instance,
+                version=__version__,
+                started=started,
+                outcome=outcome,
+                duration_ms=(time.perf_counter() - clock) * 1000,
+            )
+
+        # Only cancellation (the client went away) leaves _answer without an outcome.
+        outcome = "cancelled"
         try:
-            output = await self._run(name, dict(arguments or {}))
+            result, outcome = await self._answer(name, given)
+        finally:
+            try:
+                self.audit.append(record(outcome))
+            except AuditUnavailable as exc:
+                # The call has run: withholding its answer would invite a blind retry of a
+                # mutation. Later calls are refused before they run until the log is writable.
+                log.error("%s answered without an audit record: %s", name, exc)
+        return result
+
+    async def _answer(self, name: str, arguments: dict[str, Any]) -> tuple[types.CallToolResult, str]:
+        """The call's result and its outcome code (`ok` or the error code)."""
+        try:
+            if not self.audit.healthy:
+                raise ToolError(
+                    "audit_unavailable",
+                    f"nothing was run: the runtime cannot write its audit log ({self.audit.last_error}); "
+                    f"free disk space or fix the permissions of {self.audit.directory}, then retry",
+                )
+            output = await self._run(name, arguments)
         except ToolError as exc:
-            return _error_result(exc)
+            return _error_result(exc), exc.code
         except Exception:
             log.exception("tool %s failed unexpectedly", name)
-            return _error_result(
-                ToolError("internal_error", f"{name} failed inside the runtime; see the runtime log")
-            )
-        if isinstance(output, ImageResult):
-            encoded = base64.b64encode(output.data).decode("ascii")
-            info = dict(output.info)
-            return types.CallToolResult(
-                content=[
-                    types.ImageContent(type="image", data=encoded, mime_type=output.mime_type),
-                    types.TextContent(type="text", text=_json(info)),
-                ],
-                structured_content=info,
-            )
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=_json(output))], structured_content=output
-        )
+            failure = ToolError("internal_error", f"{name} failed inside the runtime; see the runtime log")
+            return _error_result(failure), failure.code
+        return _ok_result(output), "ok"
 
     async def _run(self, name: str, arguments: dict[str, Any]) -> dict[str, Any] | ImageResult:
         validator = self._validators.get(name)
@@ -85,6 +117,22 @@ class ToolDispatcher:
             where = "/".join(str(part) for part in problem.absolute_path) or "(arguments)"
             raise ToolError("invalid_arguments", f"{where}: {problem.message}", tool=name)
         return await HANDLERS[name](self.services, arguments)
+
+
+def _ok_result(output: dict[str, Any] | ImageResult) -> types.CallToolResult:
+    if isinstance(output, ImageResult):
+        encoded = base64.b64encode(output.data).decode("ascii")
+        info = dict(output.info)
+        return types.CallToolResult(
+            content=[
+                types.ImageContent(type="image", data=encoded, mime_type=output.mime_type),
+                types.TextContent(type="text", text=_json(info)),
+            ],
+            structured_content=info,
+        )
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=_json(output))], structured_content=output
+    )
 
 
 def _json(value: Any) -> str:
@@ -111,7 +159,7 @@ def build_mcp_server(dispatcher: ToolDispatcher) -> Server[Any]:
     async def on_call_tool(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        return await dispatcher.call(params.name, params.arguments)
+        return await dispatcher.call(params.name, params.arguments, session=_session_id(ctx))
 
     return Server(
         "herdr-mcp",
@@ -122,3 +170,12 @@ def build_mcp_server(dispatcher: ToolDispatcher) -> Server[Any]:
         # Without this the SDK runs tools/list on every call to check Mcp-Param headers.
         get_tool_input_schema=dispatcher.input_schemas.get,
     )
+
+
+def _session_id(ctx: ServerRequestContext[Any]) -> str | None:
+    """The request's Mcp-Session-Id; None where the transport has none (the stateless protocol
+    revisions, stdio)."""
+    request = ctx.request
+    if isinstance(request, Request):
+        return request.headers.get("mcp-session-id")
+    return None

@@ -1,0 +1,540 @@
+"""The audit log of tool calls: one JSON line per tools/call in `audit.jsonl` in the config dir.
+
+Why a file of its own and not a table in state.db: a table is a migration, and a migration is a
+state-schema bump, which an update never makes (SPEC 6; admission refuses it), so the log could
+only arrive with a contract migration. An append-only file also stays readable when state.db is
+refused (schema too new, locked, corrupt), which is when an auditor most wants it.
+
+What a record holds (`describe_call`): the time the call arrived (UTC, ISO 8601, ms), the MCP
+session id (null on transports without one), the runtime instance and version, the tool name as
+sent, the paths named by the arguments (`path`, `root`, `project_root` and the file headers of a
+patch, as given), the exec command line (heredoc bodies withheld, secret-looking values
+redacted, capped), a few identifiers (workspace, session_id, target, method, action, intent,
+idempotency_key, dry_run), the sha256 of the RFC 8785 JCS of the arguments as received, the
+outcome (`ok`, the stable error code, or `cancelled`) and the duration in ms. Only argument names on these
+lists are ever copied, so file contents, edit strings, patch bodies, prompt text, grep patterns
+and passthrough params never reach the log, for any tool, including one added later.
+
+Writing: `append` writes its record with one write(2) before it returns, so a call's answer
+leaves only after its record is in the file (it survives the runtime being killed); a sync
+thread makes what was written durable with one fdatasync for everything written since its last
+one, at most every SYNC_INTERVAL_S (group commit; docs/runtime.md has the measurements). Several
+processes (A/B generations share the config dir) serialise on `flock` of `audit.lock`:
+a record never interleaves with another, whatever its size, and rotation is done by one
+process at a time. A record torn by a crash is ended with a newline by the next writer, so it
+spoils only its own line (the reader skips it and says so).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import hashlib
+import json
+import os
+import re
+import stat
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import rfc8785
+
+from herdr_mcp.runtime.tools.patch import ADD, DELETE, MOVE, UPDATE
+
+AUDIT_FILE_NAME = "audit.jsonl"
+LOCK_FILE_NAME = "audit.lock"
+RECORD_VERSION = 1
+
+#: Rotate when the current file would grow past this. A record is ~300-600 bytes, so 8 MiB is
+#: ~15,000-25,000 calls: days of busy planner use in one file that `audit` reads in well under
+#: a second.
+MAX_FILE_BYTES = 8 * 1024 * 1024
+#: Rotated files kept (`audit.jsonl.1` newest ... `.4` oldest): at most 5 x 8 MiB = 40 MiB in
+#: all, which keeps weeks of history without ever filling a workstation's disk.
+KEEP_FILES = 4
+
+#: The sync thread makes written records durable at most this often: once per call cost a
+#: thread wake-up per call (GIL hand-offs, measured +0.1-0.2 on the runtime benchmark's ratio);
+#: 50 ms keeps the window in which an OS crash or power loss can lose answered calls short, and
+#: a process crash loses nothing (records are written before the answer leaves).
+SYNC_INTERVAL_S = 0.05
+
+#: Caps that bound a record (worst case ~30 KiB before JSON escaping): a path the schema allows
+#: is up to 4,096 characters, but the head of it identifies the file.
+MAX_PATH_CHARS = 1024
+MAX_PATHS = 16
+MAX_COMMAND_CHARS = 4096
+MAX_IDENTIFIER_CHARS = 128
+MAX_TOOL_NAME_CHARS = 128
+#: Redaction looks at this much of a command; the schema caps commands at 65,536 characters and
+#: anything past MAX_COMMAND_CHARS is cut from the record anyway.
+MAX_COMMAND_SCAN_CHARS = 65_536
+
+PATH_ARGUMENTS = ("root", "path", "project_root")
+IDENTIFIER_ARGUMENTS = ("workspace", "session_id", "target", "method", "action", "intent", "idempotency_key")
+FLAG_ARGUMENTS = ("dry_run",)
+PATCH_HEADERS = (ADD, DELETE, UPDATE, MOVE)
+REDACTED = "[redacted]"
+
+
+class AuditUnavailable(Exception):
+    """The audit log cannot be written; `code` is stable, the message says what to do."""
+
+    code = "audit_unavailable"
+
+
+# --- what a record says about a call ---------------------------------------------------------
+
+
+def describe_call(
+    *,
+    tool: str,
+    arguments: Mapping[str, Any],
+    session: str | None,
+    runtime: str,
+    version: str,
+    started: dt.datetime,
+    outcome: str,
+    duration_ms: float,
+) -> dict[str, Any]:
+    """The audit record of one tools/call; see the module docstring for what is (never) in it."""
+    record: dict[str, Any] = {
+        "v": RECORD_VERSION,
+        "time": format_time(started),
+        "session": _cap(session, MAX_IDENTIFIER_CHARS) if session is not None else None,
+        "runtime": runtime,
+        "version": version,
+        "tool": _cap(tool, MAX_TOOL_NAME_CHARS),
+        "outcome": outcome,
+        "duration_ms": round(duration_ms, 1),
+        "args_sha256": arguments_digest(arguments),
+    }
+    paths = touched_paths(arguments)
+    if paths:
+        record["paths"] = paths[:MAX_PATHS]
+        if len(paths) > MAX_PATHS:
+            record["paths_omitted"] = len(paths) - MAX_PATHS
+    command = arguments.get("command")
+    if isinstance(command, str):
+        record["command"] = recorded_command(command)
+        record["command_sha256"] = hashlib.sha256(command.encode("utf-8", "surrogatepass")).hexdigest()
+    for name in IDENTIFIER_ARGUMENTS:
+        value = arguments.get(name)
+        if isinstance(value, str):
+            record[name] = _cap(value, MAX_IDENTIFIER_CHARS)
+    for name in FLAG_ARGUMENTS:
+        value = arguments.get(name)
+        if isinstance(value, bool):
+            record[name] = value
+    return record
+
+
+def format_time(moment: dt.datetime) -> str:
+    """UTC, ISO 8601, milliseconds, `Z`: `2026-12-01T09:30:00.123Z`."""
+    return moment.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def arguments_digest(arguments: Mapping[str, Any]) -> str | None:
+    """`sha256:<hex>` of the RFC 8785 JCS of the arguments; None when JCS cannot encode them
+    (an integer beyond 2^53: such arguments are refused by every schema anyway)."""
+    try:
+        canonical = rfc8785.dumps(dict(arguments))
+    except (rfc8785.CanonicalizationError, TypeError, ValueError):
+        return None
+    return "sha256:" + hashlib.sha256(canonical).hexdigest()
+
+
+def touched_paths(arguments: Mapping[str, Any]) -> list[str]:
+    """The paths the arguments name, as given: path-like arguments, then a patch's file headers."""
+    paths = [
+        _cap(value, MAX_PATH_CHARS)
+        for name in PATH_ARGUMENTS
+        if isinstance(value := arguments.get(name), str)
+    ]
+    patch = arguments.get("patch")
+    if isinstance(patch, str):
+        for line in patch.splitlines():
+            for header in PATCH_HEADERS:
+                if line.startswith(header):
+                    paths.append(_cap(line[len(header) :].rstrip("\r").strip(), MAX_PATH_CHARS))
+    return paths
+
+
+def _cap(value: str, limit: int) -> str:
+    if len(value) <= limit:
+        return value
+    return f"{value[:limit]}...[{len(value) - limit} more characters]"
+
+
+# --- the command line: heredoc bodies withheld, secrets redacted ------------------------------
+
+# `<<WORD`, `<<-WORD`, `<<'WORD'`, `<<"WORD"`, `<<\WORD`; not `<<<` (a here-string is inline).
+_HEREDOC = re.compile(r"(?<!<)<<(?!<)(-?)[ \t]*(?:'([^'\n]+)'|\"([^\"\n]+)\"|\\?([A-Za-z_][A-Za-z0-9_]*))")
+# Every pattern starts where no character of its own run precedes it and bounds its repeats, so
+# a hostile 64 KiB command is scanned in linear time (a regex engine backtracks otherwise).
+_PRIVATE_KEY = re.compile(
+    r"-----BEGIN [A-Z0-9 ]{0,64}PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]{0,64}PRIVATE KEY-----|\Z)", re.S
+)
+# Token shapes published by their issuers (GitHub, GitLab, Slack, OpenAI/Anthropic-style `sk-`,
+# AWS access key ids, Google API keys, npm, PyPI, Stripe) and JWTs.
+_KNOWN_TOKENS = re.compile(
+    r"(?<![A-Za-z0-9_-])(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|glpat-[A-Za-z0-9_-]{20,}"
+    r"|xox[abposr]-[A-Za-z0-9-]{10,}|sk-[A-Za-z0-9_-]{20,}|(?:AKIA|ASIA)[0-9A-Z]{16}"
+    r"|AIza[0-9A-Za-z_-]{35}|npm_[A-Za-z0-9]{36}|pypi-[A-Za-z0-9_-]{50,}|[rs]k_(?:live|test)_[A-Za-z0-9]{16,}"
+    r"|eyJ[A-Za-z0-9_-]{5,4096}\.[A-Za-z0-9_-]{5,4096}\.[A-Za-z0-9_-]{5,4096})"
+)
+_AUTH_HEADER = re.compile(
+    r"(?i)(?<![\w-])((?:proxy-)?authorization[ \t]*:[ \t]*(?:(?:bearer|basic|token|digest)[ \t]+)?)[^\s'\"]+"
+)
+_KEY_HEADER = re.compile(
+    r"(?i)(?<![\w-])((?:x-[a-z0-9-]{0,64}?(?:token|key|secret|auth)[a-z0-9-]{0,64}|cookie)[ \t]*:[ \t]*)"
+    r"[^'\"\n]+"
+)
+_BEARER = re.compile(r"(?i)(?<![\w-])(bearer[ \t]+)[A-Za-z0-9._~+/=-]{8,}")
+_URL_PASSWORD = re.compile(
+    r"(?i)(?<![a-z0-9+.-])([a-z][a-z0-9+.-]{0,31}://[^/\s:@'\"]{1,256}:)[^@\s/'\"]{1,256}@"
+)
+_USER_PASSWORD = re.compile(r"(?<![\w-])((?:-u|--user)(?:[ \t]+|=)['\"]?[^:\s'\"]{1,256}:)[^\s'\"]+")
+_VALUE = r"(\"[^\"\n]*\"|'[^'\n]*'|[^\s'\"]+)"
+_ASSIGNMENT = re.compile(r"(?<![\w.-])(-{0,2}[\w.-]+)=" + _VALUE)
+_OPTION = re.compile(r"(?<![\w-])(--?[\w-]+)([ \t]+)(?![-<>|;&])" + _VALUE)
+_SECRET_WORD = re.compile(
+    r"(?i)token|secret|passw|api[_-]?key|access[_-]?key|private[_-]?key|credential|cookie"
+)
+
+
+def recorded_command(command: str) -> str:
+    """The command as the log keeps it: heredoc bodies withheld, secret-looking values replaced
+    by `[redacted]`, capped at MAX_COMMAND_CHARS.
+
+    Redaction is pattern matching (see docs/runtime.md): values of NAME=value and `--option
+    value` whose name says token/secret/password/key/credential/cookie, Authorization and
+    API-key headers, bearer tokens, passwords in URLs and `-u user:password`, private key
+    blocks and the published token shapes. A secret in a shape it does not know is recorded;
+    `command_sha256` never reveals it.
+    """
+    text = _withhold_heredoc_bodies(command[:MAX_COMMAND_SCAN_CHARS])
+    text = _PRIVATE_KEY.sub(REDACTED, text)
+    text = _KNOWN_TOKENS.sub(REDACTED, text)
+    text = _AUTH_HEADER.sub(lambda m: m[1] + REDACTED, text)
+    text = _KEY_HEADER.sub(lambda m: m[1] + REDACTED, text)
+    text = _BEARER.sub(lambda m: m[1] + REDACTED, text)
+    text = _URL_PASSWORD.sub(lambda m: m[1] + REDACTED + "@", text)
+    text = _USER_PASSWORD.sub(lambda m: m[1] + REDACTED, text)
+    text = _ASSIGNMENT.sub(lambda m: f"{m[1]}={REDACTED}" if _SECRET_WORD.search(m[1]) else m[0], text)
+    text = _OPTION.sub(lambda m: m[1] + m[2] + REDACTED if _SECRET_WORD.search(m[1]) else m[0], text)
+    if len(text) <= MAX_COMMAND_CHARS and len(command) <= MAX_COMMAND_SCAN_CHARS:
+        return text
+    return f"{text[:MAX_COMMAND_CHARS]}...[cut at {MAX_COMMAND_CHARS} of {len(command)} characters]"
+
+
+def _withhold_heredoc_bodies(command: str) -> str:
+    """Keep every line that is shell syntax; replace each heredoc body (file contents, usually)
+    by one `[heredoc body withheld: N lines]` line."""
+    kept: list[str] = []
+    pending: list[tuple[str, bool]] = []
+    withheld = 0
+    for line in command.split("\n"):
+        if pending:
+            delimiter, strip_tabs = pending[0]
+            if (line.lstrip("\t") if strip_tabs else line) == delimiter:
+                kept.append(f"[heredoc body withheld: {withheld} lines]")
+                kept.append(line)
+                pending.pop(0)
+                withheld = 0
+            else:
+                withheld += 1
+            continue
+        kept.append(line)
+        for match in _HEREDOC.finditer(line):
+            pending.append((match[2] or match[3] or match[4], match[1] == "-"))
+    if pending:
+        kept.append(f"[heredoc body withheld: {withheld} lines, unterminated]")
+    return "\n".join(kept)
+
+
+# --- the writer ------------------------------------------------------------------------------
+
+
+class AuditLog:
+    """Appends records to `<directory>/audit.jsonl`, rotating at `max_file_bytes`.
+
+    `append` writes the record with one write(2) before it returns (it then survives the
+    process being killed); a background thread makes what was written durable with
+    fdatasync, one call for everything written since its last one and at most one call every
+    SYNC_INTERVAL_S (group commit).
+    """
+
+    def __init__(
+        self, directory: Path, *, max_file_bytes: int = MAX_FILE_BYTES, keep: int = KEEP_FILES
+    ) -> None:
+        if max_file_bytes < 1 or keep < 1:
+            raise ValueError("max_file_bytes and keep must be positive")
+        self.directory = directory
+        self.path = directory / AUDIT_FILE_NAME
+        self.max_file_bytes = max_file_bytes
+        self.keep = keep
+        self._lock = threading.Lock()
+        self._synced = threading.Condition(self._lock)
+        self._fd: int | None = None
+        self._lock_fd: int | None = None
+        # Counts of records: written (write(2) done), sync attempted, and known durable.
+        self._written = self._attempted = self._durable = 0
+        self._syncer: threading.Thread | None = None
+        self._closed = False
+        self._closing = threading.Event()
+        #: False after a failed write or sync, until a write succeeds again.
+        self.healthy = True
+        self.last_error: str | None = None
+
+    def append(self, record: Mapping[str, Any]) -> None:
+        """Write `record` as one line; raises AuditUnavailable when it cannot be written."""
+        # ASCII only: no control or bidi character of a caller's reaches a terminal that shows
+        # the raw file, and a lone surrogate cannot make the line invalid UTF-8.
+        line = json.dumps(record, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+        with self._lock:
+            if self._closed:
+                raise AuditUnavailable(f"the audit log {self.path} is closed")
+            try:
+                self._write(line + b"\n")
+            except OSError as exc:
+                raise self._failed(exc) from exc
+            self._written += 1
+            self.healthy, self.last_error = True, None
+            if self._syncer is None:
+                self._syncer = threading.Thread(target=self._sync_loop, name="audit-sync", daemon=True)
+                self._syncer.start()
+            self._synced.notify_all()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every record appended so far has been synced; False on a failed sync or
+        on timeout."""
+        with self._lock:
+            target = self._written
+            self._synced.wait_for(lambda: self._attempted >= target, timeout)
+            return self._durable >= target
+
+    def close(self) -> None:
+        """Sync what was written, stop the sync thread and close the files."""
+        with self._lock:
+            self._closed = True
+            self._closing.set()
+            self._synced.notify_all()
+            syncer = self._syncer
+        if syncer is not None:
+            syncer.join()
+        with self._lock:
+            for fd in (self._fd, self._lock_fd):
+                if fd is not None:
+                    os.close(fd)
+            self._fd = self._lock_fd = None
+
+    def _failed(self, exc: OSError) -> AuditUnavailable:
+        """Mark the log unhealthy (called with the lock held) and say what to do."""
+        self.healthy = False
+        self.last_error = f"{self.path}: {exc.strerror or exc}"
+        return AuditUnavailable(
+            f"cannot write the audit log ({self.last_error}); free disk space or fix the "
+            f"permissions of {self.directory}, then retry"
+        )
+
+    def _sync_loop(self) -> None:
+        while True:
+            with self._lock:
+                self._synced.wait_for(lambda: self._written > self._attempted or self._closed)
+                if self._written == self._attempted:
+                    return
+                target = self._written
+                # A duplicate stays valid if a rotation closes the original meanwhile. No fd: a
+                # rotation (which synced the file first) or a failed write (already reported).
+                fd = os.dup(self._fd) if self._fd is not None else None
+            error: OSError | None = None
+            if fd is not None:
+                try:
+                    _sync_data(fd)
+                except OSError as exc:
+                    error = exc
+                finally:
+                    os.close(fd)
+            with self._lock:
+                # A failed fdatasync is not retried: Linux reports a lost write-back once, and
+                # a retry would succeed without the data.
+                self._attempted = target
+                if error is None:
+                    self._durable = target
+                else:
+                    self._failed(error)
+                self._synced.notify_all()
+            # Group commit: what is written meanwhile waits for the next sync (see SYNC_INTERVAL_S).
+            self._closing.wait(SYNC_INTERVAL_S)
+
+    def _write(self, data: bytes) -> None:
+        lock_fd = self._lock_file()
+        fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        try:
+            fd = self._current()
+            size = os.fstat(fd).st_size
+            if size and size + len(data) > self.max_file_bytes:
+                self._rotate(fd)
+                fd = self._current()
+                size = 0
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                # The last writer died mid-record: end its torn line so ours stays whole.
+                data = b"\n" + data
+            _write_all(fd, data)
+        except OSError:
+            self._forget_current()
+            raise
+        finally:
+            fcntl.flock(lock_fd, fcntl.LOCK_UN)
+
+    def _lock_file(self) -> int:
+        if self._lock_fd is None:
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._lock_fd = _open_private(self.directory / LOCK_FILE_NAME, os.O_RDWR)
+        return self._lock_fd
+
+    def _current(self) -> int:
+        """The fd of the file at `self.path` now (another process may have rotated it)."""
+        if self._fd is not None:
+            try:
+                on_disk = os.stat(self.path, follow_symlinks=False)
+            except FileNotFoundError:
+                on_disk = None
+            held = os.fstat(self._fd)
+            if on_disk is not None and (on_disk.st_dev, on_disk.st_ino) == (held.st_dev, held.st_ino):
+                return self._fd
+            # Rotated away by another process, which synced it before renaming it.
+            self._forget_current()
+        self._fd = _open_private(self.path, os.O_RDWR | os.O_APPEND)
+        _fsync_directory(self.directory)
+        return self._fd
+
+    def _forget_current(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
+    def _rotate(self, fd: int) -> None:
+        """`.keep-1` -> `.keep` (the oldest is replaced), ..., current -> `.1`; under the lock."""
+        _sync_data(fd)
+        for index in range(self.keep - 1, 0, -1):
+            older = rotated_path(self.directory, index)
+            if older.exists():
+                os.replace(older, rotated_path(self.directory, index + 1))
+        os.replace(self.path, rotated_path(self.directory, 1))
+        self._forget_current()
+        _fsync_directory(self.directory)
+
+
+def rotated_path(directory: Path, index: int) -> Path:
+    """`audit.jsonl.<index>`: 1 is the newest rotated file."""
+    return directory / f"{AUDIT_FILE_NAME}.{index}"
+
+
+def _open_private(path: Path, flags: int) -> int:
+    """Open (creating 0600) a regular file of ours without following a symlink; tighten its mode."""
+    fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(0, "not a regular file", str(path))
+        if info.st_uid != os.geteuid():
+            raise OSError(0, "owned by another user", str(path))
+        if info.st_mode & 0o077:
+            os.fchmod(fd, 0o600)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _sync_data(fd: int) -> None:
+    # fdatasync also flushes the size an append changed; macOS has only fsync.
+    sync = getattr(os, "fdatasync", os.fsync)
+    sync(fd)
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# --- the reader ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A line that is not a record: torn by a crash (the last line of a file) or damaged."""
+
+    file: Path
+    line_number: int
+    torn: bool
+
+
+def audit_files(directory: Path) -> list[Path]:
+    """The audit files that exist, oldest first: `.N` ... `.1`, then the current file."""
+    rotated: list[tuple[int, Path]] = []
+    prefix = AUDIT_FILE_NAME + "."
+    with contextlib.suppress(FileNotFoundError):
+        for entry in directory.iterdir():
+            suffix = entry.name.removeprefix(prefix)
+            if entry.name.startswith(prefix) and suffix.isdigit() and suffix.isascii():
+                rotated.append((int(suffix), entry))
+    files = [path for _, path in sorted(rotated, reverse=True)]
+    current = directory / AUDIT_FILE_NAME
+    if current.exists():
+        files.append(current)
+    return files
+
+
+def read_records(directory: Path) -> Iterator[dict[str, Any] | Unreadable]:
+    """Every record of every audit file, oldest first; a line that is not a JSON object comes
+    out as `Unreadable`. A file rotated away while it is read is read to its end as opened."""
+    for path in audit_files(directory):
+        try:
+            handle = path.open("rb")
+        except FileNotFoundError:
+            continue
+        with handle:
+            line_number = 0
+            for raw in handle:
+                line_number += 1
+                if not raw.strip():
+                    continue
+                record = _parse_line(raw)
+                if record is None:
+                    yield Unreadable(path, line_number, torn=not raw.endswith(b"\n"))
+                else:
+                    yield record
+
+
+def _parse_line(raw: bytes) -> dict[str, Any] | None:
+    if not raw.endswith(b"\n"):
+        return None
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    if (
+        not isinstance(value, dict)
+        or not isinstance(value.get("time"), str)
+        or not isinstance(value.get("tool"), str)
+    ):
+        return None
+    return value
