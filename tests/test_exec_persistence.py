@@ -5,6 +5,7 @@ certainly theirs), and retention removes rows together with files."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -217,6 +218,81 @@ def test_a_session_of_a_killed_runtime_is_lost_but_readable(
         store.close()
 
     asyncio.run(next_runtime())
+
+
+LEAVING_SCRIPT = textwrap.dedent(
+    """
+    import asyncio, json, sys
+    from pathlib import Path
+    from herdr_mcp.runtime.exec_sessions import ExecSessions
+    from herdr_mcp.state.store import StateStore
+
+    async def main():
+        store = StateStore.open(Path(sys.argv[1]))
+        sessions = ExecSessions(Path(sys.argv[2]), store=store, runtime_instance="rt-crashed")
+        command = (
+            "(sleep 3021 >/dev/null 2>&1 & echo $!); "
+            "setsid sleep 3022 >/dev/null 2>&1 </dev/null & echo $!"
+        )
+        result = await sessions.run(Path(sys.argv[3]), command, 10_000)
+        print(json.dumps(result), flush=True)
+        await asyncio.sleep(60)
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_what_a_finished_session_left_is_stopped_after_its_runtime_died(
+    tmp_path: Path, workdir: Path, db_path: Path
+) -> None:
+    # The shell finished (its row says so), the runtime was SIGKILLed, and the processes the
+    # shell left (one in its group, one that called setsid) live on: the next runtime sees them
+    # by the session's variable and kill stops them.
+    spool = tmp_path / "spool"
+    children: list[int] = []
+    runtime = subprocess.Popen(
+        [sys.executable, "-c", LEAVING_SCRIPT, str(db_path), str(spool), str(workdir)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert runtime.stdout is not None
+        result: dict[str, Any] = json.loads(runtime.stdout.readline())
+        children.extend(int(word) for word in result["stdout"].split())
+        runtime.send_signal(signal.SIGKILL)
+        runtime.wait(10)
+        assert result["completed"] is True and len(children) == 2
+        assert not any(is_gone(pid) for pid in children)
+
+        async def next_runtime() -> None:
+            store = StateStore.open(db_path)
+            sessions = ExecSessions(spool, store=store, runtime_instance="rt-next")
+            answer = sessions.read(result["session_id"])
+            assert (answer["running"], answer["exit_code"], "lost" in answer) == (False, 0, False)
+            assert (answer["descendants_running"], answer["descendant_pids"]) == (True, sorted(children))
+            killed = await sessions.kill(result["session_id"], grace_ms=5000)
+            assert (killed["kill_result"], killed["already_finished"], killed["descendants_running"]) == (
+                "terminated",
+                False,
+                False,
+            )
+            assert all(is_gone(pid) for pid in children)
+            again = await sessions.kill(result["session_id"])
+            assert (again["already_finished"], "kill_result" in again) == (True, False)
+            store.close()
+
+        asyncio.run(next_runtime())
+    finally:
+        if runtime.poll() is None:
+            runtime.kill()
+            runtime.wait(10)
+        if runtime.stdout is not None:
+            runtime.stdout.close()
+        for pid in children:
+            if not is_gone(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
 
 
 def test_a_lost_session_never_signals_a_process_it_cannot_vouch_for(

@@ -27,16 +27,28 @@ pipes open (`server &` without redirection) keeps the session running until it e
 session is killed, and its output stays readable. A child that redirects its output elsewhere
 does not hold the session.
 
-Kill sends SIGTERM to the process group, waits up to `grace_ms` for the session to settle and
-the group to have no live members (zombies do not count: orphans are not always reaped quickly),
-then sends SIGKILL to the group. A child that escaped the group (setsid) and still holds a pipe
-is cut off by closing our ends of the pipes.
+Descendants
+-----------
+A session owns every process it starts (see `session_processes` for how they are found: the
+process group everywhere, plus, on Linux, every process still carrying the session's
+`HERDR_MCP_EXEC_SESSION` variable). When the shell exits, the session looks for processes it
+left behind; `run`, `read` and `kill` answer `descendants_running` (null while the shell runs,
+then true or false) and, where they can be listed, `descendant_pids`. A finished session with
+descendants is watched every `_DESCENDANT_POLL_SECONDS` until they are gone, is neither pruned
+nor replaced meanwhile, and `kill` and `shutdown` stop them. On Linux its shell stays an
+unreaped zombie until then, so the group id is never someone else's when it is signalled.
+
+Kill sends SIGTERM to the process group and to the session's processes outside it, waits up to
+`grace_ms` for the session to settle and nothing of it to be alive (zombies do not count:
+orphans are not always reaped quickly), then sends SIGKILL to whatever is left. A process that
+escaped unseen and still holds a pipe is cut off by closing our ends of the pipes.
 
 Finished sessions stay readable for `retention_seconds`; pruning is lazy (on start, run and
 read) and removes the spool directory. At most `max_sessions` are kept: starting another one
-prunes the oldest finished session, and is refused with `too_many_sessions` when all of them
-are running. Each session directory also holds `metadata.json` (command, cwd, pid, times, exit
-status), replaced atomically on start and on finish, so a later runtime can find old sessions.
+prunes the oldest finished session without descendants, and is refused with
+`too_many_sessions` when there is none. Each session directory also holds `metadata.json`
+(command, cwd, pid, times, exit status), replaced atomically on start and on finish, so a later
+runtime can find old sessions.
 
 Surviving a restart
 -------------------
@@ -53,7 +65,9 @@ from that row and the spool files:
   (If that other runtime is in fact still alive, its own finish update wins over `lost`.)
 - Killing a lost session signals its process group only when the pid still names the very
   process that was started (same boot, same kernel start time); when that cannot be confirmed
-  nothing is sent, and the answer's `kill_result` says what was done.
+  nothing is sent to the group, and the answer's `kill_result` says what was done. Processes
+  that carry the session's variable (Linux) are its own whatever happened to the group: `read`
+  reports them and `kill` stops them, for finished sessions too.
 - Retention pruning deletes expired rows together with their spool directories.
 
 Database writes are best effort (a failure is logged; the session itself goes on) and take well
@@ -68,7 +82,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import logging
 import os
@@ -87,6 +100,17 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 from herdr_mcp.errors import ToolError
+from herdr_mcp.runtime.session_processes import (
+    SESSION_ENV,
+    ProcessTable,
+    group_alive,
+    orphan_group_status,
+    process_identity,
+    signal_group,
+    signal_marked,
+    start_ticks,
+    wait_keeping_zombie,
+)
 from herdr_mcp.state.store import StateStore, new_runtime_instance
 
 __all__ = [
@@ -118,6 +142,10 @@ _EXIT_WAIT_SECONDS = 5.0
 # Once the process is gone, how long pipes may stay open before we close our ends.
 _DRAIN_GRACE_SECONDS = 1.0
 _POLL_SECONDS = 0.02
+# How often a finished session's leftover processes are looked at: they are reported and
+# killable at any moment regardless; this only bounds how long a zombie shell is kept after
+# they end (and, where shells are not kept, the window in which a group id could be reused).
+_DESCENDANT_POLL_SECONDS = 1.0
 # One read per readiness callback; asyncio's own pipe transports use the same size.
 _PIPE_CHUNK = 256 * 1024
 # The longest UTF-8 sequence, minus one: how far a chunk end may have to move.
@@ -130,8 +158,8 @@ KillResult = Literal["terminated", "killed", "already_gone", "unverified"]
 
 _SESSION_ID = re.compile(r"x[0-9a-f]{16}")
 _KILL_MESSAGES: dict[KillResult, str] = {
-    "terminated": "The session's process group was still running and stopped on SIGTERM.",
-    "killed": "The session's process group was still running and needed SIGKILL after the grace period.",
+    "terminated": "Processes of the session were still running and stopped on SIGTERM.",
+    "killed": "Processes of the session were still running and needed SIGKILL after the grace period.",
     "already_gone": "No process of this session is running any more; nothing was sent.",
     "unverified": (
         "A process that may belong to this session still exists, but it cannot be confirmed to be the "
@@ -284,7 +312,12 @@ class _Session:
     started_epoch_ms: int
     loop: asyncio.AbstractEventLoop
     on_settle: Callable[[_Session], None] | None = None
+    on_exited: Callable[[_Session], None] | None = None
     process: subprocess.Popen[bytes] | None = None
+    # The shell's kernel start time (clock ticks): none of its processes started earlier.
+    since: int | None = None
+    # Set once nothing but (maybe) the shell is left: final, see check_descendants.
+    descendants_gone: bool = False
     returncode: int | None = None
     finished_at: str | None = None
     finished_monotonic: float | None = None
@@ -344,7 +377,7 @@ class _Session:
         ).start()
 
     def _wait_for_exit(self, process: subprocess.Popen[bytes]) -> None:
-        returncode = process.wait()
+        returncode = wait_keeping_zombie(process)
         with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is listening
             self.loop.call_soon_threadsafe(self.on_exit, returncode)
 
@@ -374,7 +407,71 @@ class _Session:
     def on_exit(self, returncode: int) -> None:
         self.returncode = returncode
         self.exited.set()
+        if self.on_exited is not None:
+            self.on_exited(self)
         self.maybe_settle()
+
+    def _group_id(self) -> int | None:
+        """The process-group id while it is this session's to signal: until nothing was left in
+        it (on Linux the zombie shell keeps the id reserved until then; see module docs)."""
+        return None if self.process is None or self.descendants_gone else self.process.pid
+
+    def survivors(self, table: ProcessTable | None) -> tuple[bool, list[int] | None]:
+        """Whether processes of this session other than its shell are alive, and their pids
+        (None where the system cannot list them: then the process group alone is looked at,
+        and the shell counts while it runs)."""
+        pgid = self._group_id()
+        if table is None:
+            return pgid is not None and group_alive(pgid), None
+        pids = table.marked(self.session_id, self.since)
+        if pgid is not None:
+            pids |= table.group(pgid)
+        pids.discard(pgid if pgid is not None else -1)  # the shell itself
+        return bool(pids), sorted(pids)
+
+    def check_descendants(self, table: ProcessTable | None) -> list[int] | None:
+        """After the shell exited: the pids of the processes it left ([] when none; None when
+        some are alive but cannot be listed). Nothing left is final (whatever the session
+        starts, it starts from a process of its own), so the shell is reaped then."""
+        if self.descendants_gone:
+            return []
+        running, pids = self.survivors(table)
+        if running:
+            return pids
+        self.descendants_gone = True
+        self.reap()
+        return []
+
+    def has_processes(self) -> bool:
+        """Whether anything of this session may still run: its shell or what it left behind."""
+        if self.running:
+            return True
+        return not self.descendants_gone and self.check_descendants(ProcessTable.read()) != []
+
+    def descendants_answer(self) -> dict[str, Any]:
+        """`descendants_running` (null while the shell runs) and `descendant_pids` if known."""
+        if not self.exited.is_set():
+            return {"descendants_running": None}
+        return _descendants_answer(
+            self.check_descendants(ProcessTable.read() if not self.descendants_gone else None)
+        )
+
+    def send(self, signum: signal.Signals) -> None:
+        """`signum` to the process group while it is ours, and to the session's processes
+        outside it (each checked again just before, see signal_marked)."""
+        pgid = self._group_id()
+        table = ProcessTable.read()
+        outside = set() if table is None else table.marked(self.session_id, self.since)
+        if pgid is not None:
+            outside -= table.group(pgid) if table is not None else set()
+            signal_group(pgid, signum)
+        for pid in sorted(outside):
+            signal_marked(pid, self.session_id, signum)
+
+    def reap(self) -> None:
+        """Collect the exited shell (kept as a zombie on Linux, see wait_keeping_zombie)."""
+        if self.process is not None and self.exited.is_set():
+            self.process.poll()
 
     def maybe_settle(self) -> None:
         if self.settled.is_set() or not self.exited.is_set():
@@ -418,74 +515,10 @@ class _Session:
             _log.warning("could not write %s", target, exc_info=True)
 
 
-def _group_has_live_members(pgid: int) -> bool:
-    """Whether any non-zombie process is still in process group `pgid`."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return True
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text(encoding="ascii", errors="replace")
-        except OSError:
-            continue
-        # Fields after the parenthesised command name: state ppid pgrp ...
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) >= 3 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-            return True
-    return False
-
-
-def _signal_group(pgid: int, signum: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signum)
-
-
-@functools.cache
-def _boot_id() -> str | None:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip() or None
-    except OSError:
-        return None
-
-
-def _process_identity(pid: int) -> str | None:
-    """`<boot id>:<kernel start time>` of process `pid` (live or zombie); None when it does not
-    exist or this system has no /proc to tell. Equal identities mean the very same process."""
-    boot = _boot_id()
-    if boot is None:
-        return None
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return None
-    # Fields after the parenthesised command name start at field 3 (state); starttime is field 22.
-    fields = text[text.rfind(")") + 2 :].split()
-    return f"{boot}:{fields[19]}" if len(fields) > 19 else None
-
-
-def _orphan_group_status(pid: int, recorded: str | None) -> Literal["alive", "gone", "unsure"]:
-    """Whether the process group an earlier runtime started as `pid` still has live members.
-
-    Linux never hands out a pid again while it still names a process group, so a pid now held
-    by a different process proves the old group is gone. "unsure" when the leader is gone but
-    the group id is still in use (a new group could have taken it) or nothing was recorded.
-    """
-    current = _process_identity(pid)
-    if current is None:
-        return "unsure" if _group_has_live_members(pid) else "gone"
-    if recorded is None:
-        return "unsure"
-    if current != recorded:
-        return "gone"
-    return "alive" if _group_has_live_members(pid) else "gone"
+def _descendants_answer(pids: list[int] | None) -> dict[str, Any]:
+    if pids == []:
+        return {"descendants_running": False}
+    return {"descendants_running": True} | ({} if pids is None else {"descendant_pids": pids})
 
 
 @dataclass(frozen=True)
@@ -548,6 +581,20 @@ class _StoredSession:
         if self.state == "lost":
             answer["lost"] = True
         return answer
+
+    def marked(self, table: ProcessTable | None) -> set[int] | None:
+        """Live processes carrying this session's variable, its shell included; None where they
+        cannot be found (no /proc) or another runtime still owns the session."""
+        if table is None or self.state == "running":
+            return None
+        return table.marked(self.session_id, start_ticks(self.pid_start))
+
+    def descendants_answer(self) -> dict[str, Any]:
+        """As for a live session; a lost shell that still runs is not its own descendant."""
+        marked = self.marked(ProcessTable.read())
+        if marked is None:
+            return {"descendants_running": None}
+        return _descendants_answer(sorted(marked - {self.pid if self.pid is not None else -1}))
 
 
 _SELECT_SESSION = (
@@ -681,6 +728,7 @@ class ExecSessions:
         self._retention_seconds = retention_seconds
         self._max_sessions = max_sessions
         self._sessions: dict[str, _Session] = {}
+        self._watcher: asyncio.Task[None] | None = None
         self.runtime_instance = runtime_instance if runtime_instance is not None else new_runtime_instance()
         self._records = None if store is None else _SessionRecords(store, self.runtime_instance, spool_dir)
         if self._records is not None:
@@ -715,11 +763,13 @@ class ExecSessions:
         """Run a command and wait up to `timeout_ms` for it to finish.
 
         Finished in time: `{"session_id", "completed": True, "exit_code", "signal", "stdout",
-        "stderr", "stdout_total_bytes", "stderr_total_bytes", "truncated", "duration_ms"}`
-        plus `stdout_next_offset`/`stderr_next_offset` (where a herdr_exec_read would continue).
-        Otherwise the command keeps running as a background session and the answer is
-        `{"session_id", "completed": False, "running": True, ...the same output keys...,
-        "message"}`. `stdout`/`stderr` are the first `max_bytes` of each stream, never ending
+        "stderr", "stdout_total_bytes", "stderr_total_bytes", "truncated", "duration_ms",
+        "descendants_running"}` plus `stdout_next_offset`/`stderr_next_offset` (where a
+        herdr_exec_read would continue); when the shell left processes running,
+        `descendants_running` is true and `descendant_pids` (where known) and `message` say
+        which and how to stop them. Otherwise the command keeps running as a background session
+        and the answer is `{"session_id", "completed": False, "running": True, ...the same
+        output keys..., "message"}`. `stdout`/`stderr` are the first `max_bytes` of each stream, never ending
         inside a UTF-8 sequence. `op_id` as for `start`. Raises what `start` raises, and
         `invalid_arguments`.
         """
@@ -732,13 +782,24 @@ class ExecSessions:
         end = session.finished_monotonic if session.finished_monotonic is not None else time.monotonic()
         duration_ms = round((end - session.started_monotonic) * 1000)
         if not session.running:
-            return _completed_answer(session.state(), session.view, max_bytes, duration_ms)
+            answer = _completed_answer(session.state(), session.view, max_bytes, duration_ms)
+            answer |= session.descendants_answer()
+            if answer["descendants_running"]:
+                pids = answer.get("descendant_pids")
+                answer["message"] = (
+                    "The command finished, but processes it started are still running"
+                    f"{f' (pids {pids})' if pids else ''}; they belong to session {session.session_id}: "
+                    "watch them with herdr_exec_read, stop them with herdr_exec_kill; they are also "
+                    "stopped when the runtime stops."
+                )
+            return answer
         result = _output_answer(
             {"session_id": session.session_id, "completed": False, "running": True},
             session.view,
             max_bytes,
             duration_ms,
         )
+        result |= session.descendants_answer()
         result["message"] = (
             f"The command is still running after {timeout_ms} ms as background session "
             f"{session.session_id}; read with herdr_exec_read from stdout_offset="
@@ -758,8 +819,9 @@ class ExecSessions:
     ) -> dict[str, Any]:
         """Read a session's output from byte offsets.
 
-        Returns `{"session_id", "running", "exit_code", "signal"}` plus, for each requested
-        stream, `{"text", "offset", "next_offset", "total_bytes", "dropped_bytes", "eof"}`.
+        Returns `{"session_id", "running", "exit_code", "signal", "descendants_running"}`
+        (`descendant_pids` too when some run and can be listed; see `run`) plus, for each
+        requested stream, `{"text", "offset", "next_offset", "total_bytes", "dropped_bytes", "eof"}`.
         `next_offset` counts the bytes actually returned (a chunk never ends inside a UTF-8
         sequence); an offset at or past the stored bytes gives empty text; `eof` is true once
         the session has finished and everything stored has been read. A session an earlier
@@ -775,6 +837,7 @@ class ExecSessions:
             raise ToolError("invalid_arguments", "Offsets are byte offsets and must be 0 or more.")
         _check_read_bytes(max_bytes)
         result = session.state() if isinstance(session, _Session) else session.state_answer()
+        result |= session.descendants_answer()
         if stream in ("stdout", "both"):
             result["stdout"] = _chunk(session.view("stdout"), stdout_offset, max_bytes)
         if stream in ("stderr", "both"):
@@ -784,28 +847,35 @@ class ExecSessions:
     async def kill(self, session_id: str, grace_ms: int = DEFAULT_GRACE_MS) -> dict[str, Any]:
         """Stop a session: SIGTERM to its process group, SIGKILL after `grace_ms` if needed.
 
+        Processes the session left running after its shell exited are stopped the same way.
         Returns the final state `{"session_id", "running", "exit_code", "signal",
-        "stdout_total_bytes", "stderr_total_bytes", "already_finished", "escalated"}`;
-        `escalated` says SIGKILL was needed. A finished session is not an error
-        (`already_finished: True`). For a session an earlier runtime left running (lost, or
-        still owned by another runtime) the group is signalled only if its pid still names the
-        process that was started; the answer adds `kill_result` (`terminated`, `killed`,
-        `already_gone` or `unverified`: nothing sent) and a `message`. Raises ToolError
-        `session_not_found`, `invalid_arguments` or `state_unavailable`.
+        "stdout_total_bytes", "stderr_total_bytes", "already_finished", "escalated",
+        "descendants_running"}`; `escalated` says SIGKILL was needed. A session with nothing
+        left running is not an error (`already_finished: True`, nothing sent). For a session an
+        earlier runtime left running (lost, or still owned by another runtime) the group is
+        signalled only if its pid still names the process that was started, and processes
+        carrying the session's variable are stopped (finished sessions too); the answer adds
+        `kill_result` (`terminated`, `killed`, `already_gone` or `unverified`: nothing sent to the
+        group) and a `message`. Raises ToolError `session_not_found`, `invalid_arguments` or
+        `state_unavailable`.
         """
         if grace_ms < 0:
             raise ToolError("invalid_arguments", "grace_ms must be 0 or more.")
         session = self._lookup(session_id)
         if isinstance(session, _StoredSession):
             return await _kill_stored(session, grace_ms)
-        already_finished = not session.running
+        already_finished = not session.has_processes()
         await self._terminate(session, grace_ms)
-        return session.state() | {
-            "stdout_total_bytes": session.stdout.total,
-            "stderr_total_bytes": session.stderr.total,
-            "already_finished": already_finished,
-            "escalated": session.escalated,
-        }
+        return (
+            session.state()
+            | {
+                "stdout_total_bytes": session.stdout.total,
+                "stderr_total_bytes": session.stderr.total,
+                "already_finished": already_finished,
+                "escalated": session.escalated,
+            }
+            | session.descendants_answer()
+        )
 
     def result_of(self, session_id: str, *, max_bytes: int = DEFAULT_READ_BYTES) -> dict[str, Any] | None:
         """The answer `run()` gives for a completed command, for a session that has finished
@@ -819,12 +889,14 @@ class ExecSessions:
             if session.finished_monotonic is None:  # still running
                 return None
             duration_ms = round((session.finished_monotonic - session.started_monotonic) * 1000)
-            return _completed_answer(session.state(), session.view, max_bytes, duration_ms)
+            answer = _completed_answer(session.state(), session.view, max_bytes, duration_ms)
+            return answer | session.descendants_answer()
         stored = self._records.load(session_id) if self._records is not None else None
         if stored is None or stored.state != "finished" or stored.finished_at_ms is None:
             return None
         duration_ms = stored.finished_at_ms - stored.started_at_ms
-        return _completed_answer(stored.state_answer(), stored.view, max_bytes, duration_ms)
+        answer = _completed_answer(stored.state_answer(), stored.view, max_bytes, duration_ms)
+        return answer | stored.descendants_answer()
 
     def session_of_operation(self, op_id: str) -> str | None:
         """The session that carries out ledger operation `op_id`, if one was started (needs a
@@ -832,12 +904,20 @@ class ExecSessions:
         return self._records.session_of_operation(op_id) if self._records is not None else None
 
     async def shutdown(self, grace_ms: int = DEFAULT_GRACE_MS) -> None:
-        """Kill every running session (TERM, then KILL after `grace_ms`) and wait for them.
+        """Kill every session that runs, or whose shell left processes running (TERM, then
+        KILL after `grace_ms`), and wait for them.
 
         Spool files and metadata stay on disk (and their rows record how they ended).
         """
-        running = [session for session in self._sessions.values() if session.running]
-        await asyncio.gather(*(self._terminate(session, grace_ms) for session in running))
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
+            self._watcher = None
+        sessions = list(self._sessions.values())
+        await asyncio.gather(*(self._terminate(session, grace_ms) for session in sessions))
+        for session in sessions:
+            session.reap()
 
     def _spawn(self, cwd: Path, command: str, op_id: str | None) -> _Session:
         loop = asyncio.get_running_loop()
@@ -868,6 +948,7 @@ class ExecSessions:
             started_epoch_ms=started_ms,
             loop=loop,
             on_settle=self._on_settle,
+            on_exited=self._on_exited,
         )
         try:
             process = subprocess.Popen(
@@ -877,6 +958,7 @@ class ExecSessions:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
+                env={**os.environ, SESSION_ENV: session_id},
             )
         except (OSError, ValueError) as exc:
             for spool in session.spools():
@@ -886,7 +968,8 @@ class ExecSessions:
                 "exec_failed", f"The command could not be started ({exc}); check the root."
             ) from exc
         # Before attach() starts the thread that reaps it: until then the pid cannot be reused.
-        pid_start = _process_identity(process.pid)
+        pid_start = process_identity(process.pid)
+        session.since = start_ticks(pid_start)
         session.attach(process)
         self._sessions[session_id] = session
         session.write_metadata()
@@ -898,22 +981,41 @@ class ExecSessions:
         if self._records is not None:
             self._records.finish(session)
 
+    def _on_exited(self, session: _Session) -> None:
+        # Look at once (most commands leave nothing, and their shell is reaped now); watch the
+        # rest until it is gone.
+        if session.check_descendants(ProcessTable.read()) != [] and (
+            self._watcher is None or self._watcher.done()
+        ):
+            self._watcher = session.loop.create_task(self._watch_descendants(), name="exec-descendants")
+
+    async def _watch_descendants(self) -> None:
+        """Look at what exited shells left behind until none of it runs any more."""
+        while True:
+            await asyncio.sleep(_DESCENDANT_POLL_SECONDS)
+            left = [s for s in self._sessions.values() if s.exited.is_set() and not s.descendants_gone]
+            if not left:
+                return
+            table = ProcessTable.read()
+            for session in left:
+                session.check_descendants(table)
+
     async def _terminate(self, session: _Session, grace_ms: int) -> None:
         async with session.kill_lock:
-            if session.running and session.pid is not None:
-                await self._terminate_group(session, session.pid, grace_ms)
+            if session.has_processes():
+                await self._stop(session, grace_ms)
 
-    async def _terminate_group(self, session: _Session, pgid: int, grace_ms: int) -> None:
+    async def _stop(self, session: _Session, grace_ms: int) -> None:
         loop = asyncio.get_running_loop()
-        # 1. Ask politely: SIGTERM to the whole group (start_new_session made pgid == pid).
-        _signal_group(pgid, signal.SIGTERM)
-        # 2. Wait for the session to settle and the group to empty, up to the grace period.
+        # 1. Ask politely: SIGTERM to the process group and the session's processes outside it.
+        session.send(signal.SIGTERM)
+        # 2. Wait for the session to settle and nothing of it to be alive, up to the grace period.
         deadline = loop.time() + grace_ms / 1000
-        while not (session.settled.is_set() and not _group_has_live_members(pgid)):
+        while not (session.settled.is_set() and not session.survivors(ProcessTable.read())[0]):
             if loop.time() >= deadline:
                 # 3. Insist: SIGKILL to whatever is left.
                 session.escalated = True
-                _signal_group(pgid, signal.SIGKILL)
+                session.send(signal.SIGKILL)
                 break
             await asyncio.sleep(_POLL_SECONDS)
         # 4. Collect the exit status and the last output.
@@ -922,10 +1024,17 @@ class ExecSessions:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(session.settled.wait(), _DRAIN_GRACE_SECONDS)
         if session.running and session.exited.is_set():
-            # 5. Something outside the group still holds the pipes: stop listening to it.
+            # 5. Something unseen outside the group still holds the pipes: stop listening to it.
             for spool in session.spools():
                 session.close_pipe(spool)
             session.maybe_settle()
+        # 6. SIGKILL takes a moment too: wait (bounded) until nothing is left, so the answer
+        #    and the shutdown are true.
+        give_up = loop.time() + _EXIT_WAIT_SECONDS
+        while session.exited.is_set() and session.check_descendants(ProcessTable.read()) != []:
+            if loop.time() >= give_up:
+                break
+            await asyncio.sleep(_POLL_SECONDS)
 
     def _lookup(self, session_id: str) -> _Session | _StoredSession:
         """The live session, or the row of one an earlier runtime started."""
@@ -945,7 +1054,8 @@ class ExecSessions:
     def _prune(self) -> None:
         horizon = time.monotonic() - self._retention_seconds
         for session in list(self._sessions.values()):
-            if session.finished_monotonic is not None and session.finished_monotonic <= horizon:
+            finished = session.finished_monotonic
+            if finished is not None and finished <= horizon and session.descendants_gone:
                 self._discard(session)
         self._prune_records()
 
@@ -963,12 +1073,12 @@ class ExecSessions:
 
     def _make_room(self) -> None:
         while len(self._sessions) >= self._max_sessions:
-            finished = [session for session in self._sessions.values() if not session.running]
+            finished = [s for s in self._sessions.values() if not s.running and s.descendants_gone]
             if not finished:
                 raise ToolError(
                     "too_many_sessions",
-                    f"All {self._max_sessions} sessions are still running; stop one with herdr_exec_kill "
-                    "or wait for one to finish.",
+                    f"All {self._max_sessions} sessions, or processes they started, are still running; "
+                    "stop one with herdr_exec_kill or wait for one to finish.",
                 )
             self._discard(min(finished, key=lambda session: session.finished_monotonic or 0.0))
 
@@ -985,35 +1095,56 @@ async def _kill_stored(session: _StoredSession, grace_ms: int) -> dict[str, Any]
         "stdout_total_bytes": session.view("stdout").total,
         "stderr_total_bytes": session.view("stderr").total,
     }
-    if session.state == "finished":
-        return answer | {"already_finished": True, "escalated": False}
-    outcome = await _stop_orphan_group(session.pid, session.pid_start, grace_ms)
+    if session.state == "finished" and not session.marked(ProcessTable.read()):
+        return answer | {"already_finished": True, "escalated": False} | session.descendants_answer()
+    outcome = await _stop_orphan(session, grace_ms)
     if outcome != "unverified":
         answer["running"] = False
-    return answer | {
-        "already_finished": outcome == "already_gone",
-        "escalated": outcome == "killed",
-        "kill_result": outcome,
-        "message": _KILL_MESSAGES[outcome],
-    }
+    return (
+        answer
+        | {
+            "already_finished": outcome == "already_gone",
+            "escalated": outcome == "killed",
+            "kill_result": outcome,
+            "message": _KILL_MESSAGES[outcome],
+        }
+        | session.descendants_answer()
+    )
 
 
-async def _stop_orphan_group(pid: int | None, recorded: str | None, grace_ms: int) -> KillResult:
-    """TERM, then KILL after `grace_ms`, to the group an earlier runtime started as `pid`, only
-    when `pid` still names that very process."""
-    if pid is None:
-        return "unverified"
-    status = _orphan_group_status(pid, recorded)
-    if status != "alive":
-        return "already_gone" if status == "gone" else "unverified"
+async def _stop_orphan(session: _StoredSession, grace_ms: int) -> KillResult:
+    """TERM, then KILL after `grace_ms`, to what an earlier runtime's session left: its process
+    group only when its pid still names the shell that was started (a lost session), and the
+    processes carrying its variable (each checked again before the signal)."""
+    status: Literal["alive", "gone", "unsure"] = "gone"
+    if session.state == "lost" and session.pid is not None:
+        status = orphan_group_status(session.pid, session.pid_start)
+    group = session.pid if status == "alive" else None
+
+    def outside() -> set[int]:
+        table = ProcessTable.read()
+        marked = session.marked(table) or set()
+        return marked - table.group(group) if table is not None and group is not None else marked
+
+    def left() -> bool:
+        return (group is not None and group_alive(group)) or bool(outside())
+
+    def send(signum: signal.Signals) -> None:
+        if group is not None:
+            signal_group(group, signum)
+        for pid in sorted(outside()):
+            signal_marked(pid, session.session_id, signum)
+
+    if not left():
+        return "unverified" if status == "unsure" else "already_gone"
     loop = asyncio.get_running_loop()
-    _signal_group(pid, signal.SIGTERM)
+    send(signal.SIGTERM)
     deadline = loop.time() + grace_ms / 1000
-    while _group_has_live_members(pid):
+    while left():
         if loop.time() >= deadline:
-            _signal_group(pid, signal.SIGKILL)
+            send(signal.SIGKILL)
             give_up = loop.time() + _EXIT_WAIT_SECONDS
-            while _group_has_live_members(pid) and loop.time() < give_up:
+            while left() and loop.time() < give_up:
                 await asyncio.sleep(_POLL_SECONDS)
             return "killed"
         await asyncio.sleep(_POLL_SECONDS)

@@ -1,0 +1,223 @@
+"""The processes of an exec session: finding them, and signalling only them.
+
+A session's shell leads its own process group (and session), and every process it starts
+inherits the variable `HERDR_MCP_EXEC_SESSION=<session id>`. What belongs to a session:
+
+1. its process group: everything the shell starts unless it calls setsid/setpgid; found on
+   every system (`killpg(pgid, 0)`), listed on Linux (`/proc/<pid>/stat`);
+2. on Linux also every process whose environment still carries the session's variable, which
+   finds what left the group (`setsid`, a double fork into a new session, `set -m`). A process
+   that drops or rewrites its environment (`env -i`, some daemons) is not found this way, and
+   on systems without `/proc` (macOS) only the group is; docs/runtime.md records these limits.
+
+A process-group id is a pid, and a pid can be handed out again once nothing uses it. On Linux
+the runtime keeps an exited shell as an unreaped zombie while anything of its session is left
+(`wait_keeping_zombie`), and the kernel never reuses the pid of a zombie, so the group id
+cannot name someone else's group when it is signalled. Elsewhere the shell is reaped at once,
+and the group is watched until it is seen empty (see exec_sessions).
+
+Processes found by their variable are signalled through a pidfd after the variable was checked
+again, so a pid that was reused between the look and the signal is never hit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+__all__ = [
+    "HOLDS_EXITED_SHELL",
+    "SESSION_ENV",
+    "ProcessTable",
+    "group_alive",
+    "orphan_group_status",
+    "process_identity",
+    "signal_group",
+    "signal_marked",
+    "start_ticks",
+    "wait_keeping_zombie",
+]
+
+#: The variable every process of a session inherits; its value is the session id.
+SESSION_ENV = "HERDR_MCP_EXEC_SESSION"
+_MARKER_PREFIX = SESSION_ENV.encode() + b"="
+
+#: Whether an exited shell stays a zombie until `reap` (Linux: os.waitid with WNOWAIT, and a
+#: /proc to tell zombies from live processes).
+HOLDS_EXITED_SHELL = sys.platform == "linux"
+
+_PROC = Path("/proc")
+
+
+def wait_keeping_zombie(process: subprocess.Popen[bytes]) -> int:
+    """Block until `process` exits and return its status as Popen's returncode would be.
+
+    Where `HOLDS_EXITED_SHELL`, the process is left a zombie (reap it with `process.poll()`),
+    so its pid, and the id of the process group it leads, cannot be reused meanwhile.
+    """
+    if HOLDS_EXITED_SHELL:
+        info = os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)
+        if info is not None:  # None only with WNOHANG
+            return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+    return process.wait()
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name: state, ppid, pgrp, session, ..."""
+    try:
+        text = (_PROC / str(pid) / "stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    return text[text.rfind(")") + 2 :].split()
+
+
+def _marker(pid: int) -> str | None:
+    """The session id in the environment process `pid` started with, if any."""
+    try:
+        environ = (_PROC / str(pid) / "environ").read_bytes()
+    except OSError:  # gone, or another user's
+        return None
+    for entry in environ.split(b"\0"):
+        if entry.startswith(_MARKER_PREFIX):
+            return entry[len(_MARKER_PREFIX) :].decode("ascii", errors="replace")
+    return None
+
+
+@dataclass(frozen=True)
+class _Entry:
+    pid: int
+    pgid: int
+    start: int  # kernel start time, clock ticks after boot
+
+
+@dataclass
+class ProcessTable:
+    """One look at /proc: the live (not zombie) processes, their groups and start times; the
+    session variable of each is read when first asked for."""
+
+    entries: list[_Entry]
+    _markers: dict[int, str | None] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls) -> ProcessTable | None:
+        """The table now; None on systems without Linux's /proc."""
+        if sys.platform != "linux":
+            return None
+        entries = []
+        for name in os.listdir(_PROC):
+            if not name.isdigit():
+                continue
+            fields = _stat_fields(int(name))
+            if fields is None or len(fields) < 20 or fields[0] in ("Z", "X"):
+                continue
+            entries.append(_Entry(int(name), int(fields[2]), int(fields[19])))
+        return cls(entries)
+
+    def group(self, pgid: int) -> set[int]:
+        """The live members of process group `pgid`."""
+        return {entry.pid for entry in self.entries if entry.pgid == pgid}
+
+    def marked(self, session_id: str, since: int | None) -> set[int]:
+        """Live processes started at or after `since` (clock ticks; None: any time) whose
+        environment names session `session_id`."""
+        found = set()
+        for entry in self.entries:
+            if since is not None and entry.start < since:
+                continue  # older than the session: not one of its processes
+            if entry.pid not in self._markers:
+                self._markers[entry.pid] = _marker(entry.pid)
+            if self._markers[entry.pid] == session_id:
+                found.add(entry.pid)
+        return found
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether process group `pgid` has a live member (on Linux, zombies do not count: orphans
+    are not always reaped quickly)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    table = ProcessTable.read()
+    return True if table is None else bool(table.group(pgid))
+
+
+def signal_group(pgid: int, signum: signal.Signals) -> None:
+    """Send `signum` to process group `pgid`; a group that is gone is no error."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+def signal_marked(pid: int, session_id: str, signum: signal.Signals) -> None:
+    """Send `signum` to `pid` if it still carries session `session_id`'s variable (Linux)."""
+    if sys.platform != "linux":
+        return
+    try:
+        pidfd: int | None = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    except OSError:  # kernels before 5.3: a plain kill right after the check below
+        pidfd = None
+    try:
+        if _marker(pid) != session_id:
+            return  # the pid names another process now
+        if pidfd is None:
+            os.kill(pid, signum)
+        else:
+            signal.pidfd_send_signal(pidfd, signum)
+    except (ProcessLookupError, PermissionError):
+        return
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+@functools.cache
+def _boot_id() -> str | None:
+    try:
+        return (_PROC / "sys" / "kernel" / "random" / "boot_id").read_text(encoding="ascii").strip() or None
+    except OSError:
+        return None
+
+
+def process_identity(pid: int) -> str | None:
+    """`<boot id>:<kernel start time>` of process `pid` (live or zombie); None when it does not
+    exist or this system has no /proc to tell. Equal identities mean the very same process."""
+    boot = _boot_id()
+    fields = _stat_fields(pid) if boot is not None else None
+    return f"{boot}:{fields[19]}" if fields is not None and len(fields) > 19 else None
+
+
+def start_ticks(identity: str | None) -> int | None:
+    """The start time in an identity from `process_identity`, if it is of this boot; processes
+    of a session cannot have started before its shell."""
+    if identity is None:
+        return None
+    boot, _, ticks = identity.rpartition(":")
+    return int(ticks) if boot == _boot_id() and ticks.isdigit() else None
+
+
+def orphan_group_status(pid: int, recorded: str | None) -> Literal["alive", "gone", "unsure"]:
+    """Whether the process group an earlier runtime started as `pid` still has live members.
+
+    Linux never hands out a pid again while it still names a process group, so a pid now held
+    by a different process proves the old group is gone. "unsure" when the leader is gone but
+    the group id is still in use (a new group could have taken it) or nothing was recorded.
+    """
+    current = process_identity(pid)
+    if current is None:
+        return "unsure" if group_alive(pid) else "gone"
+    if recorded is None:
+        return "unsure"
+    if current != recorded:
+        return "gone"
+    return "alive" if group_alive(pid) else "gone"
