@@ -115,6 +115,12 @@ def _run_link(argv: list[str]) -> int:
     return link_main(argv)
 
 
+def _run_audit(argv: list[str]) -> int:
+    from herdr_mcp.cli.audit import main as audit_main
+
+    return audit_main(argv)
+
+
 #: Subcommands with parsers of their own: main() hands them their arguments untouched.
 _DELEGATED = {
     "link": _run_link,
@@ -126,6 +132,7 @@ _DELEGATED = {
     "release": _run_release,
     "update": _run_update,
     "generation": _run_generation,
+    "audit": _run_audit,
 }
 
 
@@ -200,6 +207,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("rollback", help="macOS: re-activate the recorded service rollback", add_help=False)
     commands.add_parser(
         "generation", help="runtime generations: status, register, activate, rollback, remove", add_help=False
+    )
+    commands.add_parser(
+        "audit", help="the audit log of tool calls (--since 1h, --tool NAME, --json)", add_help=False
     )
     return parser
 
