@@ -34,6 +34,7 @@ from herdr_mcp.runtime.boundary import (
     normalize_lexical,
     remove_directories,
     remove_file,
+    root_mutations,
 )
 
 _GIT_ENV = {
@@ -300,6 +301,13 @@ def tree(tmp_path: Path, home: Path) -> tuple[RootSet, Path]:
         pytest.param("", "path_invalid", id="empty"),
         pytest.param("missing.txt", "not_found", id="missing"),
         pytest.param("a.txt/below", "not_a_directory", id="file-as-parent"),
+        pytest.param("a.txt/.", "not_a_directory", id="file-dot"),
+        pytest.param("a.txt/", "not_a_directory", id="file-slash"),
+        pytest.param("a.txt/./", "not_a_directory", id="file-dot-slash"),
+        pytest.param("a.txt/../sub", "not_a_directory", id="file-dotdot"),
+        pytest.param("n" * 256, "name_too_long", id="name-over-name-max"),
+        pytest.param("sub/" + "é" * 128 + "/x", "name_too_long", id="name-over-name-max-in-bytes"),
+        pytest.param("/".join(["é" * 120] * 18), "path_too_long", id="path-over-path-max-in-bytes"),
     ],
 )
 def test_resolve_refusals(tree: tuple[RootSet, Path], path: str, code: str) -> None:
@@ -508,6 +516,19 @@ def test_gates_answer_in_their_fixed_order(tmp_path: Path, home: Path) -> None:
     check_acknowledged(target.root, [target], confirm_busy=True, confirm_dirty=True)
 
 
+def test_root_mutations_says_what_the_gates_would_answer(tmp_path: Path) -> None:
+    managed = Root(tmp_path / "m", "managed")
+    ops = Root(tmp_path / "ops", "operational")
+    inner = (managed.path / "docs",)
+    assert root_mutations(Policy(), managed) == "allowed"
+    assert root_mutations(Policy(read_only=True), managed) == "read_only_mode"
+    assert root_mutations(Policy(read_only=True), ops) == "read_only_mode"
+    assert root_mutations(Policy(), ops) == "operational_root_mutation_unsupported"
+    assert root_mutations(Policy(write_roots=(tmp_path,)), managed) == "allowed"
+    assert root_mutations(Policy(write_roots=inner), managed) == "allowed_in_write_roots"
+    assert root_mutations(Policy(write_roots=(tmp_path / "elsewhere",)), managed) == "write_root_not_allowed"
+
+
 # --- Atomic writes ------------------------------------------------------------------------------
 
 
@@ -587,11 +608,43 @@ def test_atomic_write_refuses_concurrent_changes(plain_root: tuple[RootSet, Path
 
 def test_atomic_write_creates_parents_and_they_can_be_removed(plain_root: tuple[RootSet, Path]) -> None:
     roots, root = plain_root
-    created = atomic_write(_target(roots, "d1/d2/f.txt"), b"x", create_parents=True)
+    target = _target(roots, "d1/d2/f.txt")
+    created = atomic_write(target, b"x", create_parents=True)
     assert created == [root / "d1", root / "d1" / "d2"]
     remove_file(_target(roots, "d1/d2/f.txt"))
-    remove_directories(created)
+    assert remove_directories(target.root, created) == []
     assert not (root / "d1").exists()
+
+
+def test_a_failed_write_removes_the_directories_it_created_past_path_max(
+    plain_root: tuple[RootSet, Path],
+) -> None:
+    # Found: a write whose path exceeded PATH_MAX created every directory (each opened relative to
+    # its parent), failed, then could not remove them by their over-long absolute paths.
+    roots, root = plain_root
+    relative = "/".join(["d" * 200] * 21) + "/f.txt"
+    target = ResolvedPath(
+        root=roots.roots[0],
+        path=root / relative,
+        relative=relative,
+        lexical=root / relative,
+        symlinked=False,
+        exists=False,
+        missing_parents=21,
+    )
+    before = snapshot(root)
+    with pytest.raises(ToolError) as caught:
+        atomic_write(target, b"x", create_parents=True, create_only=True)
+    assert caught.value.code == "io_error"
+    assert snapshot(root) == before
+
+
+def test_removing_created_directories_reports_what_stays(plain_root: tuple[RootSet, Path]) -> None:
+    roots, root = plain_root
+    target = _target(roots, "d1/d2/f.txt")
+    created = atomic_write(target, b"x", create_parents=True)
+    assert remove_directories(target.root, created) == ["d1/d2", "d1"]
+    assert (root / "d1" / "d2" / "f.txt").read_bytes() == b"x"
 
 
 def test_remove_file_refuses_symlinks_and_directories(plain_root: tuple[RootSet, Path]) -> None:

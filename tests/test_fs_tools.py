@@ -7,11 +7,14 @@ symlinks, real FIFOs, /dev/zero and /dev/null, a real 2 GiB sparse file.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import resource
 import struct
 import sys
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,6 +143,9 @@ def busy_roots(w: World) -> RootSet:
 
 READ_ONLY = Policy(read_only=True)
 UPDATE_A = ("*** Update File: a.txt", "@@", "-alpha", "+patched")
+# 18 directories named with 120 two-byte characters: 2,184 characters (within the schema's cap of
+# 4096, which counts characters) but 4,344 bytes, over PATH_MAX (4096 on Linux, 1024 on macOS).
+DEEP_PATH = "/".join(["é" * 120] * 18) + "/f.txt"
 
 ATTACKS = [
     pytest.param(read("../repo2/victim.txt"), "path_outside_root", id="dotdot-escape-read"),
@@ -315,6 +321,40 @@ ATTACKS = [
         "path_ambiguous",
         id="relative-with-two-managed-roots",
     ),
+    pytest.param(write("n" * 256), "name_too_long", id="name-over-name-max-write"),
+    pytest.param(write("é" * 128), "name_too_long", id="name-over-name-max-in-bytes-write"),
+    pytest.param(edit("é" * 128), "name_too_long", id="name-over-name-max-in-bytes-edit"),
+    pytest.param(
+        patch(*UPDATE_A, "*** Add File: sub/" + "é" * 128, "+x"),
+        "name_too_long",
+        id="name-over-name-max-patch",
+    ),
+    pytest.param(write(DEEP_PATH), "path_too_long", id="path-over-path-max-write"),
+    pytest.param(
+        patch("*** Add File: fresh/ok.txt", "+ok", f"*** Add File: {DEEP_PATH}", "+x"),
+        "path_too_long",
+        id="path-over-path-max-patch",
+    ),
+    pytest.param(
+        patch("*** Add File: fresh/ok.txt", "+ok", f"*** Add File: {DEEP_PATH}", "+x", dry_run=True),
+        "path_too_long",
+        id="path-over-path-max-patch-dry-run",
+    ),
+    pytest.param(write(".GIT/hooks/pre-commit"), "path_invalid", id="write-into-git-other-case"),
+    pytest.param(
+        patch(*UPDATE_A, "*** Add File: .Git/hooks/pre-commit", "+x"),
+        "path_invalid",
+        id="patch-into-git-other-case",
+    ),
+    pytest.param(write("a.txt/.", overwrite=True), "not_a_directory", id="write-file-dot"),
+    pytest.param(write("a.txt/", overwrite=True), "not_a_directory", id="write-file-slash"),
+    pytest.param(write("a.txt/../dup.txt", overwrite=True), "not_a_directory", id="write-file-dotdot"),
+    pytest.param(edit("a.txt/."), "not_a_directory", id="edit-file-dot"),
+    pytest.param(read("a.txt/."), "not_a_directory", id="read-file-dot"),
+    pytest.param(
+        patch("*** Update File: a.txt/.", "@@", "-alpha", "+x"), "not_a_directory", id="patch-file-dot"
+    ),
+    pytest.param(write("brand-new/"), "path_invalid", id="write-new-directory-syntax"),
     pytest.param(write("a.txt"), "file_exists", id="write-without-overwrite"),
     pytest.param(write("nodir/x.txt"), "not_found", id="write-missing-parent"),
     pytest.param(write(".git/hooks/pre-commit"), "path_invalid", id="write-into-git"),
@@ -645,6 +685,7 @@ def grep_tree(tmp_path_factory: pytest.TempPathFactory) -> tuple[RootSet, Path]:
         "secrets.yaml": "needle: secret\n",
         "keys/server.pem": "needle\n",
         ".git/config": "needle in git\n",
+        ".Git/HEAD": "needle in .git on a case-insensitive disk\n",
         "long.txt": "needle " + "x" * 5000 + "\n",
     }
     for name, content in files.items():
@@ -736,6 +777,65 @@ def test_grep_paths_stay_relative_to_the_named_root_across_nested_roots(
         result = _grep(roots, outer, engine, path=path)
         assert result["path"] == path
         assert result["matches"] == [{"path": "inner/pkg/m.py", "line": 1, "text": "needle"}]
+
+
+@pytest.fixture
+def slow_tree(tmp_path: Path) -> tuple[RootSet, Path]:
+    """One line that makes a backtracking engine run for ages, beside many ordinary files."""
+    root = Path(os.path.realpath(tmp_path)) / "slow"
+    (root / "many").mkdir(parents=True)
+    (root / "big.txt").write_text("a" * 100_000 + "b\n")
+    for index in range(300):
+        (root / "many" / f"{index}.txt").write_text("a" * 1000 + "\n")
+    return RootSet.build([RootCandidate(root, "operational")], home=tmp_path / "home"), root
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_grep_ends_at_its_deadline_with_a_timeout_code(
+    slow_tree: tuple[RootSet, Path], engine: fs.GrepEngine
+) -> None:
+    # Found: without rg, `(a+)+$` on one 100,000-character line never returned and held the GIL,
+    # so no other thread of the runtime (its event loop included) ran again.
+    roots, root = slow_tree
+    deadline = 2.0 if engine == "python" else 0.001
+    ticks: list[float] = [time.monotonic()]
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.wait(0.01):
+            ticks.append(time.monotonic())
+
+    ticker = threading.Thread(target=tick)
+    ticker.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(ToolError) as caught:
+            fs.fs_grep(
+                roots,
+                Policy(),
+                {"root": str(root), "pattern": "(a+)+$", "regex": True},
+                engine=engine,
+                timeout_s=deadline,
+            )
+    finally:
+        stop.set()
+        ticker.join()
+    elapsed = time.monotonic() - started
+    ticks.append(time.monotonic())
+    assert caught.value.code == "grep_timeout"
+    assert caught.value.details["timeout_s"] == deadline
+    assert caught.value.message.endswith(".")
+    assert deadline <= elapsed < deadline + 8
+    assert max(b - a for a, b in itertools.pairwise(ticks)) < 2.0
+
+
+def test_list_never_descends_into_git_in_another_case(tmp_path: Path) -> None:
+    root = Path(os.path.realpath(tmp_path)) / "r"
+    (root / ".GIT" / "objects").mkdir(parents=True)
+    (root / "a.txt").write_text("a\n")
+    roots = RootSet.build([RootCandidate(root, "operational")], home=tmp_path / "home")
+    listed = fs.fs_list(roots, Policy(), {"path": ".", "recursive": True})
+    assert [e["path"] for e in listed["entries"]] == [".GIT", "a.txt"]
 
 
 # --- fs_image -----------------------------------------------------------------------------------
@@ -896,15 +996,37 @@ def _contents(top: Path) -> dict[str, tuple[object, ...]]:
 
 
 def test_a_failure_midway_rolls_back_what_was_written(world: World) -> None:
-    # The over-long name passes every check (it does not exist) and fails only at the rename,
-    # after a.txt and the new directory were already written.
-    text = _patch(*UPDATE_A, "*** Add File: fresh/dir/ok.txt", "+ok", "*** Add File: " + "n" * 256, "+x")
+    # Every check passes; the third file fails only while it is written (the process may not write
+    # files above 64 KiB: EFBIG, as on a full disk), after a.txt and new directories were written.
+    text = _patch(
+        *UPDATE_A,
+        "*** Add File: fresh/dir/ok.txt",
+        "+ok",
+        "*** Add File: fresh/other/deep/big.txt",
+        *["+" + "x" * 1023] * 128,
+    )
     before = _contents(world.tmp)
-    with pytest.raises(ToolError) as caught:
-        fs.fs_patch(world.roots, world.policy, {"root": str(world.repo), "patch": text})
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, hard))
+    try:
+        with pytest.raises(ToolError) as caught:
+            fs.fs_patch(world.roots, world.policy, {"root": str(world.repo), "patch": text})
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
     assert caught.value.code == "io_error"
-    assert "restored" in caught.value.message
+    assert caught.value.message.endswith("The files already written were restored.")
     assert _contents(world.tmp) == before
+
+
+def test_names_at_name_max_bytes_are_written(world: World) -> None:
+    # 85 three-byte characters: 255 bytes, the most a name may hold; the temp file's name must be
+    # cut by bytes, not characters, to fit beside it.
+    name = "€" * 85
+    fs.fs_write(world.roots, world.policy, {"path": name, "content": "w\n"})
+    text = _patch(f"*** Add File: sub/{name}", "+p")
+    fs.fs_patch(world.roots, world.policy, {"root": str(world.repo), "patch": text})
+    assert ((world.repo / name).read_text(), (world.repo / "sub" / name).read_text()) == ("w\n", "p\n")
+    assert not [p for p in world.repo.rglob("*.herdr-tmp")]
 
 
 def test_patch_on_a_dirty_file_needs_confirmation(world: World) -> None:

@@ -22,6 +22,7 @@ from herdr_mcp import __version__
 from herdr_mcp.contract import contract_identity
 from herdr_mcp.herdr import HerdrError
 from herdr_mcp.runtime.auth import BearerGate
+from herdr_mcp.runtime.grep import engine_in_use
 from herdr_mcp.runtime.server import ToolDispatcher, build_mcp_server
 from herdr_mcp.runtime.services import Services
 from herdr_mcp.state import STATE_SCHEMA
@@ -54,6 +55,8 @@ def build_app(services: Services, token: str) -> ASGIApp:
                 "state_schema": STATE_SCHEMA,
                 "herdr": herdr,
                 "events": {"connected": services.events.connected, "cursor": services.events.last_seq},
+                # rg, or the slower Python engine when rg is not on PATH (runtime.grep).
+                "grep": {"engine": engine_in_use()},
             }
         )
 

@@ -10,7 +10,9 @@ A write never leaves a half-written file and never goes through a symlink:
 4. Right before the rename, the parent path's realpath must still be the directory we hold, the
    target must still not be a symlink, and (when the caller read it first) must be unchanged.
 5. os.replace inside that directory, then fsync the directory so the rename is durable.
-Any failure removes the temp file, so a refusal changes nothing.
+Any failure removes the temp file and the directories step 1 created, so a refusal changes
+nothing. Directories are removed the way they were made, each relative to its parent's descriptor,
+so no absolute path (which PATH_MAX bounds) is ever needed.
 """
 
 from __future__ import annotations
@@ -24,13 +26,14 @@ from pathlib import Path
 
 from herdr_mcp.errors import ToolError
 from herdr_mcp.runtime.boundary.paths import ResolvedPath, open_error, relative_parts
+from herdr_mcp.runtime.boundary.roots import Root
 
 __all__ = ["FileIdentity", "atomic_write", "remove_directories", "remove_file"]
 
 _ANCHOR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW_FILE_MODE = 0o644
 _NEW_DIRECTORY_MODE = 0o755
-# Leave room under NAME_MAX (255) for the ".<name>.<random>.herdr-tmp" decoration.
+# Leave room under NAME_MAX (255 bytes) for the ".<name>.<random>.herdr-tmp" decoration (24 bytes).
 _TEMP_NAME_STEM_MAX = 200
 
 
@@ -161,7 +164,7 @@ def atomic_write(
     """
     name = relative_parts(target.relative)[-1]
     parent_fd, created = _open_parent(target, create=create_parents)
-    temp_name = f".{name[:_TEMP_NAME_STEM_MAX]}.{secrets.token_hex(6)}.herdr-tmp"
+    temp_name = f".{_temp_stem(name)}.{secrets.token_hex(6)}.herdr-tmp"
     temp_created = False
     succeeded = False
     try:
@@ -201,17 +204,54 @@ def atomic_write(
                     raise
         os.close(parent_fd)
         if not succeeded:
-            remove_directories(created)
+            remove_directories(target.root, created)
     return created
 
 
-def remove_directories(created: list[Path]) -> None:
-    """Best-effort removal of directories a failed or rolled-back write created (deepest first)."""
+def _temp_stem(name: str) -> str:
+    """The start of `name` that fits _TEMP_NAME_STEM_MAX bytes, cut between characters."""
+    return os.fsencode(name)[:_TEMP_NAME_STEM_MAX].decode("utf-8", "ignore")
+
+
+def remove_directories(root: Root, created: list[Path]) -> list[str]:
+    """Remove directories a failed or rolled-back write created, deepest first.
+
+    Each is removed relative to a descriptor of its parent opened from `root` without following
+    symlinks, so depth and PATH_MAX do not matter. A directory someone else put files into stays.
+    Returns the root-relative paths that could not be removed (empty when all were).
+    """
+    remaining: list[str] = []
     for directory in reversed(created):
+        relative = directory.relative_to(root.path).as_posix()
+        parts = relative_parts(relative)
         try:
-            os.rmdir(directory)
+            parent_fd = _open_directory_beneath(root, parts[:-1])
         except OSError:
-            return
+            remaining.append(relative)
+            continue
+        try:
+            os.rmdir(parts[-1], dir_fd=parent_fd)
+        except FileNotFoundError:
+            continue
+        except OSError:
+            remaining.append(relative)
+        finally:
+            os.close(parent_fd)
+    return remaining
+
+
+def _open_directory_beneath(root: Root, parts: list[str]) -> int:
+    """An O_NOFOLLOW anchor descriptor of root/parts, opened one component at a time."""
+    fd = os.open(root.path, _ANCHOR_FLAGS)
+    try:
+        for name in parts:
+            nxt = os.open(name, _ANCHOR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
 
 
 def remove_file(target: ResolvedPath, *, expect: FileIdentity | None = None) -> None:

@@ -6,7 +6,8 @@ Checklist (the order is part of the contract; the first failing gate answers):
 3. outside the write-root allowlist    -> write_root_not_allowed
 4. a secret-looking path               -> secret_path
 5. a symlink on the way or as target   -> symlink_refused
-   (and anything inside .git           -> path_invalid: Git's own files are changed with Git)
+   (and anything inside .git, in any letter case (Git's own files are changed with Git), or a
+   path ending in `/` or `/.`, which names a directory -> path_invalid)
 6. an agent is working in the project  -> project_busy_unconfirmed (unless confirm_busy)
 7. the file has uncommitted changes    -> dirty_file_unconfirmed (unless confirm_dirty)
 
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from herdr_mcp.errors import ToolError
-from herdr_mcp.runtime.boundary.paths import ResolvedPath, is_within, relative_parts
+from herdr_mcp.runtime.boundary.paths import ResolvedPath, is_git_name, is_within, relative_parts
 from herdr_mcp.runtime.boundary.roots import Root
 from herdr_mcp.runtime.boundary.secrets import is_secret_path
 
@@ -35,6 +36,7 @@ __all__ = [
     "check_target",
     "dirty_paths",
     "refuse_if_read_only",
+    "root_mutations",
 ]
 
 # `git status` on a large monorepo can take a few seconds cold; beyond this something is wrong
@@ -57,6 +59,27 @@ def refuse_if_read_only(policy: Policy) -> None:
             "read_only_mode",
             "The runtime is in read-only mode; ask the operator to allow writes, or only read.",
         )
+
+
+def root_mutations(policy: Policy, root: Root) -> str:
+    """What gates 1-3 answer for fs mutations in `root`, as herdr_inspect reports it.
+
+    `allowed`, or the code of the first gate that refuses every path of the root
+    (`read_only_mode`, `operational_root_mutation_unsupported`, `write_root_not_allowed`), or
+    `allowed_in_write_roots` when only configured write roots inside the root may be changed.
+    """
+    if policy.read_only:
+        return "read_only_mode"
+    if root.kind != "managed":
+        return "operational_root_mutation_unsupported"
+    if policy.write_roots is None:
+        return "allowed"
+    allowed = [Path(os.path.realpath(path)) for path in policy.write_roots]
+    if any(is_within(root.path, path) for path in allowed):
+        return "allowed"
+    if any(is_within(path, root.path) for path in allowed):
+        return "allowed_in_write_roots"
+    return "write_root_not_allowed"
 
 
 def check_target(policy: Policy, target: ResolvedPath) -> None:
@@ -88,9 +111,16 @@ def check_target(policy: Policy, target: ResolvedPath) -> None:
             f"Use the real path {target.relative}.",
             path=shown,
         )
-    if ".git" in relative_parts(target.relative):
+    if any(is_git_name(part) for part in [*relative_parts(target.relative), *relative_parts(shown)]):
         raise ToolError(
             "path_invalid", f"{shown} is inside .git; change Git state with Git, not fs tools.", path=shown
+        )
+    if target.names_directory:
+        raise ToolError(
+            "path_invalid",
+            f"{shown} ends in '/' or '/.', which names a directory; fs tools write files, so name the "
+            "file without it.",
+            path=shown,
         )
 
 

@@ -22,7 +22,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ResolvedPath",
+    "check_lengths",
+    "directory_prefixes",
+    "is_git_name",
     "is_within",
+    "names_directory",
     "normalize_lexical",
     "open_beneath",
     "open_error",
@@ -31,6 +35,10 @@ __all__ = [
 
 # O_PATH (Linux) opens a directory only to use as an anchor, without needing read permission.
 _DIR_ANCHOR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# Used only when pathconf cannot answer: NAME_MAX of ext4, XFS, btrfs and APFS, and the PATH_MAX of
+# macOS, the smaller of the two systems the runtime runs on (Linux has 4096).
+_FALLBACK_NAME_MAX = 255
+_FALLBACK_PATH_MAX = 1024
 
 
 @dataclass(frozen=True)
@@ -42,7 +50,8 @@ class ResolvedPath:
     `symlinked` is true when a symlink sits anywhere between the root and the target (mutations
     refuse that); `exists` says whether the target exists (only `for_write` resolution admits a
     missing target); `missing_parents` counts directories between the deepest existing ancestor
-    and the target (fs_write refuses them, fs_patch creates them).
+    and the target (fs_write refuses them, fs_patch creates them); `names_directory` is true when
+    the caller's own syntax names a directory (`x/`, `x/.`), which a file mutation refuses.
     """
 
     root: Root
@@ -52,6 +61,7 @@ class ResolvedPath:
     symlinked: bool
     exists: bool
     missing_parents: int = 0
+    names_directory: bool = False
 
     @property
     def lexical_relative(self) -> str:
@@ -86,6 +96,95 @@ def normalize_lexical(path: str, *, base: Path | None) -> Path:
             continue
         parts.append(segment)
     return Path("/", *parts)
+
+
+def directory_prefixes(path: str, *, base: Path | None) -> list[Path]:
+    """The lexical paths that `path`'s own syntax requires to be directories, as the kernel reads it.
+
+    `normalize_lexical` folds `a/..` to nothing and `a/.` to `a`, but the kernel answers ENOTDIR
+    for both when `a` is a file. So the component before each `..`, and the whole path when it
+    ends in `/` or `/.`, must be directories (checked by the resolver when they exist).
+    """
+    if path.startswith("/"):
+        parts: list[str] = []
+    elif base is None:
+        raise ValueError("a relative path needs a base")
+    else:
+        parts = list(base.parts[1:])
+    required: list[Path] = []
+    for segment in path.split("/"):
+        if segment in ("", "."):
+            continue
+        if segment == "..":
+            if parts:
+                required.append(Path("/", *parts))
+                parts.pop()
+            continue
+        parts.append(segment)
+    if names_directory(path):
+        required.append(Path("/", *parts))
+    return required
+
+
+def names_directory(path: str) -> bool:
+    """Whether `path` ends in a way only a directory can (`/`, `/.`, `/..`)."""
+    return path.rsplit("/", 1)[-1] in ("", ".", "..") and "/" in path
+
+
+def is_git_name(name: str) -> bool:
+    """Whether a path component is Git's own directory (or gitfile), in any letter case.
+
+    Case-insensitive volumes (macOS, Windows) open `.GIT` as `.git`, so the same rule that keeps
+    fs tools out of `.git` must hold for every spelling.
+    """
+    return name.casefold() == ".git"
+
+
+def check_lengths(path: Path, within: Path, shown: str) -> None:
+    """Refuse a path the OS could not create: a name over NAME_MAX or the whole over PATH_MAX bytes.
+
+    Limits are counted in bytes of the filesystem encoding, as the kernel counts them (the tool
+    schemas count characters: 128 `é` are 256 bytes), and asked of `within`'s filesystem. Names
+    below `within` are checked; `within` itself exists. Raises ToolError (`path_invalid` for a
+    name that cannot be encoded, `name_too_long`, `path_too_long`).
+    """
+    name_max = _pathconf(within, "PC_NAME_MAX", _FALLBACK_NAME_MAX)
+    path_max = _pathconf(within, "PC_PATH_MAX", _FALLBACK_PATH_MAX)
+    try:
+        encoded = os.fsencode(path)
+        names = [os.fsencode(name) for name in path.relative_to(within).parts]
+    except UnicodeEncodeError as exc:
+        raise ToolError(
+            "path_invalid",
+            f"{shown} holds characters no file name can (a lone surrogate); send the real name.",
+            path=shown,
+        ) from exc
+    for name in names:
+        if len(name) > name_max:
+            raise ToolError(
+                "name_too_long",
+                f"{shown}: the name {name[:40].decode('utf-8', 'replace')}... is {len(name)} bytes, over "
+                f"this filesystem's limit of {name_max}; use a shorter name.",
+                path=shown,
+                limit=name_max,
+            )
+    # PATH_MAX counts the terminating NUL.
+    if len(encoded) >= path_max:
+        raise ToolError(
+            "path_too_long",
+            f"{shown} would be {len(encoded)} bytes as an absolute path, over this system's limit of "
+            f"{path_max - 1}; use a shallower path or shorter names.",
+            path=shown,
+            limit=path_max - 1,
+        )
+
+
+def _pathconf(path: Path, name: str, fallback: int) -> int:
+    try:
+        value = os.pathconf(path, name)
+    except (OSError, ValueError):
+        return fallback
+    return value if value > 0 else fallback
 
 
 def is_within(path: Path, directory: Path) -> bool:

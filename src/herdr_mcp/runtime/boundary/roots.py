@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Literal
 
 from herdr_mcp.errors import ToolError
-from herdr_mcp.runtime.boundary.paths import ResolvedPath, is_within, normalize_lexical
+from herdr_mcp.runtime.boundary.paths import (
+    ResolvedPath,
+    check_lengths,
+    directory_prefixes,
+    is_within,
+    names_directory,
+    normalize_lexical,
+)
 from herdr_mcp.runtime.boundary.secrets import is_secret_path
 
 __all__ = ["ExcludedRoot", "Root", "RootCandidate", "RootKind", "RootSet"]
@@ -149,16 +156,23 @@ class RootSet:
         4. Realpath check: the realpath of the target (of its deepest existing ancestor when it does
            not exist) must lie inside that same root (`path_outside_root`); an existing ancestor
            that is not a directory is `not_a_directory`.
-        5. Without `for_write` the target must exist (`not_found`).
+        5. Directory syntax is read as the kernel reads it: what precedes a `..`, and the target of
+           a path ending in `/` or `/.`, must not be an existing non-directory (`not_a_directory`;
+           `README.md/.` never means README.md).
+        6. With `for_write`, every name below the root fits NAME_MAX and the whole path PATH_MAX,
+           in bytes (`name_too_long`, `path_too_long`), so nothing is created that cannot be
+           finished. Without `for_write` the target must exist (`not_found`).
         """
         if not path or "\0" in path:
             raise ToolError("path_invalid", "The path is empty or contains a NUL byte; pass a real path.")
         if path.startswith("/"):
             lexical = normalize_lexical(path, base=None)
+            prefixes = directory_prefixes(path, base=None)
             base = root
         else:
             base = root if root is not None else self._default_root()
             lexical = normalize_lexical(path, base=base.path)
+            prefixes = directory_prefixes(path, base=base.path)
         owner = self._owner(lexical, path, base)
         real, missing = _realpath(lexical, owner, path)
         if not is_within(real, owner.path):
@@ -167,6 +181,9 @@ class RootSet:
                 f"{path} leads outside its root {owner.path} through a symlink; use a path inside the root.",
                 path=path,
             )
+        _refuse_files_used_as_directories(prefixes, owner, path)
+        if for_write:
+            check_lengths(real, owner.path, path)
         exists = missing == 0 and os.path.exists(real)
         if not exists and not for_write:
             raise ToolError(
@@ -181,6 +198,7 @@ class RootSet:
             symlinked=real != lexical,
             exists=exists,
             missing_parents=max(missing - 1, 0),
+            names_directory=names_directory(path),
         )
 
     def _default_root(self) -> Root:
@@ -227,6 +245,24 @@ def _refusal(raw: str, forbidden: frozenset[tuple[int, int]]) -> tuple[_Exclusio
     if is_secret_path(os.path.realpath(raw)):
         return "secret_path", "lies in a secret-looking directory"
     return None
+
+
+def _refuse_files_used_as_directories(prefixes: list[Path], owner: Root, shown: str) -> None:
+    """Step 5. Only prefixes that lie inside the owner root, by name and by realpath, are looked
+    at: probing anything else (`link_out/x/..`) would tell a caller what exists outside the roots."""
+    for prefix in prefixes:
+        inside = is_within(prefix, owner.path) and is_within(Path(os.path.realpath(prefix)), owner.path)
+        if inside and os.path.lexists(prefix) and not os.path.isdir(prefix):
+            raise ToolError(
+                "not_a_directory",
+                f"{shown}: {_relative_or_self(prefix, owner.path)} is not a directory, yet the path "
+                "uses it as one; name the file without a trailing '/', '/.' or '/..'.",
+                path=shown,
+            )
+
+
+def _relative_or_self(path: Path, base: Path) -> str:
+    return "." if path == base else path.relative_to(base).as_posix()
 
 
 def _realpath(lexical: Path, owner: Root, shown: str) -> tuple[Path, int]:

@@ -4,37 +4,24 @@ Each tool is a synchronous function `(roots, policy, args) -> result` over argum
 validated against the frozen catalog schema (defaults may be missing; the catalog defaults are
 applied here). Every refusal is a ToolError with a stable code, raised before anything changes.
 
-Reads resolve the path against the roots, refuse secret-looking paths, refuse anything that is
-not a regular file BEFORE opening it (FIFOs, sockets and devices are never opened), and open
-without following symlinks and with O_NONBLOCK so a FIFO swapped in cannot block. Mutations
-(managed roots only) go through `gates` in their fixed order and are written by `atomic`.
+Reads resolve the path against the roots, refuse secret-looking paths, and open files and walk
+directories through `boundary.files` (regular files only, never following a symlink, never
+blocking on a FIFO). fs_grep's engines live in `runtime.grep`. Mutations (managed roots only) go
+through `gates` in their fixed order and are written by `atomic`.
 """
 
 from __future__ import annotations
 
-import base64
 import codecs
-import json
 import os
-import posixpath
-import re
-import shutil
-import stat
 import struct
-import subprocess
-import tempfile
-import threading
-import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
-from typing import IO, Any, Literal, NamedTuple
+from typing import Any
 
 from herdr_mcp.errors import ToolError
 from herdr_mcp.runtime.boundary import (
-    RG_SECRET_EXCLUDE_GLOBS,
     FileIdentity,
     Policy,
     ResolvedPath,
@@ -43,13 +30,25 @@ from herdr_mcp.runtime.boundary import (
     atomic_write,
     check_acknowledged,
     check_target,
-    is_secret_entry,
     is_secret_path,
-    open_beneath,
-    open_error,
+    open_directory,
+    open_regular,
     refuse_if_read_only,
+    refuse_non_regular,
     remove_directories,
     remove_file,
+    utf8_boundary,
+    walk,
+)
+from herdr_mcp.runtime.grep import (
+    GREP_LINE_MAX_BYTES,
+    GREP_MAX_FILE_BYTES,
+    GREP_TIMEOUT_S,
+    GrepEngine,
+    GrepQuery,
+    Matches,
+    glob_match,
+    search,
 )
 from herdr_mcp.runtime.tools.patch import (
     AddFile,
@@ -108,20 +107,6 @@ PATCH_MAX_BYTES = 4 << 20
 # fs_list visits at most this many entries (matching or not) before reporting `truncated`, so a
 # glob that matches nothing in a huge tree (node_modules) still answers quickly.
 LIST_MAX_SCANNED = 50_000
-# fs_grep skips files above this size in both engines (rg --max-filesize): larger files are data
-# or build output, and a single minified line of them could otherwise fill memory.
-GREP_MAX_FILE_BYTES = 32 << 20
-# fs_grep clips each returned line to this many bytes, so one minified line cannot eat the
-# max_bytes budget of every other match.
-GREP_LINE_MAX_BYTES = 2048
-# fs_grep stops (and reports `truncated`) after this long, in both engines.
-GREP_TIMEOUT_S = 20.0
-# A file whose first 64 KiB contain a NUL byte is binary and skipped; 64 KiB is ripgrep's default
-# buffer, so both engines decide alike for NULs that early.
-BINARY_SNIFF_BYTES = 64 << 10
-
-GrepEngine = Literal["auto", "rg", "python"]
-
 
 # --- Arguments ---------------------------------------------------------------------------------
 
@@ -163,41 +148,6 @@ def _refuse_secret(target: ResolvedPath) -> None:
             )
 
 
-def _refuse_non_regular(st: os.stat_result, shown: str) -> None:
-    if stat.S_ISDIR(st.st_mode):
-        raise ToolError("not_a_file", f"{shown} is a directory; list it with herdr_fs_list.", path=shown)
-    if stat.S_ISLNK(st.st_mode):
-        raise ToolError(
-            "symlink_refused", f"{shown} changed into a symlink; inspect it and retry.", path=shown
-        )
-    if not stat.S_ISREG(st.st_mode):
-        raise ToolError(
-            "special_file",
-            f"{shown} is a FIFO, socket or device, which fs tools never open; use a regular file.",
-            path=shown,
-        )
-
-
-@contextmanager
-def _open_regular(target: ResolvedPath) -> Iterator[tuple[int, os.stat_result]]:
-    """Open a regular file for reading: type checked by lstat before opening, by fstat after."""
-    shown = target.lexical_relative
-    try:
-        before = os.lstat(target.path)
-    except OSError as exc:
-        raise open_error(exc, shown) from exc
-    _refuse_non_regular(before, shown)
-    fd = open_beneath(target.root, target.relative, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        after = os.fstat(fd)
-        _refuse_non_regular(after, shown)
-        if (after.st_dev, after.st_ino) != (before.st_dev, before.st_ino):
-            raise ToolError("file_changed", f"{shown} was replaced while being opened; retry.", path=shown)
-        yield fd, after
-    finally:
-        os.close(fd)
-
-
 def _read_capped(fd: int, cap: int, shown: str) -> bytes:
     """The whole file, refusing (`too_large`) when it holds more than `cap` bytes."""
     parts: list[bytes] = []
@@ -235,7 +185,7 @@ def _not_utf8(shown: str, offset: int) -> ToolError:
 def _read_text(target: ResolvedPath) -> tuple[str, bytes, FileIdentity]:
     """A whole UTF-8 file (capped at EDIT_MAX_BYTES) with the identity it had when read."""
     shown = target.lexical_relative
-    with _open_regular(target) as (fd, st):
+    with open_regular(target) as (fd, st):
         data = _read_capped(fd, EDIT_MAX_BYTES, shown)
     return _decode(data, shown), data, FileIdentity.of(st)
 
@@ -326,18 +276,6 @@ class _Page:
     line_clipped: bool
 
 
-def _utf8_boundary(buf: bytes, cut: int) -> int:
-    """The nearest cut at or before `cut` that does not split a UTF-8 sequence (after, if none)."""
-    back = cut
-    while back > 0 and back < len(buf) and (buf[back] & 0xC0) == 0x80:
-        back -= 1
-    if back > 0:
-        return back
-    while cut < len(buf) and (buf[cut] & 0xC0) == 0x80:
-        cut += 1
-    return cut
-
-
 def _take_page(scanner: _Scanner, buf: bytes, want: int | None, max_bytes: int) -> _Page:
     """Whole lines from `buf` (refilled from the scanner) within max_bytes and the line range."""
     while len(buf) <= max_bytes and not scanner.eof:
@@ -360,7 +298,7 @@ def _take_page(scanner: _Scanner, buf: bytes, want: int | None, max_bytes: int) 
         return _Page(buf, taken + partial, truncated=False, line_clipped=False)
     if taken:
         return _Page(buf[: position + 1], taken, truncated=True, line_clipped=False)
-    return _Page(buf[: _utf8_boundary(buf, max_bytes)], 1, truncated=True, line_clipped=True)
+    return _Page(buf[: utf8_boundary(buf, max_bytes)], 1, truncated=True, line_clipped=True)
 
 
 def fs_read(roots: RootSet, policy: Policy, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -386,7 +324,7 @@ def fs_read(roots: RootSet, policy: Policy, args: Mapping[str, Any]) -> dict[str
     target = roots.resolve(_str(args, "path"), for_write=False)
     _refuse_secret(target)
     shown = target.lexical_relative
-    with _open_regular(target) as (fd, st):
+    with open_regular(target) as (fd, st):
         scanner = _Scanner(fd, shown)
         buf, skipped = _skip_lines(scanner, start_line - 1, start_line)
         if skipped < start_line - 1 or (not buf and scanner.eof):
@@ -414,140 +352,7 @@ def fs_read(roots: RootSet, policy: Policy, args: Mapping[str, Any]) -> dict[str
     }
 
 
-# --- Directory walking (fs_list, python grep) ------------------------------------------------
-
-
-@lru_cache(maxsize=64)
-def _glob_regex(pattern: str) -> re.Pattern[str]:
-    out: list[str] = []
-    index = 0
-    while index < len(pattern):
-        if pattern.startswith("**/", index):
-            out.append("(?:.*/)?")
-            index += 3
-            continue
-        if pattern.startswith("**", index):
-            out.append(".*")
-            index += 2
-            continue
-        char = pattern[index]
-        index += 1
-        if char == "*":
-            out.append("[^/]*")
-        elif char == "?":
-            out.append("[^/]")
-        elif char == "[" and (close := pattern.find("]", index + 1)) != -1:
-            body = pattern[index:close]
-            negate = body.startswith("!")
-            body = body[1:] if negate else body
-            out.append("[" + ("^" if negate else "") + body.replace("\\", "\\\\") + "]")
-            index = close + 1
-        else:
-            out.append(re.escape(char))
-    try:
-        return re.compile("".join(out) + r"\Z", re.DOTALL)
-    except re.error as exc:
-        raise ToolError(
-            "invalid_arguments", f"The glob {pattern!r} is malformed: {exc}.", argument="glob"
-        ) from exc
-
-
-def glob_match(pattern: str, relative: str) -> bool:
-    """Glob match on a relative POSIX path.
-
-    `*` and `?` stay within one path component, `**` spans components (`**/` also matches
-    nothing), `[...]` is a character class (`[!...]` negated). A pattern without `/` matches the
-    last component at any depth (`*.py` finds `a/b/c.py`); one with `/` matches the whole path.
-    """
-    subject = relative if "/" in pattern else posixpath.basename(relative)
-    return _glob_regex(pattern).match(subject) is not None
-
-
-class _Entry(NamedTuple):  # a tuple: one is built per directory entry, so it must be cheap
-    relative: str
-    name: str
-    kind: Literal["file", "dir", "symlink", "other"]
-    size: int
-    secret: bool
-    dir_fd: int
-
-
-def _kind(mode: int) -> Literal["file", "dir", "symlink", "other"]:
-    if stat.S_ISREG(mode):
-        return "file"
-    if stat.S_ISDIR(mode):
-        return "dir"
-    if stat.S_ISLNK(mode):
-        return "symlink"
-    return "other"
-
-
-def _sorted_names(dir_fd: int) -> list[str]:
-    return sorted(os.listdir(dir_fd))
-
-
-def _walk(top_fd: int, root_relative: str, *, recursive: bool) -> Iterator[_Entry]:
-    """Depth-first, name-sorted entries under an open directory (owned: closed when done).
-
-    Never follows symlinks and never descends into `.git` or secret-looking directories; every
-    directory is opened relative to its parent with O_NOFOLLOW. `_Entry.dir_fd` is valid until
-    the next entry is requested. Unreadable directories are skipped.
-    """
-    stack: list[tuple[int, str, Iterator[str]]] = []
-    top_name = posixpath.basename(root_relative.rstrip("/"))
-    try:
-        stack.append((top_fd, "", iter(_sorted_names(top_fd))))
-        while stack:
-            dir_fd, prefix, names = stack[-1]
-            parent = posixpath.basename(prefix.rstrip("/")) if prefix else top_name
-            name = next(names, None)
-            if name is None:
-                os.close(dir_fd)
-                stack.pop()
-                continue
-            try:
-                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-            except OSError:
-                continue
-            relative = prefix + name
-            kind = _kind(st.st_mode)
-            # Ancestors are known not to be secret (the listed directory was checked and secret
-            # directories are never entered), so only this name and its parent pair can be.
-            secret = is_secret_entry(parent, name)
-            yield _Entry(relative, name, kind, st.st_size, secret, dir_fd)
-            if recursive and kind == "dir" and not secret and name != ".git":
-                _push_directory(stack, dir_fd, name, relative)
-    finally:
-        for dir_fd, _, _ in stack:
-            os.close(dir_fd)
-
-
-def _push_directory(
-    stack: list[tuple[int, str, Iterator[str]]], parent_fd: int, name: str, relative: str
-) -> None:
-    try:
-        child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
-    except OSError:
-        return
-    try:
-        names = _sorted_names(child)
-    except OSError:
-        os.close(child)
-        return
-    stack.append((child, relative + "/", iter(names)))
-
-
-def _open_directory(target: ResolvedPath) -> int:
-    shown = target.lexical_relative
-    try:
-        st = os.lstat(target.path)
-    except OSError as exc:
-        raise open_error(exc, shown) from exc
-    if not stat.S_ISDIR(st.st_mode):
-        raise ToolError(
-            "not_a_directory", f"{shown} is not a directory; read files with herdr_fs_read.", path=shown
-        )
-    return open_beneath(target.root, target.relative, os.O_RDONLY | os.O_DIRECTORY)
+# --- fs_list -----------------------------------------------------------------------------------
 
 
 def fs_list(roots: RootSet, policy: Policy, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -555,9 +360,9 @@ def fs_list(roots: RootSet, policy: Policy, args: Mapping[str, Any]) -> dict[str
 
     Entries are depth-first in name order, each {path (relative to the listed directory), type
     file|dir|symlink|other, size (bytes for files, null otherwise)}. Symlinks are listed, never
-    followed; `.git` is listed, never descended. Secret-looking entries are left out and counted
-    in `hidden_secret_entries`. `truncated` is true when max_entries or LIST_MAX_SCANNED stopped
-    the listing. Raises ToolError: path codes, secret_path, not_a_directory.
+    followed; `.git` (any letter case) is listed, never descended. Secret-looking entries are
+    left out and counted in `hidden_secret_entries`. `truncated` is true when max_entries or
+    LIST_MAX_SCANNED stopped the listing. Raises ToolError: path codes, secret_path, not_a_directory.
     """
     del policy
     recursive = _bool(args, "recursive")
@@ -569,7 +374,7 @@ def fs_list(roots: RootSet, policy: Policy, args: Mapping[str, Any]) -> dict[str
     hidden = 0
     scanned = 0
     truncated = False
-    for entry in _walk(_open_directory(target), target.relative, recursive=recursive):
+    for entry in walk(open_directory(target), target.relative, recursive=recursive):
         scanned += 1
         if scanned > LIST_MAX_SCANNED:
             truncated = True
@@ -597,251 +402,13 @@ def fs_list(roots: RootSet, policy: Policy, args: Mapping[str, Any]) -> dict[str
 # --- fs_grep -----------------------------------------------------------------------------------
 
 
-@dataclass
-class _Matches:
-    """Collects matches under the count and byte caps; `add` says whether to keep going."""
-
-    max_matches: int
-    max_bytes: int
-    items: list[dict[str, Any]] = field(default_factory=list)
-    used_bytes: int = 0
-    truncated: bool = False
-    capped: bool = False  # the count or byte cap refused a match (not a timeout)
-
-    def add(self, path: str, line: int, raw: bytes) -> bool:
-        text = _clip_line(raw)
-        size = len(text.encode("utf-8"))
-        if len(self.items) == self.max_matches or self.used_bytes + size > self.max_bytes:
-            self.truncated = self.capped = True
-            return False
-        self.items.append({"path": path, "line": line, "text": text})
-        self.used_bytes += size
-        return True
-
-
-def _clip_line(raw: bytes) -> str:
-    raw = raw.removesuffix(b"\n").removesuffix(b"\r")
-    if len(raw) > GREP_LINE_MAX_BYTES:
-        raw = raw[: _utf8_boundary(raw, GREP_LINE_MAX_BYTES)]
-    return raw.decode("utf-8", "replace")
-
-
-@dataclass(frozen=True)
-class _GrepQuery:
-    root: Root
-    target: ResolvedPath
-    base: str  # the search path relative to `root` (the target's own root may be nested deeper)
-    pattern: str
-    regex: bool
-    case_insensitive: bool
-    glob: str | None
-
-    def wants(self, root_relative: str) -> bool:
-        """Whether a file (root-relative path) may be searched: not secret, not in .git, glob."""
-        if is_secret_path(root_relative) or ".git" in root_relative.split("/"):
-            return False
-        return self.glob is None or glob_match(self.glob, root_relative)
-
-
-def _python_regex(query: _GrepQuery) -> re.Pattern[str]:
-    source = query.pattern if query.regex else re.escape(query.pattern)
-    try:
-        return re.compile(source, re.IGNORECASE if query.case_insensitive else 0)
-    except re.error as exc:
-        raise ToolError(
-            "pattern_invalid", f"The regular expression is invalid: {exc}; fix it or set regex=false."
-        ) from exc
-
-
-def _grep_file_python(fd: int, rx: re.Pattern[str], path: str, matches: _Matches, deadline: float) -> bool:
-    """Search one open file; False when the caps or the deadline say stop."""
-    head = os.read(fd, BINARY_SNIFF_BYTES)
-    if b"\0" in head:
-        return True
-    os.lseek(fd, 0, os.SEEK_SET)
-    with os.fdopen(os.dup(fd), "rb") as handle:
-        for number, raw in enumerate(handle, 1):
-            if b"\0" in raw:
-                return True
-            if number % 4096 == 0 and time.monotonic() > deadline:
-                matches.truncated = True
-                return False
-            line = raw.removesuffix(b"\n").decode("utf-8", "replace")
-            if rx.search(line) and not matches.add(path, number, raw):
-                return False
-    return True
-
-
-def _grep_python(query: _GrepQuery, matches: _Matches) -> None:
-    rx = _python_regex(query)
-    deadline = time.monotonic() + GREP_TIMEOUT_S
-    for root_relative, fd in _grep_files(query):
-        try:
-            if time.monotonic() > deadline:
-                matches.truncated = True
-                return
-            if not _grep_file_python(fd, rx, root_relative, matches, deadline):
-                return
-        finally:
-            os.close(fd)
-
-
-def _open_file_in(dir_fd: int, name: str) -> int | None:
-    """Open a regular file in a directory without following symlinks or blocking; None if not one."""
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-    except OSError:
-        return None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        return None
-    return fd
-
-
-def _grep_files(query: _GrepQuery) -> Iterator[tuple[str, int]]:
-    """(root-relative path, open fd) of every file the query may search, in name order."""
-    target = query.target
-    if not stat.S_ISDIR(os.lstat(target.path).st_mode):
-        if query.wants(query.base) and os.lstat(target.path).st_size <= GREP_MAX_FILE_BYTES:
-            with _open_regular(target) as (fd, _):
-                yield query.base, os.dup(fd)
-        return
-    for entry in _walk(_open_directory(target), query.base, recursive=True):
-        root_relative = posixpath.normpath(posixpath.join(query.base, entry.relative))
-        if entry.kind != "file" or entry.size > GREP_MAX_FILE_BYTES or not query.wants(root_relative):
-            continue
-        opened = _open_file_in(entry.dir_fd, entry.name)
-        if opened is not None:
-            yield root_relative, opened
-
-
-def _rg_command(rg: str, query: _GrepQuery, max_matches: int, *, sort: bool) -> list[str]:
-    command = [
-        rg,
-        "--json",
-        "--no-config",
-        "--hidden",
-        "--no-ignore",
-        "--no-follow",
-        *(["--sort", "path"] if sort else []),
-        "--encoding",
-        "none",
-        "--max-filesize",
-        str(GREP_MAX_FILE_BYTES),
-        "--max-count",
-        str(max_matches + 1),
-        "--glob",
-        "!.git",
-    ]
-    for secret_glob in RG_SECRET_EXCLUDE_GLOBS:
-        command += ["--iglob", "!" + secret_glob]
-    if not query.regex:
-        command.append("--fixed-strings")
-    if query.case_insensitive:
-        command.append("--ignore-case")
-    return [*command, "--", query.pattern, str(query.target.path)]
-
-
-def _rg_text(field_value: Mapping[str, Any]) -> bytes:
-    if "text" in field_value:
-        return str(field_value["text"]).encode("utf-8", "surrogateescape")
-    return base64.b64decode(str(field_value.get("bytes", "")))
-
-
-def _rg_single_file_is_binary(target: ResolvedPath) -> bool:
-    """rg searches an explicitly named binary file anyway; apply the traversal rule ourselves."""
-    with _open_regular(target) as (fd, st):
-        return st.st_size > GREP_MAX_FILE_BYTES or b"\0" in os.read(fd, BINARY_SNIFF_BYTES)
-
-
-def _path_order(match: dict[str, Any]) -> tuple[list[str], int]:
-    """rg's `--sort path` order: depth-first, names compared per component."""
-    return str(match["path"]).split("/"), int(match["line"])
-
-
-def _grep_rg(rg: str, query: _GrepQuery, matches: _Matches) -> None:
-    """Search with rg: in parallel first; sorted (single-threaded) only when the caps cut it short.
-
-    `--sort path` makes rg use one thread, about half the speed on two cores. When every match
-    fits the caps, sorting them here gives the same answer; when the caps stop the search, which
-    matches come first matters, so the search runs again sorted.
-    """
-    target = query.target
-    if not stat.S_ISDIR(os.lstat(target.path).st_mode) and (
-        not query.wants(query.base) or _rg_single_file_is_binary(target)
-    ):
-        return
-    parallel = _Matches(max_matches=matches.max_matches, max_bytes=matches.max_bytes)
-    _run_rg(rg, query, parallel, sort=False)
-    if parallel.capped:
-        _run_rg(rg, query, matches, sort=True)
-        return
-    matches.items.extend(sorted(parallel.items, key=_path_order))
-    matches.used_bytes += parallel.used_bytes
-    matches.truncated = parallel.truncated
-
-
-def _run_rg(rg: str, query: _GrepQuery, matches: _Matches, *, sort: bool) -> bool:
-    """One rg run into `matches`; False when the caps or the timeout stopped it early."""
-    with tempfile.TemporaryFile() as errors:
-        process = subprocess.Popen(
-            _rg_command(rg, query, matches.max_matches, sort=sort),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=errors,
-            cwd=query.root.path,
-        )
-        timer = threading.Timer(GREP_TIMEOUT_S, process.kill)
-        timer.start()
-        stdout = process.stdout
-        try:
-            finished = stdout is not None and _read_rg_stream(stdout, query, matches)
-        finally:
-            timer.cancel()
-            if process.poll() is None:
-                process.kill()
-            process.wait()
-            if stdout is not None:
-                stdout.close()
-        if finished and process.returncode == 2 and not matches.items:
-            errors.seek(0)
-            message = errors.read(4096).decode("utf-8", "replace")
-            if "regex" in message or "error parsing" in message:
-                raise ToolError(
-                    "pattern_invalid",
-                    f"The regular expression is invalid ({message.strip().splitlines()[-1]}); fix it or "
-                    "set regex=false.",
-                )
-        if finished and process.returncode not in (0, 1, 2):
-            matches.truncated = True
-        return finished
-
-
-def _read_rg_stream(stream: IO[bytes], query: _GrepQuery, matches: _Matches) -> bool:
-    """Consume rg --json output; False when the caps stopped reading early."""
-    for raw in stream:
-        try:
-            message = json.loads(raw)
-        except ValueError:  # a line cut short by the timeout kill
-            matches.truncated = True
-            return False
-        if not isinstance(message, dict) or message.get("type") != "match":
-            continue
-        data = message["data"]
-        absolute = Path(os.fsdecode(_rg_text(data["path"])))
-        try:
-            root_relative = absolute.relative_to(query.root.path).as_posix()
-        except ValueError:
-            continue
-        if not query.wants(root_relative):
-            continue
-        if not matches.add(root_relative, int(data["line_number"]), _rg_text(data["lines"])):
-            return False
-    return True
-
-
 def fs_grep(
-    roots: RootSet, policy: Policy, args: Mapping[str, Any], *, engine: GrepEngine = "auto"
+    roots: RootSet,
+    policy: Policy,
+    args: Mapping[str, Any],
+    *,
+    engine: GrepEngine = "auto",
+    timeout_s: float = GREP_TIMEOUT_S,
 ) -> dict[str, Any]:
     """herdr_fs_grep: matching lines under a root (or a path inside it), capped by count and bytes.
 
@@ -851,7 +418,9 @@ def fs_grep(
     files, files above GREP_MAX_FILE_BYTES and binary files (a NUL in the first 64 KiB; a later
     NUL ends the file's search). Lines are clipped to GREP_LINE_MAX_BYTES. Results are in path
     order and identical for both engines on such trees; `engine` forces one ("rg" requires it on
-    PATH). Raises ToolError: root_unknown, path codes, secret_path, pattern_invalid.
+    PATH). Both engines run as child processes killed after `timeout_s` (see runtime.grep).
+    Raises ToolError: root_unknown, path codes, secret_path, pattern_invalid, engine_unavailable,
+    grep_timeout (with the matches found before the deadline).
     """
     del policy
     pattern = _str(args, "pattern")
@@ -864,7 +433,7 @@ def fs_grep(
     target = roots.resolve(path if path is not None else str(root.path), for_write=False, root=root)
     _refuse_secret(target)
     base = "." if target.path == root.path else target.path.relative_to(root.path).as_posix()
-    query = _GrepQuery(
+    query = GrepQuery(
         root=root,
         target=target,
         base=base,
@@ -873,29 +442,16 @@ def fs_grep(
         case_insensitive=_bool(args, "case_insensitive"),
         glob=_opt_str(args, "glob"),
     )
-    matches = _Matches(
+    matches = Matches(
         max_matches=_int(args, "max_matches", GREP_DEFAULT_MAX_MATCHES),
         max_bytes=_int(args, "max_bytes", GREP_DEFAULT_MAX_BYTES),
     )
-    rg = shutil.which("rg") if engine != "python" else None
-    if engine == "rg" and rg is None:
-        raise ToolError("engine_unavailable", "ripgrep (rg) is not installed; use engine='python' or 'auto'.")
-    if rg is not None:
-        try:
-            _grep_rg(rg, query, matches)
-        except OSError as exc:
-            if engine == "rg":
-                raise ToolError(
-                    "engine_unavailable", f"ripgrep could not run ({exc.strerror}); use engine='python'."
-                ) from exc
-            rg = None
-    if rg is None:
-        _grep_python(query, matches)
+    used = search(query, matches, engine=engine, timeout_s=timeout_s)
     return {
         "root": str(root.path),
         "path": base,
         "matches": matches.items,
-        "engine": "rg" if rg is not None else "python",
+        "engine": used,
         "truncated": matches.truncated,
     }
 
@@ -993,7 +549,7 @@ def fs_image(roots: RootSet, policy: Policy, args: Mapping[str, Any]) -> ImageRe
     target = roots.resolve(_str(args, "path"), for_write=False)
     _refuse_secret(target)
     shown = target.lexical_relative
-    with _open_regular(target) as (fd, st):
+    with open_regular(target) as (fd, st):
         if st.st_size > max_bytes:
             raise ToolError(
                 "too_large",
@@ -1096,7 +652,7 @@ def fs_write(roots: RootSet, policy: Policy, args: Mapping[str, Any]) -> dict[st
     identity = None
     if target.exists:
         st = os.lstat(target.path)
-        _refuse_non_regular(st, shown)
+        refuse_non_regular(st, shown)
         if not _bool(args, "overwrite"):
             raise ToolError("file_exists", f"{shown} exists; pass overwrite=true to replace it.", path=shown)
         identity = FileIdentity.of(st)
@@ -1177,7 +733,7 @@ def _require_existing(target: ResolvedPath, shown: str) -> None:
 def _existing_bytes(target: ResolvedPath, shown: str) -> tuple[bytes, FileIdentity]:
     """A file about to be deleted: any content (text or not), kept in memory for the undo."""
     _require_existing(target, shown)
-    with _open_regular(target) as (fd, st):
+    with open_regular(target) as (fd, st):
         return _read_capped(fd, EDIT_MAX_BYTES, shown), FileIdentity.of(st)
 
 
@@ -1250,7 +806,8 @@ def _plan_update(
 
 
 def _apply_plan(plan: _Plan) -> None:
-    """Write every file, then delete; on any failure undo what was done (best effort) and re-raise."""
+    """Write every file, then delete; on any failure undo what was done and re-raise, saying
+    whether the undo restored everything."""
     done: list[tuple[_Step, list[Path]]] = []
     ordered = [step for step in plan.steps if step.data is not None] + [
         s for s in plan.steps if s.data is None
@@ -1272,22 +829,34 @@ def _apply_plan(plan: _Plan) -> None:
     except ToolError as exc:
         if not done:
             raise
-        _undo(done)
+        left = _undo(done)
+        if not left:
+            raise ToolError(
+                exc.code, f"{exc.message} The files already written were restored.", **exc.details
+            ) from exc
         raise ToolError(
-            exc.code, f"{exc.message} The files already written were restored.", **exc.details
+            exc.code,
+            f"{exc.message} Restoring what was already written failed for {', '.join(left)}; inspect "
+            "them with herdr_git status and fix them by hand.",
+            **exc.details,
+            not_restored=left,
         ) from exc
 
 
-def _undo(done: Sequence[tuple[_Step, list[Path]]]) -> None:
+def _undo(done: Sequence[tuple[_Step, list[Path]]]) -> list[str]:
+    """Reverse the steps done, newest first; the root-relative paths that could not be restored."""
+    left: list[str] = []
     for step, created in reversed(done):
         try:
             if step.original is None:
                 remove_file(step.target)
-                remove_directories(created)
             else:
                 atomic_write(step.target, step.original)
         except ToolError:
+            left.append(step.target.relative)
             continue
+        left.extend(remove_directories(step.target.root, created))
+    return left
 
 
 def fs_patch(roots: RootSet, policy: Policy, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -1295,14 +864,16 @@ def fs_patch(roots: RootSet, policy: Policy, args: Mapping[str, Any]) -> dict[st
 
     Checklist, every step for every file before any file is written:
     1. read-only mode; `root` names an admitted root (root_unknown); the patch parses.
-    2. every path (and Move to) resolves inside `root` and passes gates 2-5 (path codes,
-       operational_root_mutation_unsupported, write_root_not_allowed, secret_path,
-       symlink_refused); none appears twice.
+    2. every path (and Move to) resolves inside `root` and passes gates 2-5 (path codes, with
+       name_too_long and path_too_long counted in bytes, so no directory is created for a file
+       that cannot be; operational_root_mutation_unsupported, write_root_not_allowed,
+       secret_path, symlink_refused); none appears twice. dry_run runs all of this too.
     3. added files and move targets do not exist (file_exists); updated/deleted files exist, are
        regular UTF-8 files within EDIT_MAX_BYTES, and every hunk applies (patch_conflict).
     4. busy project and dirty files are acknowledged (gates 6-7).
     5. unless dry_run: write new contents atomically (creating missing directories), then delete;
-       a failure midway restores what was already written.
+       a failure midway restores what was already written and removes the directories it
+       created; the error says so, or names what could not be restored (`not_restored`).
     Result: root, dry_run, files [{path, action add|update|delete|move, added_lines,
     removed_lines, (to)}].
     """

@@ -6,7 +6,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from herdr_mcp.errors import ToolError
-from herdr_mcp.runtime.boundary import Root
+from herdr_mcp.runtime.boundary import Policy, Root, root_mutations
 from herdr_mcp.runtime.tools.git import project_git_summary
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ async def inspect(svc: Services, args: dict[str, Any]) -> dict[str, Any]:
         return workspace is None or item.get("workspace_id") == workspace
 
     selected = [root for root in roots.roots if workspace is None or workspace in root.workspace_ids]
-    projects = await asyncio.to_thread(_projects, selected)
+    projects = await asyncio.to_thread(_projects, selected, svc.policy)
     warnings = list(view.warnings)
     warnings.extend(
         {"code": "root_excluded", "message": f"{item.path}: {item.reason}"} for item in roots.excluded
@@ -53,7 +53,7 @@ async def inspect(svc: Services, args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _projects(roots: list[Root]) -> list[dict[str, Any]]:
+def _projects(roots: list[Root], policy: Policy) -> list[dict[str, Any]]:
     projects = []
     for index, root in enumerate(sorted(roots, key=lambda r: str(r.path))):
         project: dict[str, Any] = {
@@ -63,7 +63,8 @@ def _projects(roots: list[Root]) -> list[dict[str, Any]]:
             "managed": root.kind == "managed",
             "busy": root.busy,
             "workspace_ids": sorted(root.workspace_ids),
-            "mutations": "allowed" if root.kind == "managed" else "operational_root_mutation_unsupported",
+            # What the mutation gates would answer here, read-only mode and write roots included.
+            "mutations": root_mutations(policy, root),
         }
         if root.kind == "managed" and index < MAX_PROJECT_SUMMARIES:
             try:

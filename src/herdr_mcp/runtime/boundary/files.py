@@ -1,0 +1,184 @@
+"""Reading inside a root: regular files opened safely, directories walked without following links.
+
+A file is refused unless it is a regular file BEFORE it is opened (FIFOs, sockets and devices are
+never opened), and opened without following symlinks and with O_NONBLOCK so a FIFO swapped in
+cannot block; fstat after the open must agree with the lstat before it. A walk opens each
+directory relative to its parent with O_NOFOLLOW and never enters `.git` (in any letter case) or
+secret-looking directories. The fs tools and the Python grep engine (a child process) share this.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Literal, NamedTuple
+
+from herdr_mcp.errors import ToolError
+from herdr_mcp.runtime.boundary.paths import ResolvedPath, is_git_name, open_beneath, open_error
+from herdr_mcp.runtime.boundary.secrets import is_secret_entry
+
+__all__ = [
+    "EntryKind",
+    "WalkEntry",
+    "open_directory",
+    "open_file_in",
+    "open_regular",
+    "refuse_non_regular",
+    "utf8_boundary",
+    "walk",
+]
+
+EntryKind = Literal["file", "dir", "symlink", "other"]
+
+
+def refuse_non_regular(st: os.stat_result, shown: str) -> None:
+    """Raise unless `st` is a regular file: not_a_file, symlink_refused or special_file."""
+    if stat.S_ISDIR(st.st_mode):
+        raise ToolError("not_a_file", f"{shown} is a directory; list it with herdr_fs_list.", path=shown)
+    if stat.S_ISLNK(st.st_mode):
+        raise ToolError(
+            "symlink_refused", f"{shown} changed into a symlink; inspect it and retry.", path=shown
+        )
+    if not stat.S_ISREG(st.st_mode):
+        raise ToolError(
+            "special_file",
+            f"{shown} is a FIFO, socket or device, which fs tools never open; use a regular file.",
+            path=shown,
+        )
+
+
+@contextmanager
+def open_regular(target: ResolvedPath) -> Iterator[tuple[int, os.stat_result]]:
+    """Open a regular file for reading: type checked by lstat before opening, by fstat after."""
+    shown = target.lexical_relative
+    try:
+        before = os.lstat(target.path)
+    except OSError as exc:
+        raise open_error(exc, shown) from exc
+    refuse_non_regular(before, shown)
+    fd = open_beneath(target.root, target.relative, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        after = os.fstat(fd)
+        refuse_non_regular(after, shown)
+        if (after.st_dev, after.st_ino) != (before.st_dev, before.st_ino):
+            raise ToolError("file_changed", f"{shown} was replaced while being opened; retry.", path=shown)
+        yield fd, after
+    finally:
+        os.close(fd)
+
+
+def open_directory(target: ResolvedPath) -> int:
+    """An O_NOFOLLOW descriptor of the directory `target`; `not_a_directory` when it is not one."""
+    shown = target.lexical_relative
+    try:
+        st = os.lstat(target.path)
+    except OSError as exc:
+        raise open_error(exc, shown) from exc
+    if not stat.S_ISDIR(st.st_mode):
+        raise ToolError(
+            "not_a_directory", f"{shown} is not a directory; read files with herdr_fs_read.", path=shown
+        )
+    return open_beneath(target.root, target.relative, os.O_RDONLY | os.O_DIRECTORY)
+
+
+def open_file_in(dir_fd: int, name: str) -> int | None:
+    """Open a regular file in a directory without following symlinks or blocking; None if not one."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return fd
+
+
+def utf8_boundary(buf: bytes, cut: int) -> int:
+    """The nearest cut at or before `cut` that does not split a UTF-8 sequence (after, if none)."""
+    back = cut
+    while back > 0 and back < len(buf) and (buf[back] & 0xC0) == 0x80:
+        back -= 1
+    if back > 0:
+        return back
+    while cut < len(buf) and (buf[cut] & 0xC0) == 0x80:
+        cut += 1
+    return cut
+
+
+class WalkEntry(NamedTuple):  # a tuple: one is built per directory entry, so it must be cheap
+    """One entry of `walk`; `dir_fd` is its directory, valid until the next entry is requested."""
+
+    relative: str
+    name: str
+    kind: EntryKind
+    size: int
+    secret: bool
+    dir_fd: int
+
+
+def _kind(mode: int) -> EntryKind:
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISDIR(mode):
+        return "dir"
+    if stat.S_ISLNK(mode):
+        return "symlink"
+    return "other"
+
+
+def _sorted_names(dir_fd: int) -> list[str]:
+    return sorted(os.listdir(dir_fd))
+
+
+def walk(top_fd: int, root_relative: str, *, recursive: bool) -> Iterator[WalkEntry]:
+    """Depth-first, name-sorted entries under an open directory (owned: closed when done).
+
+    Never follows symlinks and never descends into `.git` or secret-looking directories; every
+    directory is opened relative to its parent with O_NOFOLLOW. Unreadable directories are
+    skipped.
+    """
+    stack: list[tuple[int, str, Iterator[str]]] = []
+    top_name = posixpath.basename(root_relative.rstrip("/"))
+    try:
+        stack.append((top_fd, "", iter(_sorted_names(top_fd))))
+        while stack:
+            dir_fd, prefix, names = stack[-1]
+            parent = posixpath.basename(prefix.rstrip("/")) if prefix else top_name
+            name = next(names, None)
+            if name is None:
+                os.close(dir_fd)
+                stack.pop()
+                continue
+            try:
+                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            except OSError:
+                continue
+            relative = prefix + name
+            kind = _kind(st.st_mode)
+            # Ancestors are known not to be secret (the listed directory was checked and secret
+            # directories are never entered), so only this name and its parent pair can be.
+            secret = is_secret_entry(parent, name)
+            yield WalkEntry(relative, name, kind, st.st_size, secret, dir_fd)
+            if recursive and kind == "dir" and not secret and not is_git_name(name):
+                _push_directory(stack, dir_fd, name, relative)
+    finally:
+        for dir_fd, _, _ in stack:
+            os.close(dir_fd)
+
+
+def _push_directory(
+    stack: list[tuple[int, str, Iterator[str]]], parent_fd: int, name: str, relative: str
+) -> None:
+    try:
+        child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
+    except OSError:
+        return
+    try:
+        names = _sorted_names(child)
+    except OSError:
+        os.close(child)
+        return
+    stack.append((child, relative + "/", iter(names)))
