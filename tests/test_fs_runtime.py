@@ -83,6 +83,44 @@ def test_python_grep_ends_at_its_deadline_and_health_answers_meanwhile() -> None
     assert other["after"]["matches"] == [{"path": "small.txt", "line": 1, "text": "needle"}]
 
 
+def test_sigterm_during_a_grep_stops_the_runtime_long_before_the_grep_deadline() -> None:
+    # Without stopping the search child at shutdown, the runtime waited for the worker thread
+    # blocked on it: 18 s after SIGTERM, at the grep's deadline.
+    with short_tmp_dir() as tmp:
+        repo = make_repo(tmp / "repo", {"big.txt": b"a" * 100_000 + b"b\n"})
+        with (
+            SimulatorThread(SimConfig.for_roots([repo]), tmp / "herdr.sock"),
+            running_runtime(
+                tmp / "herdr.sock", tmp / "config", env={"PATH": _path_without_rg(tmp)}
+            ) as runtime,
+        ):
+
+            async def body() -> float:
+                async with runtime.client() as client, httpx2.AsyncClient(timeout=HEALTH_ANSWER_S) as http:
+                    grep = asyncio.create_task(
+                        call_tool(
+                            client,
+                            "herdr_fs_grep",
+                            {"root": str(repo.resolve()), "pattern": "(a+)+$", "regex": True},
+                        )
+                    )
+                    # The search is running once the runtime has had it for a moment and still
+                    # answers /health (the grep cannot finish: it ends only at its deadline).
+                    await asyncio.wait({grep}, timeout=1.0)
+                    assert not grep.done()
+                    assert (await http.get(f"{runtime.base}/health")).status_code == 200
+                    signalled = time.monotonic()
+                    runtime.process.terminate()
+                    while runtime.process.poll() is None:
+                        await asyncio.sleep(0.05)
+                    grep.cancel()
+                    return time.monotonic() - signalled
+
+            took = run(body(), timeout=GREP_TIMEOUT_S + 30)
+            assert runtime.process.returncode == 0
+    assert took < GREP_TIMEOUT_S / 2
+
+
 def test_health_names_the_grep_engine_in_use() -> None:
     with short_tmp_dir() as tmp:
         repo = make_repo(tmp / "repo", {"a.txt": b"a\n"})

@@ -22,7 +22,7 @@ from herdr_mcp import __version__
 from herdr_mcp.contract import contract_identity
 from herdr_mcp.herdr import HerdrError
 from herdr_mcp.runtime.auth import BearerGate
-from herdr_mcp.runtime.grep import engine_in_use
+from herdr_mcp.runtime.grep import engine_in_use, stop_searches
 from herdr_mcp.runtime.server import ToolDispatcher, build_mcp_server
 from herdr_mcp.runtime.services import Services
 from herdr_mcp.state import STATE_SCHEMA
@@ -73,6 +73,9 @@ def build_app(services: Services, token: str) -> ASGIApp:
                 for task in background:
                     task.cancel()
                 await asyncio.gather(*background, return_exceptions=True)
+                # A grep in flight holds a worker thread (waiting on its child) that the process
+                # would otherwise wait for, up to the grep's 20 s deadline.
+                stop_searches()
                 await services.sessions.shutdown()
 
     app = Starlette(routes=[Route("/health", health, methods=["GET"]), *sdk_app.routes], lifespan=lifespan)

@@ -71,6 +71,7 @@ __all__ = [
     "glob_match",
     "main",
     "search",
+    "stop_searches",
 ]
 
 # Both engines skip files above this size (rg --max-filesize): larger files are data or build
@@ -242,9 +243,27 @@ def search(
 
 # --- Child processes ---------------------------------------------------------------------------
 
+# Every search process alive in this runtime, so shutdown can stop them: a runtime thread waiting
+# on one would otherwise keep the process alive until the search's deadline.
+_LIVE: set[_Child] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def stop_searches() -> None:
+    """Kill every running search (runtime shutdown); their calls fail with `runtime_stopping`."""
+    with _LIVE_LOCK:
+        children = list(_LIVE)
+    for child in children:
+        child.interrupt()
+
+
+def _stopping() -> ToolError:
+    return ToolError("runtime_stopping", "The runtime is shutting down; retry the search once it is back.")
+
 
 class _Child:
-    """A search process that is killed when the deadline passes; `timed_out` says whether it was."""
+    """A search process that is killed when the deadline passes; `timed_out` says whether it was,
+    `interrupted` whether shutdown killed it first."""
 
     def __init__(self, command: list[str], *, cwd: Path, deadline: float, stdin: bytes | None = None) -> None:
         self._errors = tempfile.TemporaryFile()  # noqa: SIM115 (closed by __exit__)
@@ -261,6 +280,9 @@ class _Child:
             raise
         self.stdout = cast(IO[bytes], self.process.stdout)  # stdout=PIPE
         self.timed_out = False
+        self.interrupted = False
+        with _LIVE_LOCK:
+            _LIVE.add(self)
         self._timer = threading.Timer(max(deadline - time.monotonic(), 0.0), self._expire)
         self._timer.start()
         if stdin is not None and self.process.stdin is not None:
@@ -273,6 +295,12 @@ class _Child:
     def _expire(self) -> None:
         if self.process.poll() is None:
             self.timed_out = True
+            self.process.kill()
+
+    def interrupt(self) -> None:
+        """Kill the child for shutdown (a no-op once it has ended)."""
+        if self.process.poll() is None:
+            self.interrupted = True
             self.process.kill()
 
     def stop(self) -> int:
@@ -294,6 +322,8 @@ class _Child:
     def __exit__(
         self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None
     ) -> None:
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
         self.stop()
         self.stdout.close()
         self._errors.close()
@@ -375,6 +405,8 @@ def _run_rg(rg: str, query: GrepQuery, matches: Matches, *, sort: bool, deadline
     with _Child(command, cwd=query.root.path, deadline=deadline) as child:
         finished = _read_rg_stream(child.stdout, query, matches)
         status = child.stop()
+        if child.interrupted:
+            raise _stopping()
         if child.timed_out:
             matches.timed_out = matches.truncated = True
             return
@@ -441,6 +473,8 @@ def _grep_python(query: GrepQuery, matches: Matches, deadline: float) -> None:
         status = child.stop()
         if ended:
             return
+        if child.interrupted:
+            raise _stopping()
         if child.timed_out:
             matches.timed_out = matches.truncated = True
             return
