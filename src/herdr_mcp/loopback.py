@@ -1,12 +1,16 @@
 """What the serving processes (the runtime, the link) share: the loopback socket they listen on,
-socket timeouts, the startup heap freeze and a clean SIGTERM exit."""
+socket timeouts, the startup heap freeze and stopping on SIGTERM/SIGINT at any moment."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import os
+import select
 import signal
 import socket
 import struct
+import time
 
 
 def bind_loopback(host: str, port: int) -> socket.socket:
@@ -24,18 +28,91 @@ def bind_loopback(host: str, port: int) -> socket.socket:
     return sock
 
 
-def exit_cleanly_on_sigterm() -> None:
-    """Make SIGTERM a clean exit (status 0).
+class StopSignals:
+    """SIGTERM and SIGINT as a request to stop, safe whenever they arrive.
 
-    uvicorn shuts down gracefully on SIGTERM and then re-raises the signal with the handler that
-    was there before it; this makes that handler a clean exit, so a stop by a service manager
-    is not reported as a failure.
+    Python runs a signal handler in the main thread between any two bytecodes, also inside a
+    weakref callback or a `__del__`, where an exception is printed and dropped: a handler that
+    raised `SystemExit` was lost that way and the runtime kept serving (issue 9, item 12). A
+    handler that sets a `threading.Event` can deadlock: if the signal lands while the main thread
+    holds that event's lock (inside `wait`), `set` waits for it forever. So the handler here only
+    counts the signal and writes a byte to a pipe, which takes no lock and cannot fail; waiters
+    read the count and the pipe: a thread with `wait`, an event loop with `wait_async`.
+
+    One per process (`stop_signals()`): signal dispositions are process-wide.
     """
-    signal.signal(signal.SIGTERM, _exit_cleanly)
+
+    def __init__(self) -> None:
+        #: Signals received so far; the commands treat a second one as "stop without waiting".
+        self.count = 0
+        self._read_fd, self._write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+    def install(self) -> None:
+        # SIGINT first: once SIGTERM is caught (visible in /proc/<pid>/status), both are ours.
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, self._handle)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self.count += 1
+        with contextlib.suppress(BlockingIOError):  # a full pipe already wakes every waiter
+            os.write(self._write_fd, b"\0")
+
+    def exiting(self) -> None:
+        """The command has stopped: ignore these signals while the interpreter exits.
+
+        At exit Python puts the default action (death by the signal) back for every handler it
+        installed, so a second SIGTERM in the last milliseconds ended the process with -15
+        instead of 0; it leaves an ignored signal ignored.
+        """
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
+
+    def is_set(self) -> bool:
+        """A stop was asked for (the `threading.Event` spelling, for loops written against one)."""
+        return self.count > 0
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until a stop is asked for or `timeout` passes; whether one was asked for."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.count:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            # The byte stays in the pipe, so every later wait returns at once.
+            select.select([self._read_fd], [], [], left)
+        return True
+
+    async def wait_async(self, count: int = 1) -> None:
+        """Return once `count` signals have arrived, without blocking the running event loop."""
+        import asyncio  # here: the link, which has no event loop, does not pay for the import
+
+        loop = asyncio.get_running_loop()
+        woken = asyncio.Event()
+        loop.add_reader(self._read_fd, woken.set)
+        try:
+            while self.count < count:
+                await woken.wait()
+                woken.clear()
+                with contextlib.suppress(BlockingIOError):
+                    os.read(self._read_fd, 4096)
+        finally:
+            loop.remove_reader(self._read_fd)
 
 
-def _exit_cleanly(signum: int, frame: object) -> None:
-    raise SystemExit(0)
+_STOP_SIGNALS: StopSignals | None = None
+
+
+def stop_signals() -> StopSignals:
+    """This process's `StopSignals`, installed on the first call (from the main thread).
+
+    Long-running commands call it as early as they can, so a signal during start-up is a request
+    to stop like any other instead of the default action (death by signal, or KeyboardInterrupt).
+    """
+    global _STOP_SIGNALS
+    if _STOP_SIGNALS is None:
+        _STOP_SIGNALS = StopSignals()
+        _STOP_SIGNALS.install()
+    return _STOP_SIGNALS
 
 
 def kernel_timeouts(

@@ -12,7 +12,9 @@ import sys
 from collections.abc import Sequence
 
 from herdr_mcp import __version__
+from herdr_mcp.cli.arguments import CommandParser, dir_path, existing_dir, fail, io_failure, port
 from herdr_mcp.contract import ContractError, contract_identity
+from herdr_mcp.loopback import stop_signals
 from herdr_mcp.runtime.auth import TokenFileError, load_or_create_token
 from herdr_mcp.runtime.config import DEFAULT_PORT, default_config_dir
 from herdr_mcp.state import STATE_SCHEMA
@@ -20,7 +22,13 @@ from herdr_mcp.state.store import StateError
 
 
 class UsageError(Exception):
-    """A command-line request that cannot be carried out as given."""
+    """A command-line request that cannot be carried out as given: a stable `code` and a
+    `message` saying what to do instead."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
 
 
 def version_info() -> dict[str, object]:
@@ -137,9 +145,7 @@ _DELEGATED = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="herdr-mcp", description=__doc__.splitlines()[0] if __doc__ else None
-    )
+    parser = CommandParser(prog="herdr-mcp", description=__doc__.splitlines()[0] if __doc__ else None)
     commands = parser.add_subparsers(dest="command", required=True)
 
     version = commands.add_parser("version", help="print version, contract identity and state schema")
@@ -148,14 +154,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     token = commands.add_parser("token", help="print the local bearer token (created on first use)")
     token.add_argument("--path", action="store_true", help="print the token file's path instead")
-    token.add_argument("--config-dir", type=_path, default=None)
+    token.add_argument("--config-dir", type=dir_path, default=None)
     token.set_defaults(run=_cmd_token)
 
     serve = commands.add_parser("serve", help="run the runtime (Streamable HTTP MCP on loopback)")
     serve.add_argument("--host", default="127.0.0.1", help="loopback address to bind (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}; 0 picks one")
+    serve.add_argument("--port", type=port, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}; 0 picks one")
     serve.add_argument(
-        "--config-dir", type=_path, default=None, help="token and state (default: user config)"
+        "--config-dir", type=dir_path, default=None, help="token and state (default: user config)"
     )
     serve.add_argument(
         "--herdr-socket", type=_path, default=None, help="Herdr socket (default: Herdr's rules)"
@@ -168,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(sim="auto")
     serve.add_argument(
         "--sim-root",
-        type=_path,
+        type=existing_dir,
         action="append",
         default=None,
         help="workspace root for the embedded simulator (repeatable; default: cwd)",
@@ -176,7 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--read-only", action="store_true", help="refuse every mutation")
     serve.add_argument(
         "--write-root",
-        type=_path,
+        type=existing_dir,
         action="append",
         default=None,
         help="allow writes only under this directory (repeatable)",
@@ -220,16 +226,30 @@ def _path(value: str) -> object:
     return Path(value).expanduser()
 
 
+#: The long-running subcommands: SIGTERM/SIGINT ask them to stop from here on (before their
+#: modules are even imported), never the default action (see `loopback.StopSignals`).
+_SERVING = {"serve", "link", "sim"}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments and arguments[0] in _SERVING:
+        stop_signals()
     if arguments and arguments[0] in _DELEGATED:
         return _DELEGATED[arguments[0]](arguments[1:])
     args = build_parser().parse_args(arguments)
     try:
         code: int = args.run(args)
-    except (UsageError, TokenFileError, ContractError, StateError, OSError) as exc:
-        print(f"herdr-mcp: error: {exc}", file=sys.stderr)
-        return 2
+    except UsageError as exc:
+        return fail("herdr-mcp", exc.code, exc.message)
+    except TokenFileError as exc:
+        return fail("herdr-mcp", "token_unavailable", str(exc))
+    except ContractError as exc:
+        return fail("herdr-mcp", "contract_unknown", str(exc))
+    except StateError as exc:
+        return fail("herdr-mcp", exc.code, str(exc))
+    except OSError as exc:
+        return io_failure("herdr-mcp", exc)
     except KeyboardInterrupt:
         return 130
     return code

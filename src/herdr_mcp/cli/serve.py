@@ -15,15 +15,16 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import socket
 import sys
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import uvicorn
 
 from herdr_mcp.herdr import HerdrClient, HerdrError, default_socket_path
-from herdr_mcp.loopback import bind_loopback, exit_cleanly_on_sigterm, freeze_startup_heap
+from herdr_mcp.loopback import StopSignals, bind_loopback, freeze_startup_heap, stop_signals
 from herdr_mcp.runtime.app import build_app
 from herdr_mcp.runtime.auth import load_or_create_token
 from herdr_mcp.runtime.config import LOOPBACK_HOSTS, RuntimeConfig, default_config_dir
@@ -31,18 +32,26 @@ from herdr_mcp.runtime.services import Services
 
 #: How long `serve` waits for an existing Herdr to answer before embedding the simulator.
 PROBE_TIMEOUT_SECONDS = 1.0
+#: Calls in flight at SIGTERM get this long to finish; then they are cancelled and the exec
+#: sessions stopped (TERM, then KILL), so the runtime is gone within 5 s of the signal.
+GRACEFUL_SHUTDOWN_S = 3
 
 
 def serve(args: argparse.Namespace) -> int:
+    """Run the runtime until SIGTERM or SIGINT (exit 0 either way, whenever it arrives)."""
     from herdr_mcp.cli import UsageError
 
+    stop = stop_signals()
     if args.host not in LOOPBACK_HOSTS:
-        raise UsageError(f"--host {args.host} is not loopback; the runtime only listens on {LOOPBACK_HOSTS}")
+        hosts = ", ".join(LOOPBACK_HOSTS)
+        raise UsageError("host_not_loopback", f"--host {args.host} is not loopback; pass one of {hosts}")
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    exit_cleanly_on_sigterm()
-    return asyncio.run(_serve(args))
+    try:
+        return asyncio.run(_serve(args, stop))
+    finally:
+        stop.exiting()
 
 
 async def _herdr_answers(path: Path) -> bool:
@@ -60,23 +69,29 @@ async def _herdr(args: argparse.Namespace) -> AsyncIterator[tuple[Path, str]]:
     if args.sim == "off" or (args.sim == "auto" and await _herdr_answers(path)):
         yield path, f"Herdr at {path}"
         return
-    from herdr_mcp.sim import SimConfig, Simulator
+    from herdr_mcp.cli import UsageError
+    from herdr_mcp.sim import SimConfig, Simulator, SimulatorError
 
     roots = [root.resolve() for root in (args.sim_root or [Path.cwd()])]
     with tempfile.TemporaryDirectory(prefix="herdr-sim-", dir="/tmp") as private:
         sim_socket = Path(private) / "herdr.sock"
-        simulator = Simulator(SimConfig.for_roots(roots), sim_socket)
-        await simulator.start()
+        try:
+            simulator = Simulator(SimConfig.for_roots(roots), sim_socket)
+            await simulator.start()
+        except SimulatorError as exc:
+            raise UsageError("simulator_unavailable", f"{exc}; or pass --no-sim to use Herdr") from None
         try:
             yield sim_socket, f"embedded Herdr simulator rooted at {', '.join(map(str, roots))}"
         finally:
             await simulator.stop()
 
 
-async def _serve(args: argparse.Namespace) -> int:
+async def _serve(args: argparse.Namespace, stop: StopSignals) -> int:
     config_dir: Path = args.config_dir or default_config_dir()
     token = load_or_create_token(config_dir / "token")
     async with _herdr(args) as (herdr_socket, herdr_source):
+        if stop.is_set():  # asked to stop while starting: leave before serving anything
+            return 0
         config = RuntimeConfig(
             config_dir=config_dir,
             herdr_socket=herdr_socket,
@@ -86,17 +101,54 @@ async def _serve(args: argparse.Namespace) -> int:
             write_roots=tuple(path.resolve() for path in args.write_root) if args.write_root else None,
         )
         app = build_app(Services.create(config), token)
-        sock = bind_loopback(config.host, config.port)
+        sock = _bind(config.host, config.port)
         port = sock.getsockname()[1]
         host = f"[{config.host}]" if ":" in config.host else config.host
         print(f"herdr-mcp serving http://{host}:{port}/mcp", flush=True)
         print(f"  herdr: {herdr_source}", file=sys.stderr)
         print(f"  bearer token file: {config.token_file}", file=sys.stderr, flush=True)
-        server = uvicorn.Server(
+        server = _Server(
             uvicorn.Config(
-                app, log_level=args.log_level, lifespan="on", access_log=False, timeout_graceful_shutdown=5
+                app,
+                log_level=args.log_level,
+                lifespan="on",
+                access_log=False,
+                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
             )
         )
+        relay = asyncio.create_task(_stop_on_signal(server, stop))
         freeze_startup_heap()
-        await server.serve(sockets=[sock])
+        try:
+            await server.serve(sockets=[sock])
+        finally:
+            relay.cancel()
     return 0
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    from herdr_mcp.cli import UsageError
+
+    try:
+        return bind_loopback(host, port)
+    except OSError as exc:
+        raise UsageError(
+            "port_unavailable",
+            f"cannot listen on {host}:{port} ({exc.strerror or exc}); stop what uses that port, "
+            "or pass --port 0 for a free one",
+        ) from None
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without signal handlers of its own: `StopSignals` covers the whole life of the
+    process, before `serve` and after it too, and uvicorn's second Ctrl-C (`force_exit`) skipped
+    the lifespan shutdown, which stops the exec sessions. A second signal changes nothing here:
+    calls in flight get at most `timeout_graceful_shutdown` anyway."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+async def _stop_on_signal(server: uvicorn.Server, stop: StopSignals) -> None:
+    await stop.wait_async()
+    server.should_exit = True

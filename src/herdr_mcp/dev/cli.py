@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from herdr_mcp.cli.arguments import CommandParser, dir_path, existing_dir
 from herdr_mcp.dev.plane import DevPlaneError, rollback, status, sync
 from herdr_mcp.generations.control import GenerationError
 from herdr_mcp.generations.gate import ActivationResult
@@ -25,13 +26,15 @@ from herdr_mcp.update.errors import UpdateError
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="herdr-mcp dev", description="the DEV plane over the pinned PROD")
-    parser.add_argument("--config-dir", type=Path, default=None)
+    parser = CommandParser(prog="herdr-mcp dev", description="the DEV plane over the pinned PROD")
+    parser.add_argument("--config-dir", type=dir_path, default=None)
     parser.add_argument("--json", action="store_true")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("status", help="the plane, the pinned PROD generation and the active one")
     sync_cmd = commands.add_parser("sync", help="build this checkout and activate it as the DEV generation")
-    sync_cmd.add_argument("--source", type=Path, default=Path.cwd(), help="the checkout (default: here)")
+    sync_cmd.add_argument(
+        "--source", type=existing_dir, default=Path.cwd(), help="the checkout (default: here)"
+    )
     sync_cmd.add_argument(
         "--serve-arg",
         action="append",

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
+from herdr_mcp.cli.arguments import CommandParser, dir_path, seconds
 from herdr_mcp.contract import ContractError, ContractIdentity, contract_identity, identity_of
 from herdr_mcp.generations.control import (
     Generation,
@@ -25,6 +24,7 @@ from herdr_mcp.generations.control import (
 from herdr_mcp.generations.gate import ActivationResult, activate, rollback
 from herdr_mcp.generations.registry import register, remove
 from herdr_mcp.generations.supervisor import DEFAULT_INTERVAL_S, ensure_running, supervise
+from herdr_mcp.loopback import stop_signals
 from herdr_mcp.runtime.config import default_config_dir
 
 #: A frozen catalog file is ~40 KiB; this is far above it and far below a memory problem.
@@ -32,9 +32,9 @@ MAX_CONTRACT_FILE_BYTES = 4 * 1024 * 1024
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="herdr-mcp generation", description="runtime A/B generations")
+    parser = CommandParser(prog="herdr-mcp generation", description="runtime A/B generations")
     parser.add_argument(
-        "--state-dir", type=Path, help="generations state dir (default <config dir>/generations)"
+        "--state-dir", type=dir_path, help="generations state dir (default <config dir>/generations)"
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -67,7 +67,7 @@ def _parser() -> argparse.ArgumentParser:
         "up", help="keep the active and previous generations' runtimes running (the runtime service)"
     )
     up.add_argument("--once", action="store_true", help="one pass, then exit")
-    up.add_argument("--interval", type=float, default=DEFAULT_INTERVAL_S, help="seconds between passes")
+    up.add_argument("--interval", type=seconds, default=DEFAULT_INTERVAL_S, help="seconds between passes")
     return parser
 
 
@@ -101,11 +101,12 @@ def _up(store: GenerationStore, *, once: bool, interval_s: float) -> int:
     if once:
         ensure_running(store, config_dir, say)
         return 0
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+    stop = stop_signals()
     say(f"herdr-mcp generation up: keeping the generations of {store.state_dir} running")
-    supervise(store, config_dir, stop, interval_s=interval_s, say=say)
+    try:
+        supervise(store, config_dir, stop, interval_s=interval_s, say=say)
+    finally:
+        stop.exiting()
     return 0
 
 

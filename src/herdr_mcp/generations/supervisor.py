@@ -20,10 +20,10 @@ stopped. The gate still decides which generation takes traffic; this only keeps 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Protocol
 from urllib.parse import urlsplit
 
 from herdr_mcp.generations.control import Generation, GenerationError, GenerationStore
@@ -94,10 +94,18 @@ def _restart(
         store.write_control_locked(replace(control, generations=moved), expected_revision=control.revision)
 
 
+class Stopping(Protocol):
+    """What `supervise` waits on: a `threading.Event`, or the process's `StopSignals`."""
+
+    def is_set(self) -> bool: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+
 def supervise(
     store: GenerationStore,
     config_dir: Path,
-    stop: threading.Event,
+    stop: Stopping,
     *,
     interval_s: float = DEFAULT_INTERVAL_S,
     stop_on_exit: bool = True,

@@ -236,8 +236,9 @@ class LinkServer:
         with self._lock:
             return len(self._served)
 
-    def close(self, grace_s: float = 0.0) -> None:
-        """Stop accepting, close idle connections, wait up to `grace_s` for busy ones, close all."""
+    def close(self, grace_s: float = 0.0, cut_short: Callable[[], bool] = lambda: False) -> None:
+        """Stop accepting, close idle connections, wait up to `grace_s` for busy ones (less once
+        `cut_short()` is true), close all."""
         with self._lock:
             self._closing = True
             served = list(self._served)
@@ -254,7 +255,7 @@ class LinkServer:
                 if not connection.busy:
                     _shut(connection.sock)
         deadline = time.monotonic() + grace_s
-        while self.connections() and time.monotonic() < deadline:
+        while self.connections() and time.monotonic() < deadline and not cut_short():
             time.sleep(0.02)
         with self._lock:
             served = list(self._served)

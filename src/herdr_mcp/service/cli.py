@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from herdr_mcp.cli.arguments import CommandParser, dir_path, fail, fixed_port, io_failure
 from herdr_mcp.generations import GenerationError, GenerationStore, TokenReader, activate
 from herdr_mcp.generations.control import check_generation_id
 from herdr_mcp.generations.process import is_managed
@@ -235,22 +236,24 @@ def service_status(host: ServiceHost) -> dict[str, Any]:
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--platform", choices=PLATFORMS, default=None, help="default: this OS's")
-    parser.add_argument("--config-dir", type=Path, default=None)
-    parser.add_argument("--target-dir", type=Path, default=None, help="where the unit/plist files go")
-    parser.add_argument("--state-dir", type=Path, default=None, help="generations state dir")
+    parser.add_argument("--config-dir", type=dir_path, default=None)
+    parser.add_argument("--target-dir", type=dir_path, default=None, help="where the unit/plist files go")
+    parser.add_argument("--state-dir", type=dir_path, default=None, help="generations state dir")
     parser.add_argument("--json", action="store_true")
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="herdr-mcp service", description="launchd / systemd --user services"
-    )
+    parser = CommandParser(prog="herdr-mcp service", description="launchd / systemd --user services")
     commands = parser.add_subparsers(dest="command", required=True)
     install = commands.add_parser("install", help="install and load the services; clears the update fence")
     _common(install)
     install.add_argument("--executable", type=Path, default=None, help="herdr-mcp to run (default: on PATH)")
-    install.add_argument("--port", type=int, default=None, help=f"runtime port (default {DEFAULT_PORT})")
-    install.add_argument("--log-dir", type=Path, default=None, help="launchd logs (~/Library/Logs/herdr-mcp)")
+    install.add_argument(
+        "--port", type=fixed_port, default=None, help=f"runtime port (default {DEFAULT_PORT})"
+    )
+    install.add_argument(
+        "--log-dir", type=dir_path, default=None, help="launchd logs (~/Library/Logs/herdr-mcp)"
+    )
     install.add_argument(
         "--generation",
         default=None,
@@ -286,8 +289,9 @@ def _executable(given: Path | None) -> Path:
     if found is None:
         beside = Path(sys.executable).with_name("herdr-mcp")
         found = str(beside) if beside.is_file() else None
-    if found is None or not os.access(found, os.X_OK):
-        raise ServiceError("executable_not_found", "no herdr-mcp executable found; pass --executable PATH")
+    if found is None or not os.path.isfile(found) or not os.access(found, os.X_OK):
+        what = "no herdr-mcp executable found" if given is None else f"{given} is not an executable file"
+        raise ServiceError("executable_not_found", f"{what}; pass --executable PATH")
     return Path(found).absolute()
 
 
@@ -357,8 +361,9 @@ def main(argv: list[str], *, runner: Runner = run_command) -> int:
             document = service_status(host)
             summary = _status_text(document)
     except (ServiceError, GenerationError, FenceSet) as exc:
-        print(f"herdr-mcp: error: {exc.code}: {exc.message}", file=sys.stderr)
-        return 2
+        return fail("herdr-mcp", exc.code, exc.message)
+    except OSError as exc:
+        return io_failure("herdr-mcp", exc)
     print(json.dumps(document, indent=2, sort_keys=True) if args.json else summary)
     return 0
 
@@ -380,7 +385,7 @@ def _status_text(document: dict[str, Any]) -> str:
 
 def rollback_main(argv: list[str], *, runner: Runner = run_command) -> int:
     """`herdr-mcp rollback`: re-validate and re-activate the recorded service rollback (macOS)."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="herdr-mcp rollback", description="re-activate the service rollback recorded by the last install"
     )
     _common(parser)
@@ -402,8 +407,9 @@ def rollback_main(argv: list[str], *, runner: Runner = run_command) -> int:
             sleep=host.sleep,
         )
     except (ServiceError, GenerationError, FenceSet) as exc:
-        print(f"herdr-mcp: error: {exc.code}: {exc.message}", file=sys.stderr)
-        return 2
+        return fail("herdr-mcp", exc.code, exc.message)
+    except OSError as exc:
+        return io_failure("herdr-mcp", exc)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, sort_keys=True))
     else:

@@ -1,35 +1,39 @@
 """`herdr-mcp sim`: run the Herdr simulator on a socket until SIGINT or SIGTERM.
 
 Prints the socket path as the first line of stdout (for scripts), a summary on stderr, and
-removes the socket file on exit. Exit status: 0 after a signal, 1 if the socket cannot be
-served, 2 for bad arguments or config.
+removes the socket file on exit. Exit status: 0 after a signal (SIGTERM, SIGINT), 2 with one line
+`herdr-mcp sim: error: <code>: <message>` for bad arguments or config (`sim_config_invalid`) or
+a socket it cannot serve (`sim_socket_unavailable`). The socket's directory must exist.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 import sys
 from pathlib import Path
 
+from herdr_mcp.cli.arguments import CommandParser, existing_dir, fail, socket_path
+from herdr_mcp.loopback import StopSignals, stop_signals
 from herdr_mcp.sim.config import SimConfig, SimulatorError
 from herdr_mcp.sim.server import Simulator
 
+PROG = "herdr-mcp sim"
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="herdr-mcp sim",
+    parser = CommandParser(
+        prog=PROG,
         description="Run a protocol-faithful Herdr simulator with scripted fake agents.",
     )
     parser.add_argument(
-        "--socket", required=True, type=Path, help="Unix socket path to listen on (mode 0600)"
+        "--socket", required=True, type=socket_path, help="Unix socket path to listen on (mode 0600)"
     )
     parser.add_argument("--config", type=Path, help="JSON session config (see `pydoc herdr_mcp.sim`)")
     parser.add_argument(
         "--root",
         action="append",
-        type=Path,
+        type=existing_dir,
         default=[],
         help="a directory to open as a workspace with a shell pane and a fake agent pane (repeatable)",
     )
@@ -45,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `herdr-mcp sim` and `python -m herdr_mcp.sim`."""
+    stop = stop_signals()
     args = build_parser().parse_args(argv)
     try:
         config = _config(args.config, args.root)
@@ -53,9 +58,11 @@ def main(argv: list[str] | None = None) -> int:
         for method, code in faults:
             simulator.inject_fault(method, code=code)
     except SimulatorError as exc:
-        print(f"herdr-mcp sim: {exc}", file=sys.stderr)
-        return 2
-    return asyncio.run(_serve(simulator))
+        return fail(PROG, "sim_config_invalid", str(exc))
+    try:
+        return asyncio.run(_serve(simulator, stop))
+    finally:
+        stop.exiting()
 
 
 def _config(config_file: Path | None, roots: list[Path]) -> SimConfig:
@@ -73,20 +80,17 @@ def _fault(spec: str) -> tuple[str, str]:
     return method, code or "internal_error"
 
 
-async def _serve(simulator: Simulator) -> int:
+async def _serve(simulator: Simulator, stop: StopSignals) -> int:
+    if stop.is_set():  # asked to stop while starting: leave before serving anything
+        return 0
     try:
         await simulator.start()
     except SimulatorError as exc:
-        print(f"herdr-mcp sim: {exc}", file=sys.stderr)
-        return 1
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
+        return fail(PROG, "sim_socket_unavailable", str(exc))
     try:
         print(simulator.socket_path, flush=True)
         _describe(simulator)
-        await stop.wait()
+        await stop.wait_async()
     finally:
         await simulator.stop()
     return 0
