@@ -299,10 +299,20 @@ def _mcp_post(http: httpx2.Client, url: str, message: dict[str, Any]) -> httpx2.
 def test_sigterm_during_a_call_answers_it_then_serve_exits_0() -> None:
     """The call in flight is answered, then the runtime exits 0, all within the limit."""
     for _ in range(2):
-        _sigterm_during_a_call()
+        result = _sigterm_during_a_call("sleep 1; echo done")
+        assert (result["exit_code"], result["stdout"]) == (0, "done\n"), result
 
 
-def _sigterm_during_a_call() -> None:
+def test_sigterm_during_a_long_call_stops_its_command_and_still_answers() -> None:
+    """A call that would outlive the limit: its command is stopped, the call is answered with
+    that, the runtime exits 0 within the limit (before: cancelled unanswered, 500 and a
+    traceback in the log)."""
+    for _ in range(2):
+        result = _sigterm_during_a_call("sleep 600")
+        assert (result["completed"], result["signal"]) == (True, "SIGTERM"), result
+
+
+def _sigterm_during_a_call(shell: str) -> dict[str, Any]:
     command = COMMANDS["serve"]
     with short_tmp_dir() as tmp, running(command, tmp) as process:
         url = process.line(command.ready_prefix).split()[-1]
@@ -316,7 +326,7 @@ def _sigterm_during_a_call() -> None:
             http.headers["mcp-session-id"] = opened.headers["mcp-session-id"]
             http.headers["mcp-protocol-version"] = "2025-06-18"
             _mcp_post(http, url, {"method": "notifications/initialized"})
-            run = {"workspace": "w1", "command": f"touch {started}; sleep 1; echo done"}
+            run = {"workspace": "w1", "command": f"touch {started}; {shell}"}
             call = {"id": 2, "method": "tools/call", "params": {"name": "herdr_exec", "arguments": run}}
             answers: list[httpx2.Response | BaseException] = []
 
@@ -332,5 +342,5 @@ def _sigterm_during_a_call() -> None:
             assert process.stop(signal.SIGTERM) == 0
             caller.join(30)
         assert len(answers) == 1 and isinstance(answers[0], httpx2.Response), answers
-        result = answers[0].json()["result"]["structuredContent"]
-        assert (result["exit_code"], result["stdout"]) == (0, "done\n"), result
+        result: dict[str, Any] = answers[0].json()["result"]["structuredContent"]
+        return result

@@ -28,12 +28,16 @@ from herdr_mcp.loopback import StopSignals, bind_loopback, freeze_startup_heap, 
 from herdr_mcp.runtime.app import build_app
 from herdr_mcp.runtime.auth import load_or_create_token
 from herdr_mcp.runtime.config import LOOPBACK_HOSTS, RuntimeConfig, default_config_dir
+from herdr_mcp.runtime.grep import stop_searches
 from herdr_mcp.runtime.services import Services
 
 #: How long `serve` waits for an existing Herdr to answer before embedding the simulator.
 PROBE_TIMEOUT_SECONDS = 1.0
-#: Calls in flight at SIGTERM get this long to finish; then they are cancelled and the exec
-#: sessions stopped (TERM, then KILL), so the runtime is gone within 5 s of the signal.
+#: Calls in flight at SIGTERM get this long to finish on their own; then the commands and
+#: searches they wait on are stopped, so they answer (a killed command, `runtime_stopping`).
+CALLS_GRACE_S = 2.0
+#: uvicorn cancels what still runs this long after the signal (unanswered); with the exec
+#: sessions' own TERM-then-KILL the runtime is gone within 5 s of the signal.
 GRACEFUL_SHUTDOWN_S = 3
 
 
@@ -100,7 +104,8 @@ async def _serve(args: argparse.Namespace, stop: StopSignals) -> int:
             read_only=args.read_only,
             write_roots=tuple(path.resolve() for path in args.write_root) if args.write_root else None,
         )
-        app = build_app(Services.create(config), token)
+        services = Services.create(config)
+        app = build_app(services, token)
         sock = _bind(config.host, config.port)
         port = sock.getsockname()[1]
         host = f"[{config.host}]" if ":" in config.host else config.host
@@ -116,7 +121,7 @@ async def _serve(args: argparse.Namespace, stop: StopSignals) -> int:
                 timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
             )
         )
-        relay = asyncio.create_task(_stop_on_signal(server, stop))
+        relay = asyncio.create_task(_stop_on_signal(server, services, stop))
         freeze_startup_heap()
         try:
             await server.serve(sockets=[sock])
@@ -149,6 +154,11 @@ class _Server(uvicorn.Server):
         yield
 
 
-async def _stop_on_signal(server: uvicorn.Server, stop: StopSignals) -> None:
+async def _stop_on_signal(server: uvicorn.Server, services: Services, stop: StopSignals) -> None:
     await stop.wait_async()
     server.should_exit = True
+    # Still running after the grace (this task is cancelled once `serve` returns): stop what
+    # the calls wait on so they end with an answer instead of being cancelled without one.
+    await asyncio.sleep(CALLS_GRACE_S)
+    stop_searches()
+    await services.sessions.shutdown()
