@@ -2,10 +2,10 @@
 
 `serve`, `link`, `sim` and `generation up` run as the real `herdr-mcp` command; the signal is
 sent at several points of their lives, several times each: at exec, as soon as the process has
-a handler for it (read from /proc/<pid>/status), at fractions of a measured start-up, as soon
-as the port is listening (/proc/net/tcp), right after the "serving" line (the window where a
-`SystemExit` raised by the old handler inside a weakref callback was dropped and the runtime kept
-serving), during a call, and twice in a row (a signal during shutdown).
+a handler for it (/proc/<pid>/status, `ps -o sigcatch` on macOS), at fractions of a measured
+start-up, as soon as the port is listening (/proc/net/tcp, `lsof`), right after the "serving"
+line (the window where a `SystemExit` raised by the old handler inside a weakref callback was
+dropped and the runtime kept serving), during a call, and twice in a row (during shutdown).
 
 A signal sent at exec can land before the interpreter has run a line of herdr-mcp; then the
 kernel's default action ends the process (killed by SIGTERM, which service managers count as a
@@ -40,8 +40,15 @@ START_DEADLINE_S = 60.0
 TRIES = 3
 
 
+PROC = Path("/proc/self/status").exists()
+
+
 def _signals_caught(pid: int) -> int:
-    """The SigCgt mask of `pid` (bit n-1 set: a handler for signal n is installed), 0 if gone."""
+    """The caught-signals mask of `pid` (bit n-1 set: a handler for signal n is installed), 0 if
+    it is gone: SigCgt in /proc/<pid>/status on Linux, `ps -o sigcatch` on macOS and BSDs."""
+    if not PROC:
+        done = subprocess.run(["ps", "-o", "sigcatch=", "-p", str(pid)], capture_output=True, text=True)
+        return int(done.stdout.strip() or "0", 16)
     try:
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
@@ -53,7 +60,15 @@ def _signals_caught(pid: int) -> int:
 
 
 def _listening(pid: int) -> bool:
-    """`pid` holds a TCP socket in LISTEN state (matched by inode in /proc/net/tcp{,6})."""
+    """`pid` holds a TCP socket in LISTEN state: matched by inode in /proc/net/tcp{,6} on Linux,
+    asked of `lsof` elsewhere."""
+    if not PROC:
+        done = subprocess.run(
+            ["lsof", "-nP", "-a", "-p", str(pid), "-iTCP", "-sTCP:LISTEN", "-t"],
+            capture_output=True,
+            text=True,
+        )
+        return bool(done.stdout.strip())
     inodes = set()
     with contextlib.suppress(OSError):
         for fd in os.listdir(f"/proc/{pid}/fd"):
@@ -227,6 +242,44 @@ def _handlers_installed(process: Running) -> Callable[[], bool]:
     """herdr-mcp's handlers are in place: SIGTERM is caught (SIGINT is installed just before it;
     the interpreter itself catches SIGINT from its first moments, so its bit says nothing)."""
     return lambda: bool(_signals_caught(process.pid) & (1 << (signal.SIGTERM - 1)))
+
+
+_SIGNAL_ON_ANOTHER_THREAD = """
+import signal, sys, threading, time
+from pathlib import Path
+from herdr_mcp.loopback import stop_signals
+
+stop = stop_signals()
+main = threading.get_native_id()
+
+def blocked() -> bool:
+    # The main thread sleeps in select (Linux: its state; elsewhere: after a moment).
+    status = Path(f"/proc/self/task/{main}/stat")
+    if not status.exists():
+        time.sleep(0.5)
+        return True
+    return status.read_text().rsplit(")", 1)[1].split()[0] == "S"
+
+def deliver() -> None:
+    while not blocked():
+        time.sleep(0.01)
+    signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+
+threading.Thread(target=deliver).start()
+print("woke" if stop.wait(60) else "slept through it", stop.count, flush=True)
+"""
+
+
+def test_a_signal_taken_by_another_thread_wakes_the_waiting_main_thread() -> None:
+    """The kernel may hand SIGTERM to any thread (the link has one per connection); the main
+    thread blocked in `wait` must still wake (it did not: under load the link kept serving)."""
+    for _ in range(TRIES):
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-c", _SIGNAL_ON_ANOTHER_THREAD], capture_output=True, text=True, timeout=120
+        )
+        assert (done.returncode, done.stdout) == (0, "woke 1\n"), done
+        assert time.monotonic() - started < 30
 
 
 # -- the points -------------------------------------------------------------------------------

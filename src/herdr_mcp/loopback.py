@@ -37,7 +37,8 @@ class StopSignals:
     handler that sets a `threading.Event` can deadlock: if the signal lands while the main thread
     holds that event's lock (inside `wait`), `set` waits for it forever. So the handler here only
     counts the signal and writes a byte to a pipe, which takes no lock and cannot fail; waiters
-    read the count and the pipe: a thread with `wait`, an event loop with `wait_async`.
+    read the count and the pipe (also the process's wakeup fd, see `install`): a thread with
+    `wait`, an event loop with `wait_async`.
 
     One per process (`stop_signals()`): signal dispositions are process-wide.
     """
@@ -48,6 +49,12 @@ class StopSignals:
         self._read_fd, self._write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 
     def install(self) -> None:
+        # The kernel may deliver the signal to any thread (the link has one per connection), and
+        # then the main thread, blocked in `select`, is not interrupted: the Python handler would
+        # wait for it to wake up by itself (the link kept serving after SIGTERM). With the pipe as
+        # the wakeup fd, CPython's C-level handler writes a byte to it on whichever thread it runs,
+        # which wakes the waiter in the main thread, where the Python handler then runs.
+        signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
         # SIGINT first: once SIGTERM is caught (visible in /proc/<pid>/status), both are ours.
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, self._handle)
