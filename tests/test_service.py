@@ -8,9 +8,13 @@ from __future__ import annotations
 import json
 import os
 import plistlib
+import re
+import shutil
 import stat
+import subprocess
+import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -22,10 +26,13 @@ from herdr_mcp.service.fence import read_fence, set_fence
 from herdr_mcp.service.rollback import ROLLBACK_FILE, read_rollback
 from herdr_mcp.service.units import (
     CommandResult,
+    Platform,
     ServiceConfig,
+    ServiceError,
+    render,
     render_launchd,
     render_systemd,
-    systemd_quote,
+    write_files,
 )
 from herdr_mcp.update.auto import skip_reason
 from tests.runtime_harness import RunningRuntime, two_runtimes
@@ -79,24 +86,44 @@ def _parse_unit(data: bytes) -> dict[str, list[tuple[str, str]]]:
     return sections
 
 
-def _unquote(words: str) -> list[str]:
-    """Undo `systemd_quote` on a space-joined list of quoted words (what systemd does)."""
-    out: list[str] = []
+_C_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v",
+              "\\": "\\", '"': '"', "'": "'", "s": " "}  # fmt: skip
+
+
+def _systemd_words(value: str, *, setting: str) -> list[str]:
+    """What systemd makes of a quoted `Environment=` or `ExecStart=` value, by systemd.syntax(7),
+    systemd.unit(5) and systemd.service(5): split at unquoted spaces, quotes removed, C escapes
+    undone; then `%%` is a literal `%` (specifiers) everywhere; in `ExecStart=` a `$$` is a
+    literal `$` in the arguments, but not in the program path, which is taken as it is (only
+    specifiers apply to it). In `Environment=` `$` has no special meaning."""
+    words: list[str] = []
     index = 0
-    while index < len(words):
-        assert words[index] == '"', words[index:]
+    while index < len(value):
+        if value[index] == " ":
+            index += 1
+            continue
+        assert value[index] == '"', f"every word is quoted: {value[index:]!r}"
         index += 1
         word = ""
-        while words[index] != '"':
-            if words[index] == "\\":
+        while value[index] != '"':
+            if value[index] == "\\":
                 index += 1
-            elif words[index] in "%$":
-                assert words[index + 1] == words[index]
-                index += 1
-            word += words[index]
+                assert value[index] in _C_ESCAPES, f"unexpected escape \\{value[index]}"
+                word += _C_ESCAPES[value[index]]
+            else:
+                word += value[index]
             index += 1
+        index += 1
+        assert index == len(value) or value[index] == " ", "a closing quote ends a word"
+        words.append(word)
+    out = []
+    for position, word in enumerate(words):
+        assert re.fullmatch(r"([^%]|%%)*", word), f"a lone % is a specifier: {word!r}"
+        word = word.replace("%%", "%")
+        if setting == "ExecStart" and position > 0:
+            assert re.fullmatch(r"([^$]|\$\$)*", word), f"a lone $ is a variable: {word!r}"
+            word = word.replace("$$", "$")
         out.append(word)
-        index += 2
     return out
 
 
@@ -154,18 +181,22 @@ def test_systemd_units_parse_back(tmp_path: Path) -> None:
     units = {name: _parse_unit(data) for name, data in files.items()}
 
     runtime = dict(units["herdr-mcp-runtime.service"]["Service"])
-    assert _unquote(runtime["ExecStart"]) == [exe, "serve", "--host", "127.0.0.1", "--port", "8772"]
-    assert _unquote(runtime["Environment"]) == [f"HERDR_MCP_CONFIG_DIR={config.config_dir}"]
+    assert _systemd_words(runtime["ExecStart"], setting="ExecStart") == [
+        exe, "serve", "--host", "127.0.0.1", "--port", "8772"
+    ]  # fmt: skip
+    assert _systemd_words(runtime["Environment"], setting="Environment") == [
+        f"HERDR_MCP_CONFIG_DIR={config.config_dir}"
+    ]
     assert (runtime["Restart"], runtime["Type"]) == ("on-failure", "simple")
     assert units["herdr-mcp-runtime.service"]["Install"] == [("WantedBy", "default.target")]
 
     link = units["herdr-mcp-link.service"]
-    assert _unquote(dict(link["Service"])["ExecStart"]) == [exe, "link"]
+    assert _systemd_words(dict(link["Service"])["ExecStart"], setting="ExecStart") == [exe, "link"]
     assert ("After", "herdr-mcp-runtime.service") in link["Unit"]
 
     update = dict(units["herdr-mcp-update.service"]["Service"])
     assert update["Type"] == "oneshot"
-    assert _unquote(update["ExecStart"]) == [exe, "update", "auto"]
+    assert _systemd_words(update["ExecStart"], setting="ExecStart") == [exe, "update", "auto"]
     assert "Install" not in units["herdr-mcp-update.service"]  # started by its timer only
 
     timer = dict(units["herdr-mcp-update.timer"]["Timer"])
@@ -177,9 +208,129 @@ def test_systemd_units_parse_back(tmp_path: Path) -> None:
     assert units["herdr-mcp-update.timer"]["Install"] == [("WantedBy", "timers.target")]
 
 
-@pytest.mark.parametrize("word", ["plain", "with space", 'quote"d', "back\\slash", "100%", "$HOME"])
-def test_systemd_quoting_round_trips(word: str) -> None:
-    assert _unquote(systemd_quote(word)) == [word]
+#: systemd refuses a program path with any of these ("Executable name contains special characters").
+PROGRAM_PATH_REFUSED = {'"', "'", "\\"}
+#: Characters systemd treats specially somewhere (quotes, escapes, specifiers, variables, spaces).
+AWKWARD = ["plain", "with space", 'quote"d', "it's", "back\\slash", "100%", "%n", "$HOME", "${X}", "$$", "é"]
+
+
+@pytest.mark.parametrize("word", AWKWARD)
+def test_systemd_environment_values_are_literal(word: str) -> None:
+    """`$` is written as it is in `Environment=` (it was doubled, so a config dir with a `$`
+    reached the jobs with `$$`)."""
+    config = ServiceConfig(Path("/opt/herdr-mcp/bin/herdr-mcp"), Path(f"/home/u/{word}/config"))
+    unit = _parse_unit(render_systemd(config)["herdr-mcp-runtime.service"])
+    environment = dict(unit["Service"])["Environment"]
+    assert _systemd_words(environment, setting="Environment") == [
+        f"HERDR_MCP_CONFIG_DIR=/home/u/{word}/config"
+    ]
+
+
+@pytest.mark.parametrize("word", [word for word in AWKWARD if not set(word) & PROGRAM_PATH_REFUSED])
+def test_systemd_program_path_is_taken_as_written(word: str) -> None:
+    """The program path gets specifier escaping only: systemd does not expand `$` in it."""
+    config = ServiceConfig(Path(f"/opt/{word}/herdr-mcp"), Path("/c"))
+    unit = _parse_unit(render_systemd(config)["herdr-mcp-link.service"])
+    words = _systemd_words(dict(unit["Service"])["ExecStart"], setting="ExecStart")
+    assert words == [f"/opt/{word}/herdr-mcp", "link"]
+
+
+@pytest.mark.parametrize("word", ['quote"d', "it's", "back\\slash"])
+def test_a_program_path_systemd_refuses_is_refused_before_anything_is_written(word: str) -> None:
+    """systemd refuses a unit whose program path holds a quote or a backslash ("Executable name
+    contains special characters"): say so instead of installing a unit that never starts."""
+    with pytest.raises(ServiceError) as refused:
+        render_systemd(ServiceConfig(Path(f"/opt/{word}/herdr-mcp"), Path("/c")))
+    assert refused.value.code == "executable_path_unsupported"
+    render_launchd(ServiceConfig(Path(f"/opt/{word}/herdr-mcp"), Path("/c")))  # launchd takes it
+
+
+@pytest.mark.parametrize("platform", ["systemd", "launchd"])
+@pytest.mark.parametrize("bad", ["new\nline", "tab\there", "del\x7f", "bell\a", "bytes\udcff"])
+def test_control_characters_or_undecodable_bytes_in_a_path_are_refused(platform: Platform, bad: str) -> None:
+    """Neither a unit line nor an XML plist can carry them faithfully (plistlib raised
+    ValueError, a newline split the unit line)."""
+    for config in (
+        ServiceConfig(Path(f"/opt/{bad}/herdr-mcp"), Path("/c")),
+        ServiceConfig(Path("/opt/herdr-mcp"), Path(f"/c/{bad}")),
+        ServiceConfig(Path("/opt/herdr-mcp"), Path("/c"), log_dir=Path(f"/logs/{bad}")),
+    ):
+        with pytest.raises(ServiceError) as refused:
+            render(platform, config)
+        assert refused.value.code in ("executable_path_unsupported", "service_path_unsupported")
+
+
+def test_launchd_plists_carry_awkward_paths_unchanged(tmp_path: Path) -> None:
+    weird = "".join(AWKWARD) + "<&>"
+    config = ServiceConfig(Path(f"/opt/{weird}/herdr-mcp"), tmp_path / weird, log_dir=tmp_path / weird)
+    for name, data in render_launchd(config).items():
+        plist = plistlib.loads(data)
+        assert plist["ProgramArguments"][0] == f"/opt/{weird}/herdr-mcp", name
+        assert plist["EnvironmentVariables"] == {"HERDR_MCP_CONFIG_DIR": str(tmp_path / weird)}
+        assert plist["StandardErrorPath"].startswith(str(tmp_path / weird))
+
+
+# -- the service manager's own checker -----------------------------------------------------------
+
+#: Where the checker runs: systemd-analyze on Linux (required there; scripts/test installs
+#: Debian's systemd package), plutil on macOS, where there is no systemd to check units with.
+CHECKED_PLATFORM: Platform = "launchd" if sys.platform == "darwin" else "systemd"
+
+
+def _check(platform: Platform, files: Path, runtime_dir: Path) -> subprocess.CompletedProcess[str]:
+    """`systemd-analyze verify` (or `plutil -lint`) on every file in `files`."""
+    paths = sorted(str(path) for path in files.iterdir())
+    if platform == "launchd":
+        return subprocess.run(["plutil", "-lint", *paths], capture_output=True, text=True, timeout=120)
+    analyze = shutil.which("systemd-analyze")
+    assert analyze is not None, (
+        "systemd-analyze is missing: install Debian's systemd package (apt-get install systemd; "
+        "scripts/test installs it)"
+    )
+    runtime_dir.mkdir(mode=0o700, exist_ok=True)
+    # --user with a private XDG_RUNTIME_DIR: no running systemd or D-Bus needed; --man=no: no
+    # man page lookups for Documentation=.
+    return subprocess.run(
+        [analyze, "verify", "--user", "--man=no", *paths],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "XDG_RUNTIME_DIR": str(runtime_dir), "SYSTEMD_LOG_COLOR": "0"},
+    )
+
+
+def test_the_service_manager_accepts_the_definitions_with_awkward_paths(tmp_path: Path) -> None:
+    """The rendered definitions, for a real executable and a config dir whose paths hold spaces,
+    `$`, `%`, quotes and backslashes where systemd allows them, pass `systemd-analyze verify`
+    with nothing to say: it found the executable at the path we meant (it checks that it exists
+    and is executable) and accepted every line. On macOS `plutil -lint` checks the plists."""
+    exe = _exe(tmp_path / "bin $HOME 100% é" / "herdr-mcp")
+    config = ServiceConfig(exe, tmp_path / 'config $HOME 100% "q" back\\slash it\'s', port=8772)
+    files = tmp_path / "definitions"
+    files.mkdir()
+    for supervise in (False, True):
+        write_files(files, render(CHECKED_PLATFORM, replace(config, supervise=supervise)))
+        checked = _check(CHECKED_PLATFORM, files, tmp_path / "run")
+        output = checked.stdout + checked.stderr
+        if CHECKED_PLATFORM == "launchd":
+            assert checked.returncode == 0 and output.count(": OK") == len(PLISTS), checked
+        else:
+            assert (checked.returncode, output) == (0, ""), checked
+
+
+def test_the_service_manager_check_is_a_real_check(tmp_path: Path) -> None:
+    """The same check refuses a definition whose program is not where it says (the old rendering
+    wrote a `$` in a program path as `$$`, a path that does not exist), or a broken plist."""
+    files = tmp_path / "definitions"
+    files.mkdir()
+    if CHECKED_PLATFORM == "launchd":
+        (files / "broken.plist").write_text("<plist><dict><key>Label</key></plist>")
+    else:
+        write_files(files, render_systemd(ServiceConfig(tmp_path / "no-such" / "herdr-mcp", tmp_path / "c")))
+    checked = _check(CHECKED_PLATFORM, files, tmp_path / "run")
+    assert checked.returncode != 0, checked
+    if CHECKED_PLATFORM == "systemd":
+        assert "is not executable" in checked.stdout + checked.stderr
 
 
 # -- install / uninstall with a recording runner ---------------------------------------------

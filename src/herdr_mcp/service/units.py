@@ -19,6 +19,7 @@ import os
 import plistlib
 import subprocess
 import sys
+import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,7 +153,10 @@ def launchd_plist(config: ServiceConfig, job: str) -> dict[str, Any]:
 
 
 def render_launchd(config: ServiceConfig) -> dict[str, bytes]:
-    """`{<label>.plist: XML bytes}` for the three agents (keys sorted, so deterministic)."""
+    """`{<label>.plist: XML bytes}` for the three agents (keys sorted, so deterministic).
+    Raises `ServiceError` for paths a plist cannot carry (`check_printable`); launchd runs
+    `ProgramArguments` without a shell, so nothing else needs escaping."""
+    check_printable(config)
     return {
         f"{launchd_label(job)}.plist": plistlib.dumps(
             launchd_plist(config, job), fmt=plistlib.FMT_XML, sort_keys=True
@@ -188,11 +192,67 @@ ENABLED_UNITS = (RUNTIME_UNIT, LINK_UNIT, UPDATE_TIMER)
 ALL_UNITS = (RUNTIME_UNIT, LINK_UNIT, UPDATE_UNIT, UPDATE_TIMER)
 
 
-def systemd_quote(word: str) -> str:
-    """One word of `ExecStart=`/`Environment=`: double-quoted with C escapes, `%` and `$` doubled
-    (systemd expands both, and a path may contain either)."""
-    escaped = word.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
-    return f'"{escaped}"'
+#: systemd refuses a program path holding any of these ("Executable name contains special
+#: characters", `string_is_safe`): a unit with one would never start.
+_PROGRAM_PATH_REFUSED = frozenset("\"'\\")
+
+
+def _quoted(text: str) -> str:
+    """One double-quoted word of a unit file (systemd.syntax(7) "Quoting"): backslash and double
+    quote escaped C-style; `check_printable` has kept control characters out."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def systemd_environment(name: str, value: str) -> str:
+    """The value of one `Environment=` line: `%` doubled (specifiers are expanded there), `$`
+    written as it is (systemd.exec(5): no variable expansion, `$` has no special meaning)."""
+    return _quoted(f"{name}={value}".replace("%", "%%"))
+
+
+def systemd_command(argv: Sequence[str]) -> str:
+    """The value of `ExecStart=` for `argv` (systemd.service(5) "Command lines"): `%` doubled in
+    every word; `$` doubled in the arguments, where `$NAME` would be expanded, but not in the
+    program path, which systemd takes as written. Raises `ServiceError` for a program path that
+    systemd refuses."""
+    program, *arguments = argv
+    refused = sorted(set(program) & _PROGRAM_PATH_REFUSED)
+    if refused:
+        raise ServiceError(
+            "executable_path_unsupported",
+            f"systemd refuses a program path containing {' '.join(refused)}: {program}; install "
+            "herdr-mcp under a path without quotes or backslashes and pass it with --executable",
+        )
+    words = [program.replace("%", "%%")]
+    words += [argument.replace("%", "%%").replace("$", "$$") for argument in arguments]
+    return " ".join(_quoted(word) for word in words)
+
+
+def check_printable(config: ServiceConfig) -> None:
+    """Refuse a path no job definition can carry faithfully: control characters (a newline
+    would end a unit line; XML 1.0 plists cannot hold them) or bytes that are not UTF-8 (unit
+    files and plists are UTF-8 text). Raises `ServiceError`."""
+    fields = {"--executable": config.executable, "--config-dir": config.config_dir}
+    if config.log_dir is not None:
+        fields["--log-dir"] = config.log_dir
+    for option, path in fields.items():
+        text = str(path)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            printable = False
+        else:
+            printable = not any(unicodedata.category(char) == "Cc" for char in text)
+        if not printable:
+            code = "executable_path_unsupported" if option == "--executable" else "service_path_unsupported"
+            raise ServiceError(
+                code,
+                f"{text!r} holds control characters or bytes that are not UTF-8, which a service "
+                f"definition cannot carry; pass another {option}",
+            )
+    if not config.executable.is_absolute():
+        raise ServiceError(
+            "executable_path_unsupported", f"{config.executable} is not an absolute path; pass one"
+        )
 
 
 def _unit(sections: list[tuple[str, list[tuple[str, str]]]]) -> bytes:
@@ -207,13 +267,15 @@ def _unit(sections: list[tuple[str, list[tuple[str, str]]]]) -> bytes:
 
 def _exec(config: ServiceConfig, job: str) -> list[tuple[str, str]]:
     environment = [
-        ("Environment", systemd_quote(f"{key}={value}")) for key, value in sorted(config.environment.items())
+        ("Environment", systemd_environment(key, value)) for key, value in sorted(config.environment.items())
     ]
-    return [*environment, ("ExecStart", " ".join(systemd_quote(arg) for arg in config.arguments(job)))]
+    return [*environment, ("ExecStart", systemd_command(config.arguments(job)))]
 
 
 def render_systemd(config: ServiceConfig) -> dict[str, bytes]:
-    """The four user units: runtime and link services, the update oneshot and its daily timer."""
+    """The four user units: runtime and link services, the update oneshot and its daily timer.
+    Raises `ServiceError` for paths a unit cannot carry (`check_printable`, `systemd_command`)."""
+    check_printable(config)
     runtime = _unit(
         [
             ("Unit", [("Description", "herdr-mcp runtime (local MCP server)")]),
