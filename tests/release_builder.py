@@ -30,6 +30,8 @@ from herdr_mcp.update.apply import UpdatePaths, start_and_activate
 from herdr_mcp.update.install import install_generation
 from herdr_mcp.update.repository_sim import ReleaseRepositorySimulator
 from herdr_mcp.update.staging import StagedAsset
+from tests.release_evidence import write_evidence
+from tests.sigstore_stack import SigstoreStack
 
 ROOT = Path(__file__).resolve().parents[1]
 REPOSITORY = "herdr-mcp/herdr-mcp"
@@ -63,7 +65,7 @@ class BuiltRelease:
     version: str
     epoch: int
     tree: Path
-    dist: Path  # the wheel, sdist, bundle (if any), runtime-manifest.json and its .minisig
+    dist: Path  # the wheel, sdist, bundle (if any), runtime-manifest.json, its .minisig (and Sigstore files)
     wheel: Path
     bundle: Path | None
 
@@ -84,9 +86,13 @@ def snapshot_tree(source: Path, destination: Path) -> None:
     for raw in filter(None, listed):
         relative = raw.decode()
         origin = source / relative
-        if not origin.is_file() or origin.is_symlink():
-            continue
         target = destination / relative
+        if origin.is_symlink():  # the packaged-data links (src/herdr_mcp/attestations, ...)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.symlink_to(os.readlink(origin))
+            continue
+        if not origin.is_file():
+            continue
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(origin, target)
 
@@ -96,11 +102,13 @@ def _git(tree: Path, *args: str) -> None:
 
 
 class ReleaseFactory:
-    """Builds releases under `work`, sharing one build environment."""
+    """Builds releases under `work`, sharing one build environment. With a Sigstore `stack`, each
+    release also carries its keyless signature and build provenance, as the workflow publishes."""
 
-    def __init__(self, work: Path, secret_key: Path) -> None:
+    def __init__(self, work: Path, secret_key: Path, stack: SigstoreStack | None = None) -> None:
         self.work = work
         self.secret_key = secret_key
+        self.stack = stack
         self._environment: BuildEnvironment | None = None
         self.target = host_target()
 
@@ -153,6 +161,8 @@ class ReleaseFactory:
             "--manifest", str(dist / "runtime-manifest.json"), "--secret-key", str(self.secret_key),
         ]  # fmt: skip
         subprocess.run(sign, check=True, capture_output=True)
+        if self.stack is not None:
+            write_evidence(self.stack, dist / "runtime-manifest.json")
         return BuiltRelease(version, epoch, tree, dist, wheel, archive)
 
 

@@ -25,8 +25,8 @@ import rfc8785
 from packaging.version import Version
 
 from herdr_mcp.contract import ContractIdentity, contract_identity
-from herdr_mcp.release.attestation import IdentityPolicy
 from herdr_mcp.release.manifest import (
+    MANIFEST_FILENAME,
     AssetInput,
     ContractMigration,
     RuntimeManifest,
@@ -34,6 +34,7 @@ from herdr_mcp.release.manifest import (
     build_manifest,
 )
 from herdr_mcp.release.minisign import PublicKey, SecretKey, keygen, load_secret_key, sign
+from herdr_mcp.release.verification import PublishedRelease, SigstoreTrust, UnsafeSkipSigstore
 from herdr_mcp.state import STATE_SCHEMA
 from herdr_mcp.update.admission import (
     AdmissionPolicy,
@@ -49,6 +50,8 @@ from herdr_mcp.update.highest_seen import (
     read_highest_seen,
     record_admitted,
 )
+from tests.release_evidence import evidence, identity_policy, signer, sigstore_trust, subjects
+from tests.sigstore_stack import SigstoreStack
 
 REPOSITORY = "example-org/herdr-mcp"
 REPOSITORY_ID = 812345678
@@ -67,17 +70,23 @@ LOCAL_5 = LocalIdentity(version=Version("1.1.0"), contract=E5, state_schema=STAT
 
 @dataclass(frozen=True)
 class Keys:
+    """The release key (pinned), a key nobody pinned, and the Sigstore stack that signs keylessly."""
+
     pinned: PublicKey
     secret: SecretKey
     unpinned: SecretKey
+    stack: SigstoreStack
 
 
 @pytest.fixture(scope="module")
-def keys(tmp_path_factory: pytest.TempPathFactory) -> Keys:
+def keys(tmp_path_factory: pytest.TempPathFactory, sigstore_stack: SigstoreStack) -> Keys:
     directory = tmp_path_factory.mktemp("keys")
     pinned = keygen(directory / "release.pub", directory / "release.key")
     return Keys(
-        pinned=pinned, secret=load_secret_key(directory / "release.key"), unpinned=SecretKey.generate()
+        pinned=pinned,
+        secret=load_secret_key(directory / "release.key"),
+        unpinned=SecretKey.generate(),
+        stack=sigstore_stack,
     )
 
 
@@ -148,7 +157,8 @@ class Case:
     highest_seen: str | None = None
     signer: str = "pinned"  # "pinned", "unpinned", "tampered", "malformed"
     policy: dict[str, Any] = field(default_factory=dict)
-    sigstore_bundle: str | None = None
+    #: What the release publishes beside the manifest (see `evidence_for`).
+    evidence: str = "published"
 
 
 CASES: dict[str, Case] = {
@@ -238,33 +248,109 @@ CASES: dict[str, Case] = {
     "an unpinned key": Case(LOCAL_5, lambda b: release(b), "signature_key_not_pinned", signer="unpinned"),
     "no pinned keys": Case(LOCAL_5, lambda b: release(b), "no_pinned_keys", policy={"public_keys": ()}),
     "a malformed signature": Case(LOCAL_5, lambda b: release(b), "signature_malformed", signer="malformed"),
-    "sigstore required, no bundle": Case(
-        LOCAL_5, lambda b: release(b), "sigstore_bundle_missing", policy={"require_sigstore": True}
+    # Sigstore and the build provenance (step 3): both required, verified offline.
+    "no Sigstore bundle": Case(LOCAL_5, lambda b: release(b), "sigstore_missing", evidence="no_sigstore"),
+    "no provenance": Case(LOCAL_5, lambda b: release(b), "provenance_missing", evidence="no_provenance"),
+    "neither Sigstore file": Case(LOCAL_5, lambda b: release(b), "sigstore_missing", evidence="none"),
+    "no Sigstore files, unsafe skip chosen": Case(
+        LOCAL_5, lambda b: release(b), "same_contract", evidence="none", policy={"sigstore": "unsafe"}
     ),
-    "sigstore bundle of other bytes": Case(
-        LOCAL_5,
-        lambda b: release(b),
-        "attestation_signature_invalid",
-        sigstore_bundle="rfc8785-release.whl.sigstore.json",
+    "Sigstore bundle of other bytes (a real public-good bundle)": Case(
+        LOCAL_5, lambda b: release(b), "attestation_untrusted_root", evidence="foreign_sigstore"
     ),
-    "sigstore policy not covering the tag": Case(
+    "Sigstore bundle of other bytes (same trust root)": Case(
+        LOCAL_5, lambda b: release(b), "attestation_signature_invalid", evidence="sigstore_of_other_bytes"
+    ),
+    "keyless signature by another workflow": Case(
+        LOCAL_5, lambda b: release(b), "attestation_identity_mismatch", evidence="signed_by_other_workflow"
+    ),
+    "keyless signature made at another tag": Case(
+        LOCAL_5, lambda b: release(b), "attestation_identity_mismatch", evidence="signed_at_other_tag"
+    ),
+    "keyless signature by a self-hosted runner": Case(
+        LOCAL_5, lambda b: release(b), "attestation_identity_mismatch", evidence="self_hosted_runner"
+    ),
+    "identity policy not covering the tag": Case(
         LOCAL_5,
         lambda b: release(b),
         "attestation_identity_mismatch",
         policy={"identity_policy": "refs/tags/v2.*"},
-        sigstore_bundle="rfc8785-release.whl.sigstore.json",
+    ),
+    "provenance gives an asset another digest": Case(
+        LOCAL_5, lambda b: release(b), "provenance_mismatch", evidence="provenance_other_digest"
+    ),
+    "provenance lacks an asset": Case(
+        LOCAL_5, lambda b: release(b), "provenance_mismatch", evidence="provenance_lacks_asset"
+    ),
+    "provenance of another manifest": Case(
+        LOCAL_5, lambda b: release(b), "provenance_mismatch", evidence="provenance_of_other_manifest"
+    ),
+    "provenance from another repository's workflow": Case(
+        LOCAL_5, lambda b: release(b), "attestation_identity_mismatch", evidence="provenance_other_repository"
+    ),
+    "provenance that is not SLSA from a workflow": Case(
+        LOCAL_5,
+        lambda b: release(b),
+        "attestation_predicate_unexpected",
+        evidence="provenance_other_build_type",
+    ),
+    "provenance bundle is not JSON": Case(
+        LOCAL_5, lambda b: release(b), "attestation_bundle_malformed", evidence="provenance_garbage"
     ),
 }
 
 
-def identity_policy(ref: str = "refs/tags/v*") -> IdentityPolicy:
-    return IdentityPolicy(
-        repository=REPOSITORY,
-        workflow_path=".github/workflows/release.yml",
-        ref=ref,
-        issuer="https://token.actions.githubusercontent.com",
-        runner_environment="github-hosted",
-    )
+def evidence_for(case: Case, data: bytes, stack: SigstoreStack) -> tuple[bytes | None, bytes | None]:
+    """(keyless signature bundle, provenance bundle) the release of `case` publishes."""
+    kind = case.evidence
+    good_signature, good_provenance = evidence(stack, data)
+    attested = subjects(data)
+    a_bundle = next(name for name in attested if name != MANIFEST_FILENAME)
+    made: dict[str, tuple[bytes | None, bytes | None]] = {
+        "published": (good_signature, good_provenance),
+        "none": (None, None),
+        "no_sigstore": (None, good_provenance),
+        "no_provenance": (good_signature, None),
+        "foreign_sigstore": (
+            (SIGSTORE_FIXTURES / "rfc8785-release.whl.sigstore.json").read_bytes(),
+            good_provenance,
+        ),
+        "sigstore_of_other_bytes": (stack.sign_artifact(data + b" ", signer(data)), good_provenance),
+        "signed_by_other_workflow": (
+            stack.sign_artifact(data, signer(data, workflow_path=".github/workflows/ci.yml")),
+            good_provenance,
+        ),
+        "signed_at_other_tag": (
+            stack.sign_artifact(data, signer(data, ref="refs/tags/v9.9.9")),
+            good_provenance,
+        ),
+        "self_hosted_runner": (
+            stack.sign_artifact(data, signer(data, runner_environment="self-hosted")),
+            good_provenance,
+        ),
+        "provenance_other_digest": (
+            good_signature,
+            stack.attest_provenance({**attested, a_bundle: "0" * 64}, signer(data)),
+        ),
+        "provenance_lacks_asset": (
+            good_signature,
+            stack.attest_provenance({k: v for k, v in attested.items() if k != a_bundle}, signer(data)),
+        ),
+        "provenance_of_other_manifest": (
+            good_signature,
+            stack.attest_provenance({**attested, MANIFEST_FILENAME: "1" * 64}, signer(data)),
+        ),
+        "provenance_other_repository": (
+            good_signature,
+            stack.attest_provenance(attested, signer(data, repository="attacker/herdr-mcp")),
+        ),
+        "provenance_other_build_type": (
+            good_signature,
+            stack.attest_provenance(attested, signer(data), build_type="https://example.com/manual-build/v1"),
+        ),
+        "provenance_garbage": (good_signature, b"not json"),
+    }
+    return made[kind]
 
 
 def signed(case: Case, base: RuntimeManifest, keys: Keys) -> tuple[bytes, str, str]:
@@ -284,30 +370,37 @@ def signed(case: Case, base: RuntimeManifest, keys: Keys) -> tuple[bytes, str, s
 
 def policy_for(case: Case, keys: Keys) -> AdmissionPolicy:
     overrides = dict(case.policy)
+    sigstore: SigstoreTrust | UnsafeSkipSigstore = sigstore_trust(keys.stack, REPOSITORY)
     if "identity_policy" in overrides:
-        overrides["identity_policy"] = identity_policy(overrides["identity_policy"])
-    elif case.sigstore_bundle is not None or overrides.get("require_sigstore"):
-        overrides["identity_policy"] = identity_policy()
+        narrowed = identity_policy(REPOSITORY, overrides.pop("identity_policy"))
+        sigstore = SigstoreTrust(identity_policy=narrowed, trusted_root=keys.stack.trusted_root)
+    if overrides.pop("sigstore", None) == "unsafe":
+        sigstore = UnsafeSkipSigstore()
     arguments: dict[str, Any] = {
         "public_keys": (keys.pinned,),
         "repository": REPOSITORY,
         "repository_id": REPOSITORY_ID,
+        "sigstore": sigstore,
         **overrides,
     }
     return AdmissionPolicy(**arguments)
 
 
-def run(case: Case, base: RuntimeManifest, keys: Keys) -> TrustedRelease | AlreadyCurrent:
+def published(case: Case, base: RuntimeManifest, keys: Keys) -> tuple[PublishedRelease, str]:
+    """The release of `case` as published (manifest, signatures, provenance), and its discovered tag."""
     data, signature, tag = signed(case, base, keys)
-    bundle = None if case.sigstore_bundle is None else (SIGSTORE_FIXTURES / case.sigstore_bundle).read_bytes()
+    signature_bundle, provenance = evidence_for(case, data, keys.stack)
+    return PublishedRelease(data, signature, signature_bundle, provenance), tag
+
+
+def run(case: Case, base: RuntimeManifest, keys: Keys) -> TrustedRelease | AlreadyCurrent:
+    release_files, tag = published(case, base, keys)
     return admit(
-        data,
-        signature,
+        release_files,
         discovered_tag=tag,
         local=case.local,
         policy=policy_for(case, keys),
         highest_seen=None if case.highest_seen is None else Version(case.highest_seen),
-        sigstore_bundle=bundle,
     )
 
 
@@ -369,7 +462,11 @@ def test_the_trusted_release(base: RuntimeManifest, keys: Keys) -> None:
     assert trusted.local == LOCAL_4
     assert trusted.version == Version("1.1.0")
     assert trusted.signature.key == keys.pinned
-    assert not trusted.sigstore_verified
+    assert trusted.sigstore_verified
+    assert trusted.verified.provenance is not None
+    assert {subject.name for subject in trusted.verified.provenance.subjects} == set(
+        subjects(trusted.manifest.to_bytes())
+    )
     assert trusted.asset_for(TARGET).name == f"herdr-mcp-1.2.0-{TARGET}.tar.gz"
     with pytest.raises(AdmissionRefused) as refused:
         trusted.asset_for("macos-arm64-cp311")
@@ -383,64 +480,81 @@ def test_only_admit_makes_a_trusted_release(base: RuntimeManifest, keys: Keys) -
     trusted = run(CASES["equal contract"], base, keys)
     assert isinstance(trusted, TrustedRelease)
     with pytest.raises(TypeError):
-        TrustedRelease(
-            manifest=trusted.manifest,
-            kind="same_contract",
-            local=LOCAL_5,
-            signature=trusted.signature,
-            sigstore_verified=False,
-            _admission=object(),
-        )
+        TrustedRelease(verified=trusted.verified, kind="same_contract", local=LOCAL_5, _admission=object())
 
 
-def test_an_inconsistent_policy_is_the_callers_fault(base: RuntimeManifest, keys: Keys) -> None:
-    with pytest.raises(UpdateUsageError, match="require_sigstore"):
-        AdmissionPolicy(
-            public_keys=(keys.pinned,), repository=REPOSITORY, repository_id=1, require_sigstore=True
-        )
-    with pytest.raises(UpdateUsageError, match="not the pinned repository"):
+def test_an_identity_policy_for_another_repository_is_the_callers_fault(keys: Keys) -> None:
+    with pytest.raises(UpdateUsageError, match="not the pinned repository") as error:
         AdmissionPolicy(
             public_keys=(keys.pinned,),
             repository="other/repo",
             repository_id=1,
-            identity_policy=identity_policy(),
+            sigstore=sigstore_trust(keys.stack, REPOSITORY),
         )
-    data, signature, tag = signed(CASES["equal contract"], base, keys)
-    with pytest.raises(UpdateUsageError) as error:
-        admit(
-            data,
-            signature,
-            discovered_tag=tag,
-            local=LOCAL_5,
-            policy=AdmissionPolicy(public_keys=(keys.pinned,), repository=REPOSITORY, repository_id=1),
-            highest_seen=None,
-            sigstore_bundle=b"{}",
-        )
-    assert error.value.code == "sigstore_policy_missing"
+    assert error.value.code == "admission_policy_invalid"
+
+
+def test_the_unsafe_skip_is_recorded_on_the_trusted_release(base: RuntimeManifest, keys: Keys) -> None:
+    trusted = run(CASES["no Sigstore files, unsafe skip chosen"], base, keys)
+    assert isinstance(trusted, TrustedRelease)
+    assert not trusted.sigstore_verified
+    assert trusted.verified.sigstore == "unsafe_skipped"
+    assert trusted.verified.provenance is None
+
+
+def test_a_sigstore_refusal_names_both_epochs(base: RuntimeManifest, keys: Keys) -> None:
+    case = dataclasses.replace(
+        CASES["no provenance"], manifest=lambda b: release(b, contract=E6, migrate_from=E5)
+    )
+    _, refused = outcome(case, base, keys)
+    assert refused is not None
+    assert (refused.code, refused.local_epoch, refused.target_epoch) == ("provenance_missing", 5, 6)
 
 
 class _NoIO:
-    """An audit hook (they cannot be removed) that, while armed, refuses opening files and sockets."""
+    """An audit hook (they cannot be removed) that, while armed, refuses opening files and sockets,
+    except reading the one file admission may read: the Sigstore trust root."""
 
     armed = False
     installed = False
+    allowed: frozenset[str] = frozenset()
 
     @classmethod
     def hook(cls, event: str, args: tuple[Any, ...]) -> None:
-        if cls.armed and (event == "open" or event.startswith("socket.")):
+        if not cls.armed:
+            return
+        if event == "open" and str(args[0]) in cls.allowed and args[1] in ("r", "rb", None):
+            return
+        if event == "open" or event.startswith("socket."):
             raise AssertionError(f"admission did I/O: {event} {args[:1]}")
 
 
 def test_admission_does_no_io(base: RuntimeManifest, keys: Keys) -> None:
     names = ("equal contract", "one epoch forward, 5 -> 6", "two epochs forward", "an unpinned key")
+    releases = {name: published(CASES[name], base, keys) for name in names}
+    policies = {name: policy_for(CASES[name], keys) for name in names}
     if not _NoIO.installed:
         sys.addaudithook(_NoIO.hook)
         _NoIO.installed = True
+    _NoIO.allowed = frozenset({str(keys.stack.trusted_root)})
     _NoIO.armed = True
+    results: dict[str, str] = {}
     try:
         with pytest.raises(AssertionError, match="admission did I/O"):
             Path(__file__).read_bytes()  # the hook is live
-        results = {name: outcome(CASES[name], base, keys)[0] for name in names}
+        for name in names:
+            release_files, tag = releases[name]
+            try:
+                result = admit(
+                    release_files,
+                    discovered_tag=tag,
+                    local=CASES[name].local,
+                    policy=policies[name],
+                    highest_seen=None,
+                )
+                results[name] = result.kind if isinstance(result, TrustedRelease) else "already_current"
+            except AdmissionRefused as refused:
+                results[name] = refused.code
     finally:
         _NoIO.armed = False
     assert results == {name: CASES[name].expected for name in names}

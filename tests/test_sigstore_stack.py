@@ -434,3 +434,12 @@ def test_recorded_real_attestation_verifies_only_under_its_own_root(stack: Sigst
         "attestation_untrusted_root",
         lambda: verify_attestation(bundle, demo.policy(), subjects, trusted_root=stack.trusted_root),
     )
+
+
+def test_attestation_with_the_newer_actions_build_type_verifies(stack: SigstoreStack) -> None:
+    """Newer @actions/attest writes GitHub's own buildType address for the same definition."""
+    bundle = stack.attest_provenance(
+        SUBJECTS, RELEASE, build_type="https://actions.github.io/buildtypes/workflow/v1"
+    )
+    statement = verify_attestation(bundle, RELEASE.policy(), SUBJECTS, trusted_root=stack.trusted_root)
+    assert {subject.name for subject in statement.subjects} == set(SUBJECTS)

@@ -23,6 +23,7 @@ from packaging.version import Version
 from herdr_mcp.contract import contract_identity
 from herdr_mcp.release.manifest import AssetInput, build_manifest
 from herdr_mcp.release.minisign import PublicKey, SecretKey, keygen, load_secret_key, sign
+from herdr_mcp.release.verification import PublishedRelease
 from herdr_mcp.state import STATE_SCHEMA
 from herdr_mcp.update.admission import (
     AdmissionPolicy,
@@ -34,6 +35,8 @@ from herdr_mcp.update.admission import (
 from herdr_mcp.update.errors import ReleaseDataError, UpdateTransportError, UpdateUsageError
 from herdr_mcp.update.repository_sim import Behavior, ReleaseRepositorySimulator, SimRelease
 from herdr_mcp.update.staging import DownloadConfig, StagedAsset, stage
+from tests.release_evidence import evidence, sigstore_trust
+from tests.sigstore_stack import SigstoreStack
 
 REPOSITORY = "example-org/herdr-mcp"
 REPOSITORY_ID = 812345678
@@ -46,15 +49,18 @@ PAYLOAD = bytes(range(256)) * 4096  # 1 MiB
 
 @dataclass(frozen=True)
 class Keys:
+    """The pinned release key and the Sigstore stack that signs keylessly and attests."""
+
     public: PublicKey
     secret: SecretKey
+    stack: SigstoreStack
 
 
 @pytest.fixture(scope="module")
-def keys(tmp_path_factory: pytest.TempPathFactory) -> Keys:
+def keys(tmp_path_factory: pytest.TempPathFactory, sigstore_stack: SigstoreStack) -> Keys:
     directory = tmp_path_factory.mktemp("keys")
     public = keygen(directory / "release.pub", directory / "release.key")
-    return Keys(public=public, secret=load_secret_key(directory / "release.key"))
+    return Keys(public=public, secret=load_secret_key(directory / "release.key"), stack=sigstore_stack)
 
 
 @pytest.fixture
@@ -79,14 +85,18 @@ def admitted(path: Path, keys: Keys, *, version: str = VERSION, target: str = TA
     )
     data = manifest.to_bytes()
     result = admit(
-        data,
-        sign(data, keys.secret, trusted_comment=f"herdr-mcp {tag}"),
+        PublishedRelease(
+            data, sign(data, keys.secret, trusted_comment=f"herdr-mcp {tag}"), *evidence(keys.stack, data)
+        ),
         discovered_tag=tag,
         local=LocalIdentity(
             version=Version("0.0.1"), contract=contract_identity(), state_schema=STATE_SCHEMA
         ),
         policy=AdmissionPolicy(
-            public_keys=(keys.public,), repository=REPOSITORY, repository_id=REPOSITORY_ID
+            public_keys=(keys.public,),
+            repository=REPOSITORY,
+            repository_id=REPOSITORY_ID,
+            sigstore=sigstore_trust(keys.stack, REPOSITORY),
         ),
         highest_seen=None,
     )

@@ -24,6 +24,8 @@ from herdr_mcp.update.auto import (
 from herdr_mcp.update.check import CheckResult, check_for_update
 from herdr_mcp.update.discovery import CHANNELS, DiscoveryConfig
 from herdr_mcp.update.repository_sim import ReleaseRepositorySimulator
+from tests.release_evidence import sigstore_trust
+from tests.sigstore_stack import SigstoreStack
 from tests.test_update_check import REPOSITORY, REPOSITORY_ID, VERSION, _publish
 
 
@@ -49,10 +51,13 @@ def _settings(config: Path, document: object) -> None:
         (lambda c: _settings(c, {"channel": ["stable"]}), None, "update_settings_invalid"),
         (lambda c: _settings(c, {"auto": True}), None, "update_settings_invalid"),
         (lambda c: (c / SETTINGS_FILE).write_text("{"), None, "update_settings_invalid"),
+        (lambda c: _settings(c, {"identity_policy": "policy.json"}), None, "update_settings_invalid"),
+        (lambda c: _settings(c, {"unsafe_skip_sigstore": True}), None, "update_settings_invalid"),
     ],
     ids=[
         "fenced", "dev-plane", "disabled", "preview-in-settings", "preview-asked", "auto-not-bool",
-        "unknown-channel", "channel-not-str", "unknown-field", "not-json",
+        "unknown-channel", "channel-not-str", "unknown-field", "not-json", "relative-identity-policy",
+        "no-unsafe-skip-in-settings",
     ],
 )  # fmt: skip
 def test_update_auto_skips_with_a_stated_reason(
@@ -87,8 +92,9 @@ def test_settings_default_and_parse(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def sim() -> Iterator[ReleaseRepositorySimulator]:
+def sim(sigstore_stack: SigstoreStack) -> Iterator[ReleaseRepositorySimulator]:
     with ReleaseRepositorySimulator(REPOSITORY) as simulator:
+        simulator.stack = sigstore_stack  # type: ignore[attr-defined]
         yield simulator
 
 
@@ -101,7 +107,10 @@ def _stable_check(sim: ReleaseRepositorySimulator, keys: Path, config: Path) -> 
         ca_file=sim.ca_file,
     )
     policy = AdmissionPolicy(
-        public_keys=tuple(load_pinned_keys(keys)), repository=REPOSITORY, repository_id=REPOSITORY_ID
+        public_keys=tuple(load_pinned_keys(keys)),
+        repository=REPOSITORY,
+        repository_id=REPOSITORY_ID,
+        sigstore=sigstore_trust(sim.stack, REPOSITORY),  # type: ignore[attr-defined]
     )
     local = LocalIdentity.of_this_runtime(__version__)
     return check_for_update(discovery, local, policy, config / "highest-seen.json")
@@ -118,7 +127,7 @@ def test_prod_stable_runs_the_check_and_says_what_it_found(
     empty = run_update_auto(config, lambda: _stable_check(sim, no_keys, config))
     assert (empty.action, empty.reason) == ("no_release", "no_releases")
 
-    keys = _publish(sim, tmp_path)
+    keys = _publish(sim, tmp_path).keys
     decision = run_update_auto(config, lambda: _stable_check(sim, keys, config))
     assert (decision.action, decision.reason) == ("admitted", "admitted")
     assert decision.to_dict()["version"] == VERSION

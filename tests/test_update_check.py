@@ -8,8 +8,11 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -17,8 +20,11 @@ import pytest
 from herdr_mcp.contract import ContractIdentity
 from herdr_mcp.release.manifest import AssetInput, build_manifest
 from herdr_mcp.release.minisign import keygen, load_secret_key, sign
+from herdr_mcp.release.verification import PROVENANCE_BUNDLE_NAME, SIGNATURE_NAME, SIGSTORE_BUNDLE_NAME
 from herdr_mcp.service.fence import clear_fence, set_fence
 from herdr_mcp.update.repository_sim import ReleaseRepositorySimulator
+from tests.release_evidence import evidence, sigstore_flags
+from tests.sigstore_stack import SigstoreStack
 
 REPOSITORY = "herdr-mcp/herdr-mcp"
 REPOSITORY_ID = 424242
@@ -28,9 +34,21 @@ BUNDLE = f"herdr-mcp-{VERSION}-linux-x86_64-cp311.tar.gz"
 
 
 @pytest.fixture
-def sim() -> Iterator[ReleaseRepositorySimulator]:
+def sim(sigstore_stack: SigstoreStack) -> Iterator[ReleaseRepositorySimulator]:
     with ReleaseRepositorySimulator(REPOSITORY) as simulator:
+        simulator.stack = sigstore_stack  # type: ignore[attr-defined]
         yield simulator
+
+
+@dataclass(frozen=True)
+class Trust:
+    """What the workstation pins: the release keys dir and the Sigstore flags (policy, trust root)."""
+
+    keys: Path
+    sigstore: list[str]
+
+    def flags(self) -> list[str]:
+        return ["--keys", str(self.keys), *self.sigstore]
 
 
 def _publish(
@@ -39,8 +57,12 @@ def _publish(
     *,
     contract: ContractIdentity | None = None,
     tamper: bool = False,
-) -> Path:
-    """Publish TAG with a bundle, a manifest listing it and a minisign signature; return the keys dir."""
+    sigstore: bool = True,
+    provenance: bool = True,
+) -> Trust:
+    """Publish TAG as the release workflow does: a bundle, the manifest listing it, its minisign
+    signature, its keyless Sigstore signature and the build provenance (each can be left out)."""
+    stack: SigstoreStack = sim.stack  # type: ignore[attr-defined]
     keys = tmp / "keys"
     keys.mkdir()
     keygen(keys / "release.pub", tmp / "release.key")
@@ -62,20 +84,29 @@ def _publish(
     release = sim.add_release(TAG)
     release.add_asset("runtime-manifest.json", data + (b" " if tamper else b""))
     release.add_asset("runtime-manifest.json.minisig", signature.encode())
+    signature_bundle, provenance_bundle = evidence(stack, data)
+    if sigstore:
+        release.add_asset(SIGSTORE_BUNDLE_NAME, signature_bundle)
+    if provenance:
+        release.add_asset(PROVENANCE_BUNDLE_NAME, provenance_bundle)
     release.add_asset(BUNDLE, bundle.read_bytes())
-    return keys
+    return Trust(keys, sigstore_flags(stack, tmp, REPOSITORY))
 
 
 def _check(
-    sim: ReleaseRepositorySimulator, tmp: Path, keys: Path, *mode: str
+    sim: ReleaseRepositorySimulator, tmp: Path, trust: Trust, *mode: str
 ) -> subprocess.CompletedProcess[str]:
     command = [
-        sys.executable, "-m", "herdr_mcp", "update", *(mode or ("--check",)), "--json", "--no-sigstore",
+        sys.executable, "-m", "herdr_mcp", "update", *(mode or ("--check",)), "--json",
         "--repository", REPOSITORY, "--repository-id", str(REPOSITORY_ID), "--api-url", sim.api_base_url,
         *(f"--allowed-host={host}" for host in sorted(sim.hosts)), "--ca-file", str(sim.ca_file),
-        "--keys", str(keys), "--config-dir", str(tmp / "config"),
+        *trust.flags(), "--config-dir", str(tmp / "config"),
     ]  # fmt: skip
     return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+
+#: What a check fetches: the manifest and its evidence, never an asset.
+EVIDENCE = sorted(["runtime-manifest.json", SIGNATURE_NAME, SIGSTORE_BUNDLE_NAME, PROVENANCE_BUNDLE_NAME])
 
 
 def _fetched(sim: ReleaseRepositorySimulator) -> list[str]:
@@ -90,7 +121,7 @@ def test_a_same_contract_release_is_admitted_without_downloading_its_bundle(
     assert result.returncode == 0, result.stderr
     answer = json.loads(result.stdout)
     assert (answer["status"], answer["version"], answer["kind"]) == ("admitted", VERSION, "same_contract")
-    assert _fetched(sim) == ["runtime-manifest.json", "runtime-manifest.json.minisig"]
+    assert _fetched(sim) == EVIDENCE
 
 
 @pytest.mark.parametrize(
@@ -130,7 +161,7 @@ def test_update_paths_respect_the_fence(sim: ReleaseRepositorySimulator, tmp_pat
     clear_fence(tmp_path / "config")
     admitted = json.loads(_check(sim, tmp_path, keys).stdout)
     assert admitted["status"] == "admitted"
-    assert _fetched(sim) == ["runtime-manifest.json", "runtime-manifest.json.minisig"]
+    assert _fetched(sim) == EVIDENCE
     # Unfenced, `auto` runs the whole update: this release's "bundle" is not one, so it fails
     # after admission, at the download or install step, and nothing is activated.
     tried = _check(sim, tmp_path, keys, "auto")
@@ -146,7 +177,7 @@ def test_a_pinned_manifest_url_is_admitted_from_the_files_next_to_it(
     result = _check(sim, tmp_path, keys, "--check", "--manifest-url", url)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["status"] == "admitted"
-    assert _fetched(sim) == ["runtime-manifest.json", "runtime-manifest.json.minisig"]
+    assert _fetched(sim) == EVIDENCE
     assert [
         entry.path for entry in sim.log if "/releases?" in entry.path or entry.path.endswith("/releases")
     ] == []
@@ -169,9 +200,9 @@ def test_the_repository_and_channel_come_from_the_settings_file_when_no_flag_nam
     config = tmp_path / "config"
     config.mkdir()
     command = [
-        sys.executable, "-m", "herdr_mcp", "update", "--check", "--json", "--no-sigstore",
+        sys.executable, "-m", "herdr_mcp", "update", "--check", "--json",
         "--api-url", sim.api_base_url, *(f"--allowed-host={host}" for host in sorted(sim.hosts)),
-        "--ca-file", str(sim.ca_file), "--keys", str(keys), "--config-dir", str(config),
+        "--ca-file", str(sim.ca_file), *keys.flags(), "--config-dir", str(config),
     ]  # fmt: skip
     env = {
         key: value for key, value in os.environ.items() if not key.startswith("HERDR_MCP_UPDATE_REPOSITORY")
@@ -191,3 +222,129 @@ def test_the_repository_and_channel_come_from_the_settings_file_when_no_flag_nam
         refused = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
         assert refused.returncode == 2
         assert "error: update_settings_invalid:" in refused.stderr
+
+
+@pytest.mark.parametrize(
+    ("has_sigstore", "has_provenance", "code"),
+    [(False, True, "sigstore_missing"), (True, False, "provenance_missing")],
+    ids=["no-sigstore-bundle", "no-provenance"],
+)
+def test_a_release_without_its_sigstore_evidence_is_refused_before_any_asset_download(
+    sim: ReleaseRepositorySimulator, tmp_path: Path, has_sigstore: bool, has_provenance: bool, code: str
+) -> None:
+    trust = _publish(sim, tmp_path, sigstore=has_sigstore, provenance=has_provenance)
+    for mode in ("--check", "--json"):  # the check, and the whole update
+        result = _check(sim, tmp_path, trust, mode)
+        assert result.returncode == 2, result.stdout
+        assert f"error: {code}:" in result.stderr
+        assert BUNDLE not in _fetched(sim)
+    assert not (tmp_path / "config" / "highest-seen.json").exists()
+    assert not (tmp_path / "config" / "runtimes").exists()
+    assert not (tmp_path / "config" / "generations" / "runtime-control.json").exists()
+
+
+def test_the_unsafe_skip_is_named_warned_about_and_refused_by_auto(
+    sim: ReleaseRepositorySimulator, tmp_path: Path
+) -> None:
+    trust = _publish(sim, tmp_path, sigstore=False, provenance=False)
+    skipped = _check(sim, tmp_path, trust, "--check", "--unsafe-skip-sigstore")
+    assert skipped.returncode == 0, skipped.stderr
+    assert json.loads(skipped.stdout)["status"] == "admitted"
+    assert "warning: --unsafe-skip-sigstore" in skipped.stderr
+    # Neither Sigstore file is even asked for when the user skips them.
+    assert _fetched(sim) == sorted(["runtime-manifest.json", SIGNATURE_NAME])
+    sim.clear_log()
+    auto = _check(sim, tmp_path, trust, "auto", "--unsafe-skip-sigstore")
+    assert auto.returncode == 2
+    assert "update auto` never skips the Sigstore checks" in auto.stderr
+    assert sim.log == []
+
+
+def test_another_repository_needs_its_own_identity_policy(
+    sim: ReleaseRepositorySimulator, tmp_path: Path
+) -> None:
+    trust = _publish(sim, tmp_path)
+    command = [
+        sys.executable, "-m", "herdr_mcp", "update", "--check", "--json", "--repository", "someone/fork",
+        "--repository-id", "7", "--api-url", sim.api_base_url, "--ca-file", str(sim.ca_file),
+        *(f"--allowed-host={host}" for host in sorted(sim.hosts)), "--keys", str(trust.keys),
+        "--config-dir", str(tmp_path / "config"),
+    ]  # fmt: skip
+    refused = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2
+    assert "error: identity_policy_missing:" in refused.stderr
+    assert "someone/fork" in refused.stderr
+    assert sim.log == [], "refused before anything is contacted"
+    # The policy of the release's own repository, pinned for the fork, is refused as well.
+    other = subprocess.run([*command, *trust.sigstore], capture_output=True, text=True, timeout=60)
+    assert other.returncode == 2
+    assert "error: identity_policy_missing:" in other.stderr
+
+
+class _PlainHttp(ThreadingHTTPServer):
+    """A plain-HTTP loopback server that records every request it gets (none are expected)."""
+
+    def __init__(self) -> None:
+        self.requests: list[str] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                outer.requests.append(self.path)
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+
+
+def test_a_pinned_manifest_url_obeys_https_and_the_host_allowlist_before_any_request(
+    sim: ReleaseRepositorySimulator, tmp_path: Path
+) -> None:
+    trust = _publish(sim, tmp_path)
+    path = f"/{REPOSITORY}/releases/download/{TAG}/runtime-manifest.json"
+    with _PlainHttp() as plain:
+        thread = threading.Thread(target=plain.serve_forever, daemon=True)
+        thread.start()
+        try:
+            cases = {
+                f"http://127.0.0.1:{plain.server_address[1]}{path}": "manifest_not_https",
+                sim.url(path, host=sim.download_host).replace("https://", "http://"): "manifest_not_https",
+                f"https://evil.example{path}": "manifest_host_refused",
+                sim.url(path, host="127.0.0.2"): "manifest_host_refused",
+            }
+            for url, code in cases.items():
+                for mode in ("--check", "--json"):
+                    refused = _check(sim, tmp_path, trust, mode, "--manifest-url", url)
+                    assert refused.returncode == 2, (url, refused.stdout)
+                    assert f"error: {code}:" in refused.stderr, refused.stderr
+        finally:
+            plain.shutdown()
+            thread.join(timeout=30)
+    assert plain.requests == []
+    assert sim.log == []
+
+
+def test_text_from_the_release_index_is_escaped_before_the_terminal(
+    sim: ReleaseRepositorySimulator, tmp_path: Path
+) -> None:
+    trust = _publish(sim, tmp_path)
+    evil = "notes\x1b]0;owned\x07\x1b[2J\u202egpj.exe"
+    newer = sim.add_release("v9.1.0")
+    newer.add_asset(evil, b"x")
+    newer.add_asset("runtime-manifest.json", b"{}")
+    # Only the API host allowed: discovery refuses the first asset URL, naming the asset.
+    command = [
+        sys.executable, "-m", "herdr_mcp", "update", "--check", "--repository", REPOSITORY,
+        "--repository-id", str(REPOSITORY_ID), "--api-url", sim.api_base_url, "--ca-file", str(sim.ca_file),
+        f"--allowed-host={sim.api_host}", *trust.flags(), "--config-dir", str(tmp_path / "config"),
+    ]  # fmt: skip
+    refused = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2
+    assert "error: discovery_asset_url_refused:" in refused.stderr
+    assert "\x1b" not in refused.stderr and "\x07" not in refused.stderr and "\u202e" not in refused.stderr
+    assert "notes\\x1b]0;owned\\x07\\x1b[2J\\u202egpj.exe" in refused.stderr
+    assert refused.stderr.count("\n") == 1

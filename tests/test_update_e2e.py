@@ -27,9 +27,12 @@ import pytest
 
 from herdr_mcp.contract import ContractIdentity, contract_identity, identity_of
 from herdr_mcp.generations import GenerationStore, Observation
+from herdr_mcp.release.manifest import MANIFEST_FILENAME
 from herdr_mcp.release.minisign import keygen
+from herdr_mcp.release.verification import PROVENANCE_BUNDLE_NAME, SIGNATURE_NAME, SIGSTORE_BUNDLE_NAME
 from herdr_mcp.update.apply import UpdatePaths
 from herdr_mcp.update.repository_sim import ReleaseRepositorySimulator
+from tests.logging_proxy import LoggingProxy, proxy_env
 from tests.release_builder import (
     REPOSITORY,
     REPOSITORY_ID,
@@ -39,7 +42,9 @@ from tests.release_builder import (
     publish,
     stop_all,
 )
+from tests.release_evidence import sigstore_flags
 from tests.runtime_harness import make_repo, mcp_client
+from tests.sigstore_stack import SigstoreStack
 from tests.test_link import Link, running_link
 
 pytestmark = pytest.mark.timeout(900)
@@ -51,20 +56,25 @@ class Releases:
     v2: BuiltRelease
     v3: BuiltRelease
     keys: Path
+    #: `--identity-policy` and `--trusted-root` of the local Sigstore stack that signed them.
+    sigstore: list[str]
 
 
 @pytest.fixture(scope="module")
-def releases(tmp_path_factory: pytest.TempPathFactory) -> Releases:
+def releases(tmp_path_factory: pytest.TempPathFactory, sigstore_stack: SigstoreStack) -> Releases:
+    """v1, v2 and v3 built from this tree, each signed with minisign and, by the local Sigstore
+    stack, keylessly and with build provenance: the update verifies all three, nothing skipped."""
     work = tmp_path_factory.mktemp("releases")
     keys = work / "keys"
     keys.mkdir()
     keygen(keys / "release.pub", work / "release.key")
-    factory = ReleaseFactory(work, work / "release.key")
+    factory = ReleaseFactory(work, work / "release.key", sigstore_stack)
     return Releases(
         v1=factory.release("1.0.0", epoch=4),
         v2=factory.release("2.0.0", epoch=5, migrate_from_epoch=4),
         v3=factory.release("3.0.0", epoch=6, migrate_from_epoch=5, with_bundle=False),
         keys=keys,
+        sigstore=sigstore_flags(sigstore_stack, work, REPOSITORY),
     )
 
 
@@ -75,6 +85,10 @@ class Workstation:
     link: Link
     v1_herdr_mcp: Path
     keys: Path
+    sigstore: list[str]
+    #: In every proxy variable of each `update`: the update (discovery and downloads from the
+    #: loopback simulator, the probe, the gate's bearer-carrying requests) must send it nothing.
+    proxy: LoggingProxy
 
     @property
     def store(self) -> GenerationStore:
@@ -82,7 +96,7 @@ class Workstation:
 
     def update_command(self, *extra: str) -> list[str]:
         return [
-            str(self.v1_herdr_mcp), "update", "--json", "--no-sigstore",
+            str(self.v1_herdr_mcp), "update", "--json", *self.sigstore,
             "--repository", REPOSITORY, "--repository-id", str(REPOSITORY_ID),
             "--api-url", self.sim.api_base_url, "--ca-file", str(self.sim.ca_file),
             *(f"--allowed-host={host}" for host in sorted(self.sim.hosts)),
@@ -91,7 +105,11 @@ class Workstation:
 
     def update(self, *extra: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            self.update_command(*extra), capture_output=True, text=True, timeout=600, env=_env()
+            self.update_command(*extra),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**_env(), **proxy_env(self.proxy.url)},
         )
 
     def served_contract(self) -> ContractIdentity:
@@ -132,8 +150,11 @@ def workstation(releases: Releases, tmp_path: Path) -> Iterator[Workstation]:
             serve_args = ["--no-sim", "--herdr-socket", str(socket)]
             install_active(paths, releases.v1, "r1.0.0-bootstrap", serve_args, tmp_path / "bootstrap-job")
             v1 = paths.runtimes / "r1.0.0-bootstrap" / "venv" / "bin" / "herdr-mcp"
-            with running_link(config / "generations", config / "link-token") as link:
-                yield Workstation(config, sim, link, v1, releases.keys)
+            with (
+                running_link(config / "generations", config / "link-token") as link,
+                LoggingProxy() as proxy,
+            ):
+                yield Workstation(config, sim, link, v1, releases.keys, releases.sigstore, proxy)
         finally:
             stop_all(paths)
 
@@ -168,6 +189,8 @@ def test_v1_updates_to_v2_across_one_epoch_rolls_back_and_refuses_v3(
     assert json.loads((ws.config / "highest-seen.json").read_text()) == {"version": "2.0.0"}
     spec = ws.store.read_control().find(v2_generation)
     assert spec.provenance is not None and spec.provenance["tag"] == "v2.0.0"
+    assert spec.provenance["sigstore"] == "verified"  # keyless signature and build provenance held
+    assert ws.proxy.requests() == []  # nothing of the update went through the proxy
     assert spec.expected_contract == contract_identity(5)
 
     rolled = subprocess.run(
@@ -194,8 +217,10 @@ def test_v1_updates_to_v2_across_one_epoch_rolls_back_and_refuses_v3(
     assert refused.returncode == 2, refused.stdout
     assert "epoch 4" in refused.stderr and "epoch 6" in refused.stderr, refused.stderr
     assert refused.stderr.startswith("herdr-mcp: error: contract_"), refused.stderr
-    downloaded = [entry.path for entry in ws.sim.downloads()]
-    assert all(path.endswith(("runtime-manifest.json", ".minisig")) for path in downloaded), downloaded
+    downloaded = sorted(entry.path.rsplit("/", 1)[1] for entry in ws.sim.downloads())
+    assert downloaded == sorted(
+        [MANIFEST_FILENAME, SIGNATURE_NAME, SIGSTORE_BUNDLE_NAME, PROVENANCE_BUNDLE_NAME]
+    ), downloaded
     assert ws.served_contract() == contract_identity(4)  # v1 still serves
 
 

@@ -34,6 +34,7 @@ from herdr_mcp.errors import ToolError
 from herdr_mcp.runtime.config import default_config_dir
 from herdr_mcp.state import continuity, handoff
 from herdr_mcp.state.store import STATE_FILE_NAME, StateError, StateStore
+from herdr_mcp.terminal import printable
 
 EXIT_REFUSED = 2
 
@@ -115,16 +116,15 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
 
 def _refusal(args: argparse.Namespace, code: str, message: str, details: dict[str, Any]) -> int:
     if args.json:
-        print(json.dumps({"error": {"code": code, "message": message, **details}}, ensure_ascii=False))
+        print(json.dumps({"error": {"code": code, "message": message, **details}}))
     else:
-        print(f"herdr-mcp handoff: {code}: {message}", file=sys.stderr)
+        print(printable(f"herdr-mcp handoff: {code}: {message}"), file=sys.stderr)
         for entry in details.get("candidates", []):
-            print(
+            head = (
                 f"  {entry['continuity_id']}  {entry['title'] or '(untitled)'}  "
-                f"workspaces={','.join(entry['workspace_ids']) or '-'}  updated {entry['updated_at']}\n"
-                f"    {entry['recent_summary']}",
-                file=sys.stderr,
+                f"workspaces={','.join(entry['workspace_ids']) or '-'}  updated {entry['updated_at']}"
             )
+            print(printable(head), printable(f"    {entry['recent_summary']}"), sep="\n", file=sys.stderr)
     return EXIT_REFUSED
 
 
@@ -137,10 +137,12 @@ def main(argv: list[str]) -> int:
         return _refusal(args, exc.code, exc.message, exc.details)
     except StateError as exc:
         return _refusal(args, exc.code, str(exc), {})
+    # Journal text comes from web conversations and Herdr output: escaped before a terminal
+    # (JSON's default ASCII escaping covers --json).
     if args.json:
-        print(json.dumps(result, ensure_ascii=False))
+        print(json.dumps(result))
     elif args.check:
-        print(f"valid: {', '.join(result['sections'])}")
+        print(printable(f"valid: {', '.join(result['sections'])}"))
     else:
-        sys.stdout.write(result["document"])
+        sys.stdout.write(printable(result["document"], keep_newlines=True))
     return 0

@@ -6,7 +6,7 @@
     manifest            runtime-manifest.json from the tree and the built files (never by hand)
     keygen              a minisign-compatible release key pair (the secret is never printed)
     sign                a minisign signature over the manifest's exact bytes
-    verify              signature, optional Sigstore bundle and attestations, and asset files
+    verify              minisign, Sigstore and provenance (the verifier admission runs), asset files
 
 Every expected failure is one line `herdr-mcp: error: <code>: <message>` and exit code 2.
 """
@@ -14,7 +14,6 @@ Every expected failure is one line `herdr-mcp: error: <code>: <message>` and exi
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import sys
@@ -26,12 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from herdr_mcp.release.attestation import (
+    MAX_BUNDLE_BYTES,
     AttestationError,
     IdentityPolicy,
     load_identity_policy,
-    trusted_root_age,
-    verify_artifact_signature,
-    verify_attestation,
 )
 from herdr_mcp.release.build import BuildError, build, check_reproducible, sha256_file
 from herdr_mcp.release.bundle import BundleError, bundle, load_release_config, parse_bundle_filename
@@ -47,21 +44,33 @@ from herdr_mcp.release.manifest import (
     source_from_git,
 )
 from herdr_mcp.release.minisign import (
+    MAX_SIGNATURE_FILE_BYTES,
     SECRET_KEY_ENV,
     SignatureError,
     keygen,
     load_pinned_keys,
     load_secret_key,
     sign,
-    verify,
 )
+from herdr_mcp.release.verification import (
+    PROVENANCE_BUNDLE_NAME,
+    SIGNATURE_NAME,
+    SIGSTORE_BUNDLE_NAME,
+    PublishedRelease,
+    ReleaseTrust,
+    ReleaseVerificationError,
+    SigstoreTrust,
+    UnsafeSkipSigstore,
+    verify_release,
+)
+from herdr_mcp.terminal import error_line, printable
 
 PROJECT = "herdr-mcp"
-_ERRORS = (AttestationError, BuildError, BundleError, ManifestError, SignatureError)
+_ERRORS = (AttestationError, BuildError, BundleError, ManifestError, ReleaseVerificationError, SignatureError)
 
 
 def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    print(printable(line), file=sys.stderr, flush=True)
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
@@ -136,15 +145,8 @@ def _cmd_keygen(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_manifest_bytes(path: Path) -> bytes:
-    data = path.read_bytes()
-    if len(data) > MAX_MANIFEST_BYTES:
-        raise ManifestError("manifest_too_large", f"{path} is larger than {MAX_MANIFEST_BYTES} bytes")
-    return data
-
-
 def _cmd_sign(args: argparse.Namespace) -> int:
-    data = _read_manifest_bytes(args.manifest)
+    data = _read_capped(args.manifest, MAX_MANIFEST_BYTES, "manifest_too_large")
     manifest = RuntimeManifest.from_bytes(data)  # never sign what we would refuse to parse
     environ = {SECRET_KEY_ENV: os.environ.get(args.secret_key_env, "")} if args.secret_key_env else None
     secret = load_secret_key(args.secret_key, environ=environ)
@@ -156,56 +158,69 @@ def _cmd_sign(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    """The checklist, in order; the first failure stops it:
+    """`herdr_mcp.release.verification.verify_release` (the verifier admission runs too), then the
+    asset files in --dist, if given: size and sha256 as the manifest says.
 
-    1. the minisign signature over the manifest's exact bytes, by a pinned key;
-    2. only then, parse the manifest (unknown fields, floats, big integers refused);
-    3. the Sigstore bundle, if given: keyless signature over the same bytes by the release
-       workflow of the manifest's repository at the manifest's tag;
-    4. each attestation bundle: signed by that identity, its subjects the manifest and every
-       asset with their sha256 (the release workflow attests them together);
-    5. the asset files in --dist, if given: size and sha256 as the manifest says.
+    The evidence defaults to the published file names next to the manifest; a missing one is
+    refused (`sigstore_missing`, `provenance_missing`) unless --unsafe-skip-sigstore.
     """
-    data = _read_manifest_bytes(args.manifest)
-    signature_path = args.signature or args.manifest.with_name(args.manifest.name + ".minisig")
-    signed = verify(data, signature_path.read_text(encoding="utf-8"), load_pinned_keys(args.keys))
-    manifest = RuntimeManifest.from_bytes(data)
-    report: dict[str, Any] = {
-        "manifest": str(args.manifest),
-        "version": manifest.version,
-        "contract": manifest.contract.to_dict(),
-        "minisign_key": signed.key.key_id_hex,
-    }
-    policy = None
-    if args.sigstore_bundle is not None or args.attestation:
-        base = (
+    data = _read_capped(args.manifest, MAX_MANIFEST_BYTES, "manifest_too_large")
+    folder = args.manifest.parent
+    signature = _read_capped(args.signature or folder / SIGNATURE_NAME, MAX_SIGNATURE_FILE_BYTES)
+    if args.unsafe_skip_sigstore:
+        print(
+            "herdr-mcp: warning: --unsafe-skip-sigstore: the keyless signature and the build "
+            "provenance are NOT checked",
+            file=sys.stderr,
+        )
+        sigstore: SigstoreTrust | UnsafeSkipSigstore = UnsafeSkipSigstore()
+        bundle = provenance = None
+    else:
+        identity = (
             load_identity_policy()
             if args.identity_policy is None
             else IdentityPolicy.from_file(args.identity_policy)
         )
-        if base.repository != manifest.source.repository:
-            raise AttestationError(
-                "attestation_identity_mismatch",
-                f"the manifest names repository {manifest.source.repository} but the identity policy "
-                f"pins {base.repository}",
-            )
-        policy = base.with_ref(manifest.source.ref)
-        report["trusted_root"] = trusted_root_age().warning or "fresh"
-    if args.sigstore_bundle is not None and policy is not None:
-        verify_artifact_signature(data, args.sigstore_bundle.read_bytes(), policy)
-        report["sigstore"] = "verified"
-    if args.attestation and policy is not None:
-        subjects = {asset.name: asset.sha256 for asset in manifest.assets}
-        subjects[MANIFEST_FILENAME] = hashlib.sha256(data).hexdigest()
-        for path in args.attestation:
-            statement = verify_attestation(path.read_bytes(), policy, subjects)
-            report.setdefault("attestations", []).append(
-                {"bundle": str(path), "subjects": len(statement.subjects)}
-            )
+        sigstore = SigstoreTrust(identity_policy=identity, trusted_root=args.trusted_root)
+        bundle = _read_optional(args.sigstore_bundle, folder / SIGSTORE_BUNDLE_NAME)
+        provenance = _read_optional(args.attestation, folder / PROVENANCE_BUNDLE_NAME)
+    verified = verify_release(
+        PublishedRelease(
+            manifest=data, signature=signature, sigstore_bundle=bundle, provenance_bundle=provenance
+        ),
+        ReleaseTrust(public_keys=tuple(load_pinned_keys(args.keys)), sigstore=sigstore),
+    )
+    manifest = verified.manifest
+    report: dict[str, Any] = {
+        "manifest": str(args.manifest),
+        "version": manifest.version,
+        "contract": manifest.contract.to_dict(),
+        "minisign_key": verified.signature.key.key_id_hex,
+        "sigstore": verified.sigstore,
+    }
+    if verified.provenance is not None:
+        report["provenance"] = {"subjects": len(verified.provenance.subjects)}
+        report["trusted_root"] = verified.provenance.trusted_root_age.warning or "fresh"
     if args.dist is not None:
         report["assets"] = _check_assets(args.dist, manifest)
     print(json.dumps(report, indent=2, sort_keys=True))
     return 0
+
+
+def _read_capped(path: Path, cap: int, code: str = "file_too_large") -> bytes:
+    """A file's bytes, refused past `cap` without reading more than `cap` + 1 bytes."""
+    with path.open("rb") as handle:
+        data = handle.read(cap + 1)
+    if len(data) > cap:
+        raise ManifestError(code, f"{path} is larger than {cap} bytes")
+    return data
+
+
+def _read_optional(given: Path | None, default: Path) -> bytes | None:
+    """The file the user named (which must exist), else the default name if it exists."""
+    if given is None and not default.exists():
+        return None
+    return _read_capped(given or default, MAX_BUNDLE_BYTES)
 
 
 def _check_assets(dist: Path, manifest: RuntimeManifest) -> list[str]:
@@ -275,9 +290,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--manifest", type=Path, required=True)
     p.add_argument("--signature", type=Path, default=None, help="default: <manifest>.minisig")
     p.add_argument("--keys", type=Path, default=None, help="pinned public keys (default: packaged)")
-    p.add_argument("--sigstore-bundle", type=Path, default=None)
-    p.add_argument("--attestation", type=Path, action="append", default=[])
+    p.add_argument(
+        "--sigstore-bundle", type=Path, default=None, help=f"default: {SIGSTORE_BUNDLE_NAME} beside it"
+    )
+    p.add_argument(
+        "--attestation",
+        type=Path,
+        default=None,
+        help=f"build provenance (default: {PROVENANCE_BUNDLE_NAME} beside it)",
+    )
     p.add_argument("--identity-policy", type=Path, default=None, help="(default: packaged)")
+    p.add_argument("--trusted-root", type=Path, default=None, help="Sigstore trust root (default: packaged)")
+    p.add_argument(
+        "--unsafe-skip-sigstore",
+        action="store_true",
+        help="UNSAFE: check only the minisign signature (e.g. before the workflow has signed)",
+    )
     p.add_argument("--dist", type=Path, default=None, help="check these asset files against the manifest")
     p.set_defaults(run=_cmd_verify)
     return parser
@@ -288,9 +316,9 @@ def main(argv: Sequence[str]) -> int:
     try:
         code: int = args.run(args)
     except _ERRORS as exc:
-        print(f"herdr-mcp: error: {exc.code}: {exc.message}", file=sys.stderr)
+        print(error_line(exc.code, exc.message), file=sys.stderr)
         return 2
     except OSError as exc:
-        print(f"herdr-mcp: error: {exc}", file=sys.stderr)
+        print(error_line("file_unreadable", f"{exc.filename or ''}: {exc.strerror or exc}"), file=sys.stderr)
         return 2
     return code

@@ -9,6 +9,13 @@ refuse while the update fence is set. Exit 0 with a JSON (or text) answer when a
 activated or admitted, when the runtime is already current, when there is no release, or when
 auto skipped; exit 2 with `herdr-mcp: error: <code>: <message>` when the release is refused,
 cannot be read, or the gate did not activate it (the previous generation then stays active).
+
+Trust (SPEC 6): a release must carry the pinned-key minisign signature, the keyless Sigstore
+signature of its manifest and the build provenance of its assets, both by the release workflow
+named in the signer identity policy (packaged, or `--identity-policy` / the settings'
+`identity_policy` for another repository, which is required: naming another repository never
+drops the check). `--unsafe-skip-sigstore` relies on the minisign key alone; it is warned about
+on every use and `update auto` refuses it.
 """
 
 from __future__ import annotations
@@ -24,14 +31,29 @@ from typing import Any
 from herdr_mcp import __version__
 from herdr_mcp.generations.control import GenerationError
 from herdr_mcp.generations.process import check_serve_args
-from herdr_mcp.release.attestation import AttestationError, load_identity_policy
+from herdr_mcp.release.attestation import AttestationError, IdentityPolicy, load_identity_policy
 from herdr_mcp.release.manifest import ManifestError
 from herdr_mcp.release.minisign import SignatureError, load_pinned_keys
+from herdr_mcp.release.verification import ReleaseVerificationError, SigstoreTrust, UnsafeSkipSigstore
 from herdr_mcp.runtime.config import default_config_dir
 from herdr_mcp.service.fence import FenceSet, check_fence
+from herdr_mcp.terminal import error_line, printable
 from herdr_mcp.update.admission import AdmissionPolicy, AlreadyCurrent, LocalIdentity, TrustedRelease
-from herdr_mcp.update.apply import ReleaseSource, UpdatePaths, UpdateReport, local_identity, run_update
-from herdr_mcp.update.auto import SETTINGS_FILE, SettingsInvalid, read_settings, run_update_auto
+from herdr_mcp.update.apply import (
+    ReleaseSource,
+    UpdatePaths,
+    UpdateReport,
+    check_may_update,
+    local_identity,
+    run_update,
+)
+from herdr_mcp.update.auto import (
+    SETTINGS_FILE,
+    SettingsInvalid,
+    UpdateSettings,
+    read_settings,
+    run_update_auto,
+)
 from herdr_mcp.update.check import CheckResult, check_for_update, fetch_and_admit, pinned_release_files
 from herdr_mcp.update.discovery import (
     CHANNELS,
@@ -70,7 +92,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--allowed-host", action="append", default=None, help="hosts downloads may come from")
     parser.add_argument("--ca-file", type=Path, default=None, help="trust only this CA (tests, mirrors)")
     parser.add_argument("--keys", type=Path, default=None, help="pinned release keys (default: packaged)")
-    parser.add_argument("--no-sigstore", action="store_true", help="do not check Sigstore bundles")
+    parser.add_argument(
+        "--identity-policy",
+        type=Path,
+        default=None,
+        help="the release workflow that must have signed (default: packaged; needed for another repository)",
+    )
+    parser.add_argument(
+        "--trusted-root", type=Path, default=None, help="Sigstore trust root (default: packaged)"
+    )
+    parser.add_argument(
+        "--unsafe-skip-sigstore",
+        action="store_true",
+        help="UNSAFE: do not require the keyless signature and the build provenance (not with auto)",
+    )
     parser.add_argument("--config-dir", type=Path, default=None)
     parser.add_argument("--json", action="store_true")
     return parser
@@ -86,6 +121,15 @@ def main(argv: Sequence[str]) -> int:
     args = parser.parse_args(list(argv))
     if args.mode == "auto" and (args.check or args.manifest_url):
         parser.error("`update auto` takes neither --check nor --manifest-url")
+    if args.mode == "auto" and args.unsafe_skip_sigstore:
+        parser.error(
+            "`update auto` never skips the Sigstore checks; run `herdr-mcp update` by hand to do that"
+        )
+    if args.unsafe_skip_sigstore:
+        _say(
+            "herdr-mcp: warning: --unsafe-skip-sigstore: the release's keyless signature and build "
+            "provenance are NOT checked; only the minisign key vouches for it"
+        )
     config_dir: Path = args.config_dir or default_config_dir()
     failed = False
     try:
@@ -101,21 +145,30 @@ def main(argv: Sequence[str]) -> int:
             report = _update(args, config_dir)
             answer = report.to_dict()
             failed = not report.ok
-    except (UpdateError, ManifestError, SignatureError, AttestationError, FenceSet, GenerationError) as exc:
-        print(f"herdr-mcp: error: {exc.code}: {exc.message}", file=sys.stderr)
+    except (
+        UpdateError,
+        ManifestError,
+        SignatureError,
+        AttestationError,
+        ReleaseVerificationError,
+        FenceSet,
+        GenerationError,
+    ) as exc:
+        print(error_line(exc.code, exc.message), file=sys.stderr)
         return 2
     if failed and not args.json:
-        print(f"herdr-mcp: error: {answer.get('outcome', 'refused')}: {answer['summary']}", file=sys.stderr)
+        print(error_line(answer.get("outcome") or "refused", answer["summary"]), file=sys.stderr)
         return 2
-    print(json.dumps(answer, sort_keys=True, default=str) if args.json else answer["summary"])
+    print(json.dumps(answer, sort_keys=True, default=str) if args.json else printable(answer["summary"]))
     return 2 if failed else 0
 
 
 def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    print(printable(line), file=sys.stderr, flush=True)
 
 
 def _update(args: argparse.Namespace, config_dir: Path) -> UpdateReport:
+    check_may_update(config_dir)  # a fenced or DEV workstation hears that, not a config problem
     discovery, policy = _configuration(args, config_dir)
     paths = UpdatePaths(config_dir)
     fallback = LocalIdentity.of_this_runtime(__version__)
@@ -135,12 +188,9 @@ def _check(args: argparse.Namespace, config_dir: Path) -> CheckResult:
     paths = UpdatePaths(config_dir)
     local = local_identity(paths.generations, LocalIdentity.of_this_runtime(__version__))
     if args.manifest_url is not None:
+        rules = discovery.rules(prefix="manifest")
         outcome = fetch_and_admit(
-            pinned_release_files(args.manifest_url),
-            discovery.rules(prefix="manifest"),
-            local,
-            policy,
-            paths.highest_seen,
+            pinned_release_files(args.manifest_url, rules), rules, local, policy, paths.highest_seen
         )
         return CheckResult(None, outcome)
     return check_for_update(discovery, local, policy, paths.highest_seen)
@@ -162,9 +212,9 @@ def _configuration(args: argparse.Namespace, config_dir: Path) -> tuple[Discover
             '(or HERDR_MCP_UPDATE_REPOSITORY / HERDR_MCP_UPDATE_REPOSITORY_ID, or "repository" and '
             f'"repository_id" in {config_dir / SETTINGS_FILE})',
         )
-    identity = None if args.no_sigstore else load_identity_policy()
-    if identity is not None and identity.repository != repository:
-        identity = None  # the packaged signer policy names another repository (a fork or a mirror)
+    sigstore = (
+        UnsafeSkipSigstore() if args.unsafe_skip_sigstore else _sigstore_trust(args, settings, repository)
+    )
     discovery = DiscoveryConfig(
         repository=repository,
         channel=CHANNELS[channel],
@@ -176,9 +226,25 @@ def _configuration(args: argparse.Namespace, config_dir: Path) -> tuple[Discover
         public_keys=tuple(load_pinned_keys(args.keys)),
         repository=repository,
         repository_id=repository_id,
-        identity_policy=identity,
+        sigstore=sigstore,
     )
     return discovery, policy
+
+
+def _sigstore_trust(args: argparse.Namespace, settings: UpdateSettings, repository: str) -> SigstoreTrust:
+    """The signer identity policy for `repository`: the flag's, the settings', else the packaged
+    one, which must be about `repository` (a fork or a mirror brings its own, or is refused)."""
+    path = args.identity_policy or (Path(settings.identity_policy) if settings.identity_policy else None)
+    identity = load_identity_policy() if path is None else IdentityPolicy.from_file(path)
+    if identity.repository != repository:
+        source = "the packaged signer identity policy" if path is None else str(path)
+        raise UpdateUsageError(
+            "identity_policy_missing",
+            f"{source} is for {identity.repository}, not {repository}: pass --identity-policy FILE naming "
+            f"{repository}'s release workflow (or set identity_policy in {SETTINGS_FILE}); the "
+            "Sigstore checks are never dropped for another repository",
+        )
+    return SigstoreTrust(identity_policy=identity, trusted_root=args.trusted_root)
 
 
 def _describe(result: CheckResult) -> dict[str, Any]:

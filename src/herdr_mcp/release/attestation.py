@@ -77,8 +77,14 @@ TRUSTED_ROOT_STALE_AFTER = timedelta(days=365)
 IN_TOTO_PAYLOAD_TYPE = "application/vnd.in-toto+json"
 IN_TOTO_STATEMENT_V1 = "https://in-toto.io/Statement/v1"
 SLSA_PROVENANCE_V1 = "https://slsa.dev/provenance/v1"
-#: The buildType actions/attest writes into SLSA provenance for a GitHub Actions workflow run.
+#: The buildType actions/attest writes into SLSA provenance for a GitHub Actions workflow run
+#: (what the recorded real attestation in tests/fixtures/sigstore carries).
 GITHUB_WORKFLOW_BUILD_TYPE = "https://slsa-framework.github.io/github-actions-buildtypes/workflow/v1"
+#: Newer @actions/attest releases name the same definition (github.com/actions/buildtypes, the
+#: same `externalParameters.workflow` shape) at GitHub's own address; both are accepted.
+GITHUB_WORKFLOW_BUILD_TYPES = frozenset(
+    {GITHUB_WORKFLOW_BUILD_TYPE, "https://actions.github.io/buildtypes/workflow/v1"}
+)
 
 #: Fulcio's "Source Repository Ref" certificate extension (a DER UTF8String), from
 #: https://github.com/sigstore/fulcio/blob/main/docs/oid-info.md.
@@ -572,8 +578,10 @@ def _parse_statement(payload_type: str, payload: bytes) -> _InToto:
 def _check_provenance(predicate: Mapping[str, Any], policy: IdentityPolicy, ref: str) -> None:
     """The provenance must describe the run the certificate names: same repository, workflow, ref."""
     definition = predicate.get("buildDefinition")
-    if not isinstance(definition, dict) or definition.get("buildType") != GITHUB_WORKFLOW_BUILD_TYPE:
-        raise _unexpected(f"the provenance is not a {GITHUB_WORKFLOW_BUILD_TYPE} build")
+    if not isinstance(definition, dict) or definition.get("buildType") not in GITHUB_WORKFLOW_BUILD_TYPES:
+        raise _unexpected(
+            f"the provenance is not a GitHub Actions workflow build ({sorted(GITHUB_WORKFLOW_BUILD_TYPES)})"
+        )
     parameters = definition.get("externalParameters")
     workflow = parameters.get("workflow") if isinstance(parameters, dict) else None
     expected = {"repository": policy.repository_uri, "path": policy.workflow_path, "ref": ref}

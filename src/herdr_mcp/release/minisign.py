@@ -86,9 +86,9 @@ class SignatureError(Exception):
         return {"code": self.code, "message": self.message}
 
 
-def _b64decode(line: str, what: str, code: str) -> bytes:
+def _b64decode(line: str | bytes, what: str, code: str) -> bytes:
     try:
-        return binascii.a2b_base64(line.encode("ascii"), strict_mode=True)
+        return binascii.a2b_base64(line.encode("ascii") if isinstance(line, str) else line, strict_mode=True)
     except (UnicodeEncodeError, binascii.Error):
         raise SignatureError(code, f"{what} is not valid base64") from None
 
@@ -267,23 +267,28 @@ class _SignatureFile:
 
 
 def _parse_signature_file(signature_text: str | bytes) -> _SignatureFile:
+    """The one parse boundary for signature files. Works on bytes: the untrusted comment is not
+    covered by any signature and may hold any bytes (minisign itself ignores it), so it is never
+    decoded; the trusted comment is kept as the exact bytes the global signature covers."""
     if len(signature_text) > MAX_SIGNATURE_FILE_BYTES:
         raise SignatureError("signature_malformed", f"larger than {MAX_SIGNATURE_FILE_BYTES} bytes")
-    if isinstance(signature_text, bytes):
-        try:
-            signature_text = signature_text.decode("utf-8")
-        except UnicodeDecodeError:
-            raise SignatureError("signature_malformed", "not UTF-8 text") from None
-    lines = signature_text.split("\n")
-    if lines[-1] == "":
+    raw_file = (
+        signature_text.encode("utf-8", "surrogateescape")
+        if isinstance(signature_text, str)
+        else signature_text
+    )
+    lines = raw_file.split(b"\n")
+    if lines[-1] == b"":
         lines.pop()
-    lines = [line.removesuffix("\r") for line in lines]
+    lines = [line.removesuffix(b"\r") for line in lines]
     if len(lines) != 4:
         raise SignatureError(
             "signature_malformed", f"a minisign signature has 4 lines, this has {len(lines)}"
         )
     untrusted, encoded_signature, trusted, encoded_global = lines
-    if not untrusted.startswith(_UNTRUSTED_PREFIX) or not trusted.startswith(_TRUSTED_PREFIX):
+    if not untrusted.startswith(_UNTRUSTED_PREFIX.encode()) or not trusted.startswith(
+        _TRUSTED_PREFIX.encode()
+    ):
         raise SignatureError("signature_malformed", "comment lines are missing their prefixes")
     raw = _b64decode(encoded_signature, "the signature line", "signature_malformed")
     global_signature = _b64decode(encoded_global, "the trusted comment signature", "signature_malformed")
@@ -293,7 +298,7 @@ def _parse_signature_file(signature_text: str | bytes) -> _SignatureFile:
         algorithm=raw[:2],
         key_id=raw[2:10],
         signature=raw[10:],
-        trusted_comment=trusted.removeprefix(_TRUSTED_PREFIX).encode("utf-8"),
+        trusted_comment=trusted.removeprefix(_TRUSTED_PREFIX.encode()),
         global_signature=global_signature,
     )
 
@@ -340,7 +345,9 @@ def verify(data: bytes, signature_text: str | bytes, public_keys: Sequence[Publi
                 raise SignatureError(
                     "signature_invalid", "the trusted comment was changed after signing (global signature)"
                 )
-            return VerifiedSignature(key=key, trusted_comment=parsed.trusted_comment.decode("utf-8"))
+            # Signed by the key holder, but shown to people: undecodable bytes become U+FFFD.
+            comment = parsed.trusted_comment.decode("utf-8", "replace")
+            return VerifiedSignature(key=key, trusted_comment=comment)
     raise SignatureError(
         "signature_invalid", f"the signature by key {_key_id_hex(parsed.key_id)} does not match these bytes"
     )

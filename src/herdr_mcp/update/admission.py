@@ -1,18 +1,19 @@
 """Admission: whether this workstation may take a discovered release, decided before any download.
 
-`admit` is the one owner of "what we have verified about a release" (SPEC 6, seed 001). Bytes go
-in (the manifest, its minisign signature, optionally its Sigstore bundle), typed objects come out,
-and nothing here touches the network or the disk (the one exception is reading the vendored
-Sigstore trust root, which is packaged data, when a bundle is checked). The checks run in one
-fixed order, numbered in `admit` exactly as below:
+`admit` is the one owner of "what we have verified about a release" on a workstation (SPEC 6,
+seed 001). Bytes go in (the manifest and its three pieces of evidence), typed objects come out,
+and nothing here touches the network or the disk (the one exception is reading the Sigstore
+trust root, packaged data, when the bundles are checked). The checks run in one fixed order,
+numbered in `admit` exactly as below:
 
-1. minisign signature over the exact bytes by a pinned key (before anything is parsed);
-2. parse, through the one parse boundary `RuntimeManifest.from_bytes`;
-3. Sigstore, when a bundle is given or the policy requires one: over the same bytes, with the
-   identity policy narrowed to the manifest's tag ref;
+1-3. `herdr_mcp.release.verification.verify_release`, the verifier `release verify` runs too:
+   the minisign signature by a pinned key over the exact bytes (before anything is parsed), the
+   one parse boundary, the release's own tag identity, then the keyless Sigstore signature of
+   the manifest and the build provenance of the manifest and every asset, both by the release
+   workflow at the release tag, verified offline. Both Sigstore checks are required; only
+   `UnsafeSkipSigstore`, chosen by name, skips them;
 4. product and schema version are the ones the policy reads;
-5. tag identity: the discovered tag is the manifest's tag, "v" + version, and the source ref is
-   "refs/tags/" + that tag;
+5. tag identity: the discovered tag is the manifest's tag;
 6. repository identity: source repository and repository id are the pinned ones;
 7. no downgrade against the persisted highest-seen version (and the local version);
 8. the contract rule: M == L is an ordinary update; M != L only exactly one epoch forward with a
@@ -23,11 +24,12 @@ later steps (download, install, probe, activation) accept; `AlreadyCurrent` when
 the version this runtime already is (nothing to do, not an error); or `AdmissionRefused` with a
 stable code. Refusal codes, in checklist order:
 
-1. the minisign codes (`herdr_mcp.release.minisign`): `no_pinned_keys`, `signature_malformed`,
-   `signature_algorithm_unsupported`, `signature_key_not_pinned`, `signature_invalid`;
-2. the parser's `manifest_*` codes (`herdr_mcp.release.manifest`), e.g. `manifest_unknown_field`
-   for an unknown field inside `contract_migration`;
-3. `sigstore_bundle_missing`, and the `attestation_*` codes (`herdr_mcp.release.attestation`);
+1-3. the verifier's codes (`herdr_mcp.release.verification`): the minisign codes
+   (`no_pinned_keys`, `signature_malformed`, `signature_algorithm_unsupported`,
+   `signature_key_not_pinned`, `signature_invalid`), the parser's `manifest_*` codes (e.g.
+   `manifest_unknown_field` for an unknown field inside `contract_migration`), `tag_mismatch`,
+   `repository_mismatch`, `sigstore_missing`, `provenance_missing`, `provenance_mismatch` and the
+   `attestation_*` codes (`herdr_mcp.release.attestation`);
 4. `product_mismatch`, `schema_version_unsupported`;
 5. `tag_mismatch`;
 6. `repository_mismatch`, `repository_id_mismatch`;
@@ -39,7 +41,7 @@ stable code. Refusal codes, in checklist order:
 `TrustedRelease.asset_for` refuses with `no_asset_for_target` (still before any download).
 Every step-8 refusal names the local and the target contract epochs. `AdmissionRefused` is a
 `ReleaseDataError`; a self-contradicting `AdmissionPolicy` is an `UpdateUsageError`
-(`admission_policy_invalid`, `sigstore_policy_missing`).
+(`admission_policy_invalid`).
 
 Decisions:
 - Versions compare with `packaging`. A release equal to the local version is `AlreadyCurrent`
@@ -59,22 +61,22 @@ Decisions:
 from __future__ import annotations
 
 from dataclasses import InitVar, dataclass
-from pathlib import Path
 from typing import Literal
 
 from packaging.version import Version
 
 from herdr_mcp.contract import ContractIdentity, contract_identity
-from herdr_mcp.release.attestation import AttestationError, IdentityPolicy, verify_artifact_signature
-from herdr_mcp.release.manifest import (
-    PRODUCT,
-    SCHEMA_VERSION,
-    Asset,
-    AssetKind,
-    ManifestError,
-    RuntimeManifest,
+from herdr_mcp.release.manifest import PRODUCT, SCHEMA_VERSION, Asset, AssetKind, RuntimeManifest
+from herdr_mcp.release.minisign import PublicKey, VerifiedSignature
+from herdr_mcp.release.verification import (
+    PublishedRelease,
+    ReleaseTrust,
+    ReleaseVerificationError,
+    SigstoreTrust,
+    UnsafeSkipSigstore,
+    VerifiedRelease,
+    verify_release,
 )
-from herdr_mcp.release.minisign import PublicKey, SignatureError, VerifiedSignature, verify
 from herdr_mcp.state import STATE_SCHEMA
 from herdr_mcp.update.errors import ReleaseDataError, UpdateUsageError
 
@@ -115,32 +117,33 @@ class LocalIdentity:
 class AdmissionPolicy:
     """What this workstation trusts: pinned release keys, the one repository, and Sigstore's signer.
 
-    `identity_policy` None means Sigstore is not configured (then `require_sigstore` must be False).
-    `trusted_root` None uses the vendored Sigstore trust root. Raises
-    `UpdateUsageError("admission_policy_invalid")` when the policy contradicts itself.
+    `sigstore` is the signer identity policy and trust root the keyless signature and the
+    provenance must verify against, or `UnsafeSkipSigstore` when the user chose, by name, to
+    rely on the minisign key alone. Raises `UpdateUsageError("admission_policy_invalid")` when
+    the identity policy is about another repository than the pinned one.
     """
 
     public_keys: tuple[PublicKey, ...]
     repository: str
     repository_id: int
-    identity_policy: IdentityPolicy | None = None
-    require_sigstore: bool = False
+    sigstore: SigstoreTrust | UnsafeSkipSigstore
     product: str = PRODUCT
     schema_version: int = SCHEMA_VERSION
-    trusted_root: Path | None = None
 
     def __post_init__(self) -> None:
-        if self.require_sigstore and self.identity_policy is None:
+        if (
+            isinstance(self.sigstore, SigstoreTrust)
+            and self.sigstore.identity_policy.repository != self.repository
+        ):
             raise UpdateUsageError(
                 "admission_policy_invalid",
-                "require_sigstore needs an identity_policy to check the signer against",
-            )
-        if self.identity_policy is not None and self.identity_policy.repository != self.repository:
-            raise UpdateUsageError(
-                "admission_policy_invalid",
-                f"the identity policy's repository {self.identity_policy.repository!r} "
+                f"the identity policy's repository {self.sigstore.identity_policy.repository!r} "
                 f"is not the pinned repository {self.repository!r}",
             )
+
+    @property
+    def trust(self) -> ReleaseTrust:
+        return ReleaseTrust(public_keys=self.public_keys, sigstore=self.sigstore)
 
 
 _ADMITTED = object()
@@ -150,22 +153,33 @@ _ADMITTED = object()
 class TrustedRelease:
     """A release that passed admission; only `admit` makes one.
 
-    `manifest` is the verified manifest (its contract is the TARGET contract M the candidate is
-    probed and gated against); `kind` says whether the contract stays or migrates one epoch;
-    `signature` is the minisign verification; `sigstore_verified` whether a Sigstore bundle was
-    checked as well.
+    `verified` is what `verify_release` established (the manifest, the minisign key, whether the
+    keyless signature and the provenance were verified or skipped by the unsafe choice);
+    `manifest` is its manifest (the contract is the TARGET contract M the candidate is probed and
+    gated against); `kind` says whether the contract stays or migrates one epoch.
     """
 
-    manifest: RuntimeManifest
+    verified: VerifiedRelease
     kind: AdmissionKind
     local: LocalIdentity
-    signature: VerifiedSignature
-    sigstore_verified: bool
     _admission: InitVar[object]
 
     def __post_init__(self, _admission: object) -> None:
         if _admission is not _ADMITTED:
             raise TypeError("a TrustedRelease is made by admit() only")
+
+    @property
+    def manifest(self) -> RuntimeManifest:
+        return self.verified.manifest
+
+    @property
+    def signature(self) -> VerifiedSignature:
+        return self.verified.signature
+
+    @property
+    def sigstore_verified(self) -> bool:
+        """Whether the keyless signature and the provenance were verified (not skipped)."""
+        return self.verified.sigstore == "verified"
 
     @property
     def version(self) -> Version:
@@ -198,38 +212,29 @@ class AlreadyCurrent:
 
 
 def admit(
-    manifest_bytes: bytes,
-    signature_text: str | bytes,
+    published: PublishedRelease,
     *,
     discovered_tag: str,
     local: LocalIdentity,
     policy: AdmissionPolicy,
     highest_seen: Version | None,
-    sigstore_bundle: bytes | None = None,
 ) -> TrustedRelease | AlreadyCurrent:
-    """Decide whether this workstation may take the release whose manifest is `manifest_bytes`.
+    """Decide whether this workstation may take the release `published` (manifest and evidence).
 
     `discovered_tag` is the release tag discovery chose; `highest_seen` the persisted highest
     version admitted so far (`herdr_mcp.update.highest_seen`), None if none was recorded.
     Returns a `TrustedRelease` or `AlreadyCurrent`. Raises `AdmissionRefused` (a
-    `ReleaseDataError`: the release is at fault or does not fit this workstation) and
-    `UpdateUsageError("sigstore_policy_missing")` when a Sigstore bundle is given but the policy
-    has no identity policy to judge it (the caller is at fault). No I/O.
+    `ReleaseDataError`: the release is at fault or does not fit this workstation). No I/O.
     """
     epoch = local.contract.epoch
-    # 1. minisign signature over the exact bytes, by a pinned key, before anything is parsed.
+    # 1-3. The one release verifier: minisign, parse, own tag identity, Sigstore, provenance.
     try:
-        signature = verify(manifest_bytes, signature_text, policy.public_keys)
-    except SignatureError as exc:
-        raise AdmissionRefused(exc.code, exc.message, local_epoch=epoch) from None
-    # 2. The one parse boundary.
-    try:
-        manifest = RuntimeManifest.from_bytes(manifest_bytes)
-    except ManifestError as exc:
-        raise AdmissionRefused(exc.code, exc.message, local_epoch=epoch) from None
+        verified = verify_release(published, policy.trust)
+    except ReleaseVerificationError as exc:
+        target = None if exc.manifest is None else exc.manifest.contract.epoch
+        raise AdmissionRefused(exc.code, exc.message, local_epoch=epoch, target_epoch=target) from None
+    manifest = verified.manifest
     target_epoch = manifest.contract.epoch
-    # 3. Sigstore over the same bytes, the signer narrowed to this tag's ref.
-    sigstore_verified = _check_sigstore(manifest_bytes, manifest, sigstore_bundle, policy, epoch)
     # 4. Product and schema version.
     if manifest.product != policy.product:
         raise AdmissionRefused(
@@ -246,10 +251,7 @@ def admit(
             target_epoch=target_epoch,
         )
     # 5. Tag identity: what discovery chose is what the manifest says it is.
-    if not (
-        discovered_tag == manifest.tag == "v" + manifest.version
-        and manifest.source.ref == "refs/tags/" + discovered_tag
-    ):
+    if discovered_tag != manifest.tag:
         raise AdmissionRefused(
             "tag_mismatch",
             f"discovered release {discovered_tag!r} carries the manifest of {manifest.tag!r} "
@@ -275,42 +277,7 @@ def admit(
         )
     # 8. The contract rule.
     kind = _contract_admission(manifest, local)
-    return TrustedRelease(
-        manifest=manifest,
-        kind=kind,
-        local=local,
-        signature=signature,
-        sigstore_verified=sigstore_verified,
-        _admission=_ADMITTED,
-    )
-
-
-def _check_sigstore(
-    data: bytes, manifest: RuntimeManifest, bundle: bytes | None, policy: AdmissionPolicy, epoch: int
-) -> bool:
-    if bundle is None:
-        if policy.require_sigstore:
-            raise AdmissionRefused(
-                "sigstore_bundle_missing",
-                f"release {manifest.tag} has no Sigstore bundle for its manifest and this workstation "
-                "requires one",
-                local_epoch=epoch,
-                target_epoch=manifest.contract.epoch,
-            )
-        return False
-    if policy.identity_policy is None:
-        raise UpdateUsageError(
-            "sigstore_policy_missing",
-            "a Sigstore bundle was given but the admission policy has no identity_policy to judge it",
-        )
-    try:
-        narrowed = policy.identity_policy.with_ref("refs/tags/" + manifest.tag)
-        verify_artifact_signature(data, bundle, narrowed, trusted_root=policy.trusted_root)
-    except AttestationError as exc:
-        raise AdmissionRefused(
-            exc.code, exc.message, local_epoch=epoch, target_epoch=manifest.contract.epoch
-        ) from None
-    return True
+    return TrustedRelease(verified=verified, kind=kind, local=local, _admission=_ADMITTED)
 
 
 def _check_repository(manifest: RuntimeManifest, policy: AdmissionPolicy, epoch: int) -> None:

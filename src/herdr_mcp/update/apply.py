@@ -197,6 +197,19 @@ def local_identity(store: GenerationStore, fallback: LocalIdentity) -> LocalIden
     return LocalIdentity(Version(found.version), found.contract, found.state_schema)
 
 
+def check_may_update(config_dir: Path) -> None:
+    """Whether this workstation takes updates at all, said before anything else is looked at:
+    raises `FenceSet` while the update fence is set, `UpdateUsageError("plane_not_prod")` on a
+    DEV plane."""
+    check_fence(config_dir)
+    if (config_dir / DEV_PLANE_MARKER).exists():
+        raise UpdateUsageError(
+            "plane_not_prod",
+            "this workstation runs a DEV generation; `herdr-mcp dev rollback` returns to the pinned "
+            "PROD generation, then update",
+        )
+
+
 def run_update(
     paths: UpdatePaths,
     source: ReleaseSource,
@@ -211,13 +224,7 @@ def run_update(
     """One interactive update (module docstring). Raises the updater's errors (`UpdateError`,
     `GenerationError`, `FenceSet`, and the manifest and signature errors) for anything that stops
     it before the gate; the gate's refusals are a report with status `refused`."""
-    check_fence(paths.config_dir)
-    if (paths.config_dir / DEV_PLANE_MARKER).exists():
-        raise UpdateUsageError(
-            "plane_not_prod",
-            "this workstation runs a DEV generation; `herdr-mcp dev rollback` returns to the pinned "
-            "PROD generation, then update",
-        )
+    check_may_update(paths.config_dir)
     store = paths.generations
     with update_lock(paths):
         cleaned = clean_up(paths)
@@ -275,6 +282,8 @@ def run_update(
             "commit": release.manifest.source.commit,
             "bundle": asset.name,
             "bundle_sha256": asset.sha256,
+            # "verified" (keyless signature and build provenance) or "unsafe_skipped" by choice.
+            "sigstore": release.verified.sigstore,
         }
         version = release.manifest.version
         spec = Generation(
@@ -399,10 +408,9 @@ def _admit(
         return _Admission(
             result.outcome, discovered={asset.name: asset.url for asset in result.candidate.assets}
         )
-    files = pinned_release_files(source.manifest_url)
-    outcome = fetch_and_admit(
-        files, source.discovery.rules(prefix="manifest"), local, policy, paths.highest_seen
-    )
+    rules = source.discovery.rules(prefix="manifest")
+    files = pinned_release_files(source.manifest_url, rules)
+    outcome = fetch_and_admit(files, rules, local, policy, paths.highest_seen)
     return _Admission(outcome, pinned_dir=files.manifest_url.rsplit("/", 1)[0] + "/")
 
 

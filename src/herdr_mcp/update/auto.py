@@ -19,10 +19,13 @@ Errors of the run itself (transport, a refused release) are raised to the caller
 `herdr-mcp update`.
 
 `update-settings.json` (optional; defaults when absent): `{"auto_update": true, "channel":
-"stable", "repository": "owner/name", "repository_id": 123}`; unknown fields are refused. The
-release repository and its numeric id (what the manifest's `source` must name) are where the
-daily job, which gets no arguments, finds them; command-line flags and the
-`HERDR_MCP_UPDATE_REPOSITORY(_ID)` variables take precedence.
+"stable", "repository": "owner/name", "repository_id": 123, "identity_policy":
+"/path/to/identity-policy.json"}`; unknown fields are refused. The release repository and its
+numeric id (what the manifest's `source` must name) and, for a repository other than the one
+the packaged signer policy names (a fork), that repository's signer identity policy are where
+the daily job, which gets no arguments, finds them; command-line flags and the
+`HERDR_MCP_UPDATE_REPOSITORY(_ID)` variables take precedence. Skipping the Sigstore checks
+cannot be configured here: only the interactive `--unsafe-skip-sigstore` does it.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ class UpdateSettings:
     channel: str = AUTO_CHANNEL
     repository: str | None = None
     repository_id: int | None = None
+    identity_policy: str | None = None
 
 
 class SettingsInvalid(ValueError):
@@ -103,7 +107,7 @@ def read_settings(config_dir: Path) -> UpdateSettings:
         raise SettingsInvalid(f"{SETTINGS_FILE} is not JSON") from exc
     if not isinstance(document, dict):
         raise SettingsInvalid(f"{SETTINGS_FILE} must be a JSON object")
-    unknown = set(document) - {"auto_update", "channel", "repository", "repository_id"}
+    unknown = set(document) - {"auto_update", "channel", "repository", "repository_id", "identity_policy"}
     if unknown:
         raise SettingsInvalid(f"unknown field(s) in {SETTINGS_FILE}: {', '.join(sorted(unknown))}")
     settings = UpdateSettings(**document)
@@ -120,6 +124,10 @@ def read_settings(config_dir: Path) -> UpdateSettings:
         isinstance(repository_id, bool) or not isinstance(repository_id, int) or not 0 < repository_id < 2**53
     ):
         raise SettingsInvalid(f"{SETTINGS_FILE}: repository_id must be a positive integer")
+    if settings.identity_policy is not None and not (
+        isinstance(settings.identity_policy, str) and Path(settings.identity_policy).is_absolute()
+    ):
+        raise SettingsInvalid(f"{SETTINGS_FILE}: identity_policy must be an absolute path")
     return settings
 
 

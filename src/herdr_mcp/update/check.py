@@ -1,10 +1,15 @@
-"""`herdr-mcp update --check`: discover, fetch the manifest and its signatures, admit. No asset.
+"""`herdr-mcp update --check`: discover, fetch the manifest and its evidence, admit. No asset.
 
 The first two steps of an update, and nothing else: discovery picks the single candidate, then
-only `runtime-manifest.json`, its `.minisig` and (when the release has one) its
-`.sigstore.json` are fetched, size-capped, and handed to admission. No bundle or other asset is
-downloaded, whatever the outcome; the highest-seen version is not raised by a check (only an
-install that follows an admission raises it).
+only `runtime-manifest.json`, its `.minisig`, its `.sigstore.json` and the release's
+`runtime-provenance.sigstore.json` are fetched, size-capped, and handed to admission (a release
+without one of them is refused there, `sigstore_missing` or `provenance_missing`). No bundle or
+other asset is downloaded, whatever the outcome; the highest-seen version is not raised by a
+check (only an install that follows an admission raises it).
+
+Every URL is checked against the transport rules (HTTPS, an allowed host) before its first
+byte is requested, including a manifest URL the user pinned (`manifest_not_https`,
+`manifest_host_refused`).
 """
 
 from __future__ import annotations
@@ -14,18 +19,29 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from herdr_mcp.release.attestation import MAX_BUNDLE_BYTES
 from herdr_mcp.release.manifest import MANIFEST_FILENAME, MAX_MANIFEST_BYTES
+from herdr_mcp.release.verification import (
+    PROVENANCE_BUNDLE_NAME,
+    SIGNATURE_NAME,
+    SIGSTORE_BUNDLE_NAME,
+    PublishedRelease,
+    UnsafeSkipSigstore,
+)
 from herdr_mcp.update.admission import AdmissionPolicy, AlreadyCurrent, LocalIdentity, TrustedRelease, admit
 from herdr_mcp.update.discovery import Candidate, DiscoveryConfig, NoCandidate, discover
 from herdr_mcp.update.errors import ReleaseDataError, UpdateTransportError, UpdateUsageError
 from herdr_mcp.update.highest_seen import read_highest_seen
-from herdr_mcp.update.transport import TransportRules, declared_length, open_client, stream_get
+from herdr_mcp.update.transport import (
+    TransportRules,
+    check_https_url,
+    declared_length,
+    open_client,
+    stream_get,
+)
 
-SIGNATURE_NAME = MANIFEST_FILENAME + ".minisig"
-SIGSTORE_NAME = MANIFEST_FILENAME + ".sigstore.json"
-#: A minisign signature file is four short lines; a Sigstore bundle is a few KiB.
+#: A minisign signature file is four short lines.
 MAX_SIGNATURE_BYTES = 64 * 1024
-MAX_SIGSTORE_BUNDLE_BYTES = 1024 * 1024
 #: The whole check (three small files after discovery) must finish within this many seconds.
 FETCH_DEADLINE_SECONDS = 120.0
 
@@ -52,13 +68,15 @@ def check_for_update(
         raise ReleaseDataError(
             "signature_missing", f"release {candidate.tag} has no {SIGNATURE_NAME}; it cannot be trusted"
         )
-    sigstore_asset = by_name.get(SIGSTORE_NAME)
+    sigstore_asset = by_name.get(SIGSTORE_BUNDLE_NAME)
+    provenance_asset = by_name.get(PROVENANCE_BUNDLE_NAME)
     outcome = fetch_and_admit(
         ReleaseFiles(
             tag=candidate.tag,
             manifest_url=candidate.manifest.url,
             signature_url=signature_asset.url,
             sigstore_url=sigstore_asset.url if sigstore_asset is not None else None,
+            provenance_url=provenance_asset.url if provenance_asset is not None else None,
         ),
         discovery.rules(prefix="manifest"),
         local,
@@ -70,20 +88,27 @@ def check_for_update(
 
 @dataclass(frozen=True)
 class ReleaseFiles:
-    """Where one release's manifest and signatures are (discovered, or next to a pinned manifest)."""
+    """Where one release's manifest and evidence are (discovered, or next to a pinned manifest).
+
+    A None URL: the release lists no such file (admission decides what that means)."""
 
     tag: str
     manifest_url: str
     signature_url: str
     sigstore_url: str | None
-    #: True when `sigstore_url` is only where a bundle would be (a pinned manifest's neighbour).
-    sigstore_optional: bool = False
+    provenance_url: str | None
+    #: True when the Sigstore URLs are only where the bundles would be (a pinned manifest's
+    #: neighbours): a 404 there means the release has no such file.
+    evidence_guessed: bool = False
 
 
-def pinned_release_files(manifest_url: str) -> ReleaseFiles:
-    """The files of a release pinned by its manifest URL, which must be a release download URL
-    `.../download/<tag>/runtime-manifest.json`: the signatures are the files next to it, and the
-    tag in the URL is the one admission checks the manifest against."""
+def pinned_release_files(manifest_url: str, rules: TransportRules) -> ReleaseFiles:
+    """The files of a release pinned by its manifest URL, which must be an HTTPS release download
+    URL `.../download/<tag>/runtime-manifest.json` on an allowed host (checked here, before any
+    byte is requested): the signatures are the files next to it, and the tag in the URL is the
+    one admission checks the manifest against. Raises `UpdateUsageError` (`manifest_url_invalid`,
+    `manifest_not_https`, `manifest_host_refused`)."""
+    check_https_url(manifest_url, rules)
     head, _, name = manifest_url.partition("?")[0].rpartition("/")
     tag = head.rpartition("/")[2]
     if name != MANIFEST_FILENAME or not head.rpartition("/")[0].endswith("/download") or not tag:
@@ -95,8 +120,9 @@ def pinned_release_files(manifest_url: str) -> ReleaseFiles:
         tag=tag,
         manifest_url=manifest_url,
         signature_url=f"{head}/{SIGNATURE_NAME}",
-        sigstore_url=f"{head}/{SIGSTORE_NAME}",
-        sigstore_optional=True,
+        sigstore_url=f"{head}/{SIGSTORE_BUNDLE_NAME}",
+        provenance_url=f"{head}/{PROVENANCE_BUNDLE_NAME}",
+        evidence_guessed=True,
     )
 
 
@@ -107,33 +133,43 @@ def fetch_and_admit(
     policy: AdmissionPolicy,
     highest_seen_file: Path,
 ) -> TrustedRelease | AlreadyCurrent:
-    """Fetch the manifest and its signatures (size-capped, within `FETCH_DEADLINE_SECONDS`) and
-    admit it. The Sigstore bundle is fetched only when the policy judges one."""
+    """Fetch the manifest and its evidence (size-capped, within `FETCH_DEADLINE_SECONDS`) and
+    admit it. The Sigstore bundles are not fetched when the policy skips them (unsafe)."""
     deadline = time.monotonic() + FETCH_DEADLINE_SECONDS
+    wanted = [files.manifest_url, files.signature_url]
+    if not isinstance(policy.sigstore, UnsafeSkipSigstore):
+        wanted += [url for url in (files.sigstore_url, files.provenance_url) if url is not None]
+    for url in wanted:  # every URL obeys the rules before the first byte is requested
+        check_https_url(url, rules)
     with open_client(rules) as client:
 
         def fetch(url: str, name: str, cap: int) -> bytes:
             with stream_get(client, url, rules, deadline) as response:
                 return _read_capped(response.iter_raw(), declared_length(response), name, cap, deadline)
 
-        manifest = fetch(files.manifest_url, MANIFEST_FILENAME, MAX_MANIFEST_BYTES)
-        signature = fetch(files.signature_url, SIGNATURE_NAME, MAX_SIGNATURE_BYTES)
-        bundle = None
-        if policy.identity_policy is not None and files.sigstore_url is not None:
+        def fetch_evidence(url: str | None, name: str) -> bytes | None:
+            if url is None or isinstance(policy.sigstore, UnsafeSkipSigstore):
+                return None
             try:
-                bundle = fetch(files.sigstore_url, SIGSTORE_NAME, MAX_SIGSTORE_BUNDLE_BYTES)
+                return fetch(url, name, MAX_BUNDLE_BYTES)
             except UpdateTransportError as exc:
-                # A pinned release may have no bundle; admission decides whether it needs one.
-                if not (files.sigstore_optional and exc.http_status == 404):
-                    raise
+                # A pinned release's neighbour that is not there: the release has no such file.
+                if files.evidence_guessed and exc.http_status == 404:
+                    return None
+                raise
+
+        published = PublishedRelease(
+            manifest=fetch(files.manifest_url, MANIFEST_FILENAME, MAX_MANIFEST_BYTES),
+            signature=fetch(files.signature_url, SIGNATURE_NAME, MAX_SIGNATURE_BYTES),
+            sigstore_bundle=fetch_evidence(files.sigstore_url, SIGSTORE_BUNDLE_NAME),
+            provenance_bundle=fetch_evidence(files.provenance_url, PROVENANCE_BUNDLE_NAME),
+        )
     return admit(
-        manifest,
-        signature,
+        published,
         discovered_tag=files.tag,
         local=local,
         policy=policy,
         highest_seen=read_highest_seen(highest_seen_file),
-        sigstore_bundle=bundle,
     )
 
 
