@@ -29,6 +29,14 @@ GENERATION = "generation --state-dir $T/gens"
 
 #: (command line, the code on the error line, words the line must contain)
 CASES = [
+    ("update --bogus", "invalid_argument", ["--bogus"]),
+    ("update --repository-id abc", "invalid_argument", ["--repository-id"]),
+    ("update auto --unsafe-skip-sigstore --config-dir $T/cfg", "invalid_argument", ["never skips"]),
+    ("release bogus", "invalid_argument", ["bogus"]),
+    ("release verify", "invalid_argument", ["--manifest"]),
+    ("release verify --manifest $T/missing/runtime-manifest.json", "file_unreadable", ["missing"]),
+    ("release manifest --repository-id x --dist $T", "invalid_argument", ["--repository-id"]),
+    ("handoff --site bogus", "invalid_argument", ["--site"]),
     ("serve --port 99999", "invalid_argument", ["--port", "99999", "0"]),
     ("serve --port -1", "invalid_argument", ["--port"]),
     ("serve --port abc", "invalid_argument", ["--port"]),

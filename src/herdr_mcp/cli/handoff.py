@@ -30,6 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from herdr_mcp.cli.arguments import CommandParser
 from herdr_mcp.errors import ToolError
 from herdr_mcp.runtime.config import default_config_dir
 from herdr_mcp.state import continuity, handoff
@@ -40,7 +41,7 @@ EXIT_REFUSED = 2
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="herdr-mcp handoff",
         description="Build a handoff document (Goal, Constraints & Preferences, Progress, Key Decisions, "
         "Critical Context, Next Steps) from a continuity chain, or check one.",

@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from herdr_mcp.cli.arguments import CommandParser
 from herdr_mcp.release.attestation import (
     MAX_BUNDLE_BYTES,
     AttestationError,
@@ -239,7 +240,7 @@ def _check_assets(dist: Path, manifest: RuntimeManifest) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="herdr-mcp release", description="maintainer release commands")
+    parser = CommandParser(prog="herdr-mcp release", description="maintainer release commands")
     commands = parser.add_subparsers(dest="command", required=True)
 
     p = commands.add_parser("build", help="wheel + sdist, reproducibly")

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from herdr_mcp import __version__
+from herdr_mcp.cli.arguments import CommandParser
 from herdr_mcp.generations.control import GenerationError
 from herdr_mcp.generations.process import check_serve_args
 from herdr_mcp.release.attestation import AttestationError, IdentityPolicy, load_identity_policy
@@ -67,9 +68,7 @@ from herdr_mcp.update.staging import DownloadConfig
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="herdr-mcp update", description=__doc__.splitlines()[0] if __doc__ else None
-    )
+    parser = CommandParser(prog="herdr-mcp update", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("mode", nargs="?", choices=["auto"], help="auto: the scheduled daily run")
     parser.add_argument("--check", action="store_true", help="only discover and admit")
     parser.add_argument(
