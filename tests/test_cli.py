@@ -161,3 +161,13 @@ def test_serve_refuses_a_state_database_from_a_newer_runtime() -> None:
         assert result.returncode == 2
         assert "state schema 999" in result.stderr
         assert database.read_bytes() == before
+
+
+def test_printable_escapes_controls_and_invisible_formatting() -> None:
+    from herdr_mcp.terminal import error_line, printable
+
+    assert printable("a\x1b[31mb\x07c\u202ed\x9b") == "a\\x1b[31mb\\x07c\\u202ed\\x9b"
+    assert printable("tab\tok é 中") == "tab\tok é 中"
+    assert printable("two\nlines") == "two\\x0alines"
+    assert printable("two\nlines\r", keep_newlines=True) == "two\nlines\\x0d"
+    assert error_line("x_y", "name\x1b]0;t\x07") == "herdr-mcp: error: x_y: name\\x1b]0;t\\x07"

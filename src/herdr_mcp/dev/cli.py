@@ -21,6 +21,7 @@ from herdr_mcp.release.build import BuildError
 from herdr_mcp.release.bundle import BundleError
 from herdr_mcp.runtime.config import default_config_dir
 from herdr_mcp.service.fence import FenceSet
+from herdr_mcp.terminal import error_line
 from herdr_mcp.update.apply import UpdatePaths
 from herdr_mcp.update.errors import UpdateError
 
@@ -69,12 +70,12 @@ def main(argv: list[str]) -> int:
             result, pin = rollback(paths, say=_say)
             answer = {**result.to_dict(), "pinned_prod": pin.to_dict(), "summary": result.message}
     except (DevPlaneError, GenerationError, UpdateError, FenceSet, BuildError, BundleError) as exc:
-        print(f"herdr-mcp: error: {exc.code}: {exc.message}", file=sys.stderr)
+        print(error_line(exc.code, exc.message), file=sys.stderr)
         return 2
     if result is not None and not result.ok:
         if args.json:
             print(json.dumps(answer, sort_keys=True))
-        print(f"herdr-mcp: error: {result.outcome}: {result.message}", file=sys.stderr)
+        print(error_line(result.outcome, result.message), file=sys.stderr)
         return 2
     print(json.dumps(answer, sort_keys=True) if args.json else answer["summary"])
     return 0

@@ -26,6 +26,7 @@ from herdr_mcp.generations.registry import register, remove
 from herdr_mcp.generations.supervisor import DEFAULT_INTERVAL_S, ensure_running, supervise
 from herdr_mcp.loopback import stop_signals
 from herdr_mcp.runtime.config import default_config_dir
+from herdr_mcp.terminal import error_line, printable
 
 #: A frozen catalog file is ~40 KiB; this is far above it and far below a memory problem.
 MAX_CONTRACT_FILE_BYTES = 4 * 1024 * 1024
@@ -88,7 +89,7 @@ def main(argv: list[str]) -> int:
             return _up(store, once=args.once, interval_s=args.interval)
         return _remove(store, check_generation_id(args.generation))
     except GenerationError as exc:
-        print(f"herdr-mcp: error: {exc.code}: {exc.message}", file=sys.stderr)
+        print(error_line(exc.code, exc.message), file=sys.stderr)
         return 2
 
 
@@ -178,7 +179,7 @@ def _report(result: ActivationResult, *, as_json: bool) -> int:
         print(json.dumps(document, indent=2, sort_keys=True))
     if result.ok:
         if not as_json:
-            print(f"{result.outcome}: {result.message}")
+            print(printable(f"{result.outcome}: {result.message}"))
         return 0
-    print(f"herdr-mcp: error: {result.outcome}: {result.message}", file=sys.stderr)
+    print(error_line(result.outcome, result.message), file=sys.stderr)
     return 2
