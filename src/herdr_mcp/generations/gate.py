@@ -54,6 +54,7 @@ from herdr_mcp.generations.control import (
     parse_contract,
 )
 from herdr_mcp.local_http import local_client
+from herdr_mcp.strict_json import unique_keys
 
 #: /health is local and answers without touching Herdr for long (the runtime caps its ping at 1 s).
 HEALTH_TIMEOUT_S = 3.0
@@ -244,16 +245,7 @@ def _find_response(body: bytes, request_id: int, *, event_stream: bool) -> dict[
 
 def _strict_json(text: str) -> object:
     """JSON with every key once and no NaN/Infinity: two readings of one answer must not differ."""
-    return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise ValueError(f"duplicate key {key!r}")
-        result[key] = value
-    return result
+    return json.loads(text, object_pairs_hook=unique_keys, parse_constant=_no_constant)
 
 
 def _no_constant(name: str) -> object:

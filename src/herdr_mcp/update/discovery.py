@@ -51,6 +51,7 @@ from packaging.version import Version
 from herdr_mcp.release.bundle import Channel
 from herdr_mcp.release.manifest import MANIFEST_FILENAME, MAX_URL_LENGTH
 from herdr_mcp.release.versions import release_version
+from herdr_mcp.strict_json import unique_keys
 from herdr_mcp.update.errors import ReleaseDataError, UpdateTransportError, UpdateUsageError
 from herdr_mcp.update.transport import TransportRules, declared_length, open_client, stream_get
 
@@ -322,7 +323,7 @@ def parse_index_page(data: bytes) -> list[IndexRelease]:
     adds fields over time. Raises `ReleaseDataError("discovery_index_malformed")`.
     """
     try:
-        document = json.loads(data.decode("utf-8"), object_pairs_hook=_unique_keys)
+        document = json.loads(data.decode("utf-8"), object_pairs_hook=unique_keys)
     except (UnicodeDecodeError, ValueError) as exc:
         raise _malformed(f"the releases index is not JSON ({exc})") from None
     if not isinstance(document, list):
@@ -386,15 +387,6 @@ def _get_int(entry: dict[str, Any], key: str, where: str) -> int:
     if value < 0:
         raise _malformed(f"{where}: {key!r} is negative")
     return value
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise ValueError(f"duplicate key {key!r}")
-        result[key] = value
-    return result
 
 
 def _check_asset_url(asset: ReleaseAsset, tag: str, allowed_hosts: frozenset[str]) -> None:

@@ -28,6 +28,7 @@ from typing import Any
 
 from herdr_mcp.contract import ContractIdentity
 from herdr_mcp.release.manifest import PRODUCT
+from herdr_mcp.strict_json import unique_keys
 from herdr_mcp.update.errors import LocalStateError, ReleaseDataError
 
 #: `version --json` prints about 200 bytes; 64 KiB leaves room for any future field and no more.
@@ -105,7 +106,7 @@ def parse_version_output(data: bytes) -> ProbeResult:
     if len(data) > MAX_OUTPUT_BYTES:
         raise _malformed(f"{len(data)} bytes of output, more than {MAX_OUTPUT_BYTES}")
     try:
-        document = json.loads(data.decode("utf-8"), object_pairs_hook=_unique_keys)
+        document = json.loads(data.decode("utf-8"), object_pairs_hook=unique_keys)
     except (UnicodeDecodeError, ValueError) as exc:
         raise _malformed(f"not JSON ({exc})") from None
     _check_keys(document, _KEYS, "the output")
@@ -135,15 +136,6 @@ def _check_keys(value: Any, keys: frozenset[str], where: str) -> None:
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise ValueError(f"duplicate key {key!r}")
-        result[key] = value
-    return result
 
 
 def _clean_env() -> dict[str, str]:
