@@ -28,9 +28,9 @@ from herdr_mcp.release.build import BuildEnvironment, BuildSystem, build
 from herdr_mcp.release.bundle import Target, bundle, load_release_config
 from herdr_mcp.update.apply import UpdatePaths, start_and_activate
 from herdr_mcp.update.install import install_generation
-from herdr_mcp.update.repository_sim import ReleaseRepositorySimulator
 from herdr_mcp.update.staging import StagedAsset
 from tests.release_evidence import write_evidence
+from tests.repository_sim import ReleaseRepositorySimulator
 from tests.sigstore_stack import SigstoreStack
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -28,7 +28,7 @@ from herdr_mcp.update.discovery import (
     tag_version,
 )
 from herdr_mcp.update.errors import ReleaseDataError, UpdateError, UpdateTransportError, UpdateUsageError
-from herdr_mcp.update.repository_sim import API_HOST, DOWNLOAD_HOST, Behavior, ReleaseRepositorySimulator
+from tests.repository_sim import API_HOST, DOWNLOAD_HOST, Behavior, ReleaseRepositorySimulator
 
 ROOT = Path(__file__).resolve().parent.parent
 REPOSITORY = "herdr/herdr-mcp"

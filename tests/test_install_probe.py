@@ -27,9 +27,9 @@ from herdr_mcp.update.admission import TrustedRelease
 from herdr_mcp.update.errors import LocalStateError, ReleaseDataError, UpdateUsageError
 from herdr_mcp.update.install import install_generation, offline_prefix, unpack_bundle
 from herdr_mcp.update.probe import parse_version_output, probe
-from herdr_mcp.update.repository_sim import ReleaseRepositorySimulator
 from herdr_mcp.update.staging import DownloadConfig, StagedAsset, stage
 from tests.release_builder import host_target
+from tests.repository_sim import ReleaseRepositorySimulator
 from tests.test_staging import REPOSITORY, Keys, admitted
 from tests.test_staging import keys as keys  # the module-scoped signing keys fixture
 

@@ -27,9 +27,9 @@ from herdr_mcp.release.minisign import keygen
 from herdr_mcp.update.apply import UpdatePaths
 from herdr_mcp.update.discovery import DiscoveryConfig, NoCandidate, discover
 from herdr_mcp.update.errors import UpdateTransportError
-from herdr_mcp.update.repository_sim import Behavior, ReleaseRepositorySimulator
 from tests.logging_proxy import LoggingProxy, closed_port_url, proxy_env
 from tests.release_builder import ROOT, ReleaseFactory, install_active, snapshot_tree, stop_all
+from tests.repository_sim import Behavior, ReleaseRepositorySimulator
 from tests.runtime_harness import GIT_ENV, RunningRuntime, make_repo, mcp_client, running_runtime
 from tests.sim_helpers import short_tmp_dir
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from herdr_mcp.update.repository_sim import API_HOST, DOWNLOAD_HOST, Behavior, ReleaseRepositorySimulator
+from tests.repository_sim import API_HOST, DOWNLOAD_HOST, Behavior, ReleaseRepositorySimulator
 
 REPOSITORY = "herdr/herdr-mcp"
 INDEX = f"/repos/{REPOSITORY}/releases"

@@ -33,9 +33,9 @@ from herdr_mcp.update.admission import (
     admit,
 )
 from herdr_mcp.update.errors import ReleaseDataError, UpdateTransportError, UpdateUsageError
-from herdr_mcp.update.repository_sim import Behavior, ReleaseRepositorySimulator, SimRelease
 from herdr_mcp.update.staging import DownloadConfig, StagedAsset, stage
 from tests.release_evidence import evidence, sigstore_trust
+from tests.repository_sim import Behavior, ReleaseRepositorySimulator, SimRelease
 from tests.sigstore_stack import SigstoreStack
 
 REPOSITORY = "example-org/herdr-mcp"

@@ -23,8 +23,8 @@ from herdr_mcp.update.auto import (
 )
 from herdr_mcp.update.check import CheckResult, check_for_update
 from herdr_mcp.update.discovery import CHANNELS, DiscoveryConfig
-from herdr_mcp.update.repository_sim import ReleaseRepositorySimulator
 from tests.release_evidence import sigstore_trust
+from tests.repository_sim import ReleaseRepositorySimulator
 from tests.sigstore_stack import SigstoreStack
 from tests.test_update_check import REPOSITORY, REPOSITORY_ID, VERSION, _publish
 

@@ -22,8 +22,8 @@ from herdr_mcp.release.manifest import AssetInput, build_manifest
 from herdr_mcp.release.minisign import keygen, load_secret_key, sign
 from herdr_mcp.release.verification import PROVENANCE_BUNDLE_NAME, SIGNATURE_NAME, SIGSTORE_BUNDLE_NAME
 from herdr_mcp.service.fence import clear_fence, set_fence
-from herdr_mcp.update.repository_sim import ReleaseRepositorySimulator
 from tests.release_evidence import evidence, sigstore_flags
+from tests.repository_sim import ReleaseRepositorySimulator
 from tests.sigstore_stack import SigstoreStack
 
 REPOSITORY = "herdr-mcp/herdr-mcp"

@@ -31,7 +31,6 @@ from herdr_mcp.release.manifest import MANIFEST_FILENAME
 from herdr_mcp.release.minisign import keygen
 from herdr_mcp.release.verification import PROVENANCE_BUNDLE_NAME, SIGNATURE_NAME, SIGSTORE_BUNDLE_NAME
 from herdr_mcp.update.apply import UpdatePaths
-from herdr_mcp.update.repository_sim import ReleaseRepositorySimulator
 from tests.logging_proxy import LoggingProxy, proxy_env
 from tests.release_builder import (
     REPOSITORY,
@@ -43,6 +42,7 @@ from tests.release_builder import (
     stop_all,
 )
 from tests.release_evidence import sigstore_flags
+from tests.repository_sim import ReleaseRepositorySimulator
 from tests.runtime_harness import make_repo, mcp_client
 from tests.sigstore_stack import SigstoreStack
 from tests.test_link import Link, running_link

@@ -1,8 +1,9 @@
 """A release repository simulator: GitHub's releases API and asset downloads on loopback HTTPS.
 
-Tests and demos point the updater at it instead of api.github.com and github.com; the updater
-talks to it exactly as it talks to GitHub (same paths, same JSON shapes, real TLS), so nothing in
-the updater knows it is being tested (the python-tuf RepositorySimulator idea, STYLE.md).
+Tests point the updater at it instead of api.github.com and github.com; the updater talks to it
+exactly as it talks to GitHub (same paths, same JSON shapes, real TLS), so nothing in the updater
+knows it is being tested (the python-tuf RepositorySimulator idea, STYLE.md). It is a test
+fixture, not part of the shipped package (it needs the test-only `trustme`).
 
 Hosts. One server listens on 127.0.0.1 (a free port) and answers under two host names that
 resolve to loopback everywhere without touching /etc/hosts: `api_host` "127.0.0.1" (the API,
