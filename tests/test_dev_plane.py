@@ -27,9 +27,9 @@ from herdr_mcp.generations import GenerationStore
 from herdr_mcp.generations.process import runtime_pid, stop_runtime
 from herdr_mcp.release.minisign import keygen
 from herdr_mcp.update.apply import DEV_PLANE_MARKER, UpdatePaths
+from tests.link_harness import Link, running_link
 from tests.release_builder import ROOT, BuiltRelease, ReleaseFactory, install_active, snapshot_tree, stop_all
 from tests.runtime_harness import make_repo, mcp_client
-from tests.test_link import Link, running_link
 
 pytestmark = pytest.mark.timeout(900)
 PROD_ID = "r1.0.0-prod"

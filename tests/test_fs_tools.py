@@ -23,9 +23,11 @@ from typing import Any
 import pytest
 
 from herdr_mcp.errors import ToolError
+from herdr_mcp.runtime import grep
 from herdr_mcp.runtime.boundary import Policy, RootCandidate, RootSet
-from herdr_mcp.runtime.tools import fs
-from tests.test_boundary import git, make_repo, snapshot
+from herdr_mcp.runtime.tools.fs import access, editing, patching, reading
+from herdr_mcp.runtime.tools.fs.image import IMAGE_DEFAULT_MAX_BYTES, fs_image
+from tests.git_trees import git, make_repo, snapshot
 
 # Both engines always run: the test command installs ripgrep, and without it the rg cases fail
 # (engine_unavailable) rather than being skipped.
@@ -101,16 +103,20 @@ Attack = Callable[[World], object]
 
 
 def read(path: str | Callable[[World], str], **extra: Any) -> Attack:
-    return lambda w: fs.fs_read(w.roots, w.policy, {"path": path(w) if callable(path) else path, **extra})
+    return lambda w: reading.fs_read(
+        w.roots, w.policy, {"path": path(w) if callable(path) else path, **extra}
+    )
 
 
 def write(path: str | Callable[[World], str], **extra: Any) -> Attack:
     args = {"content": "evil\n", **extra}
-    return lambda w: fs.fs_write(w.roots, w.policy, {"path": path(w) if callable(path) else path, **args})
+    return lambda w: editing.fs_write(
+        w.roots, w.policy, {"path": path(w) if callable(path) else path, **args}
+    )
 
 
 def edit(path: str | Callable[[World], str], old: str = "alpha", **extra: Any) -> Attack:
-    return lambda w: fs.fs_edit(
+    return lambda w: editing.fs_edit(
         w.roots,
         w.policy,
         {"path": path(w) if callable(path) else path, "old_string": old, "new_string": "evil", **extra},
@@ -118,7 +124,9 @@ def edit(path: str | Callable[[World], str], old: str = "alpha", **extra: Any) -
 
 
 def patch(*body: str, root: Callable[[World], Path] = lambda w: w.repo, **extra: Any) -> Attack:
-    return lambda w: fs.fs_patch(w.roots, w.policy, {"root": str(root(w)), "patch": _patch(*body), **extra})
+    return lambda w: patching.fs_patch(
+        w.roots, w.policy, {"root": str(root(w)), "patch": _patch(*body), **extra}
+    )
 
 
 def with_roots(make: Callable[[World], RootSet], attack: Attack) -> Attack:
@@ -157,12 +165,14 @@ ATTACKS = [
     pytest.param(read("link_dir/target.txt"), "path_outside_root", id="symlink-dir-out-read"),
     pytest.param(write("link_dir/new.txt"), "path_outside_root", id="symlink-dir-out-write"),
     pytest.param(
-        lambda w: fs.fs_list(w.roots, w.policy, {"path": "link_dir"}),
+        lambda w: reading.fs_list(w.roots, w.policy, {"path": "link_dir"}),
         "path_outside_root",
         id="symlink-dir-out-list",
     ),
     pytest.param(
-        lambda w: fs.fs_grep(w.roots, w.policy, {"root": str(w.repo), "pattern": "t", "path": "link_dir"}),
+        lambda w: reading.fs_grep(
+            w.roots, w.policy, {"root": str(w.repo), "pattern": "t", "path": "link_dir"}
+        ),
         "path_outside_root",
         id="symlink-dir-out-grep",
     ),
@@ -173,7 +183,7 @@ ATTACKS = [
         read(lambda w: str(w.repo.parent / "repo2" / "victim.txt")), "path_outside_root", id="sibling-prefix"
     ),
     pytest.param(
-        lambda w: fs.fs_grep(w.roots, w.policy, {"root": str(w.repo.parent / "repo2"), "pattern": "v"}),
+        lambda w: reading.fs_grep(w.roots, w.policy, {"root": str(w.repo.parent / "repo2"), "pattern": "v"}),
         "root_unknown",
         id="sibling-prefix-grep-root",
     ),
@@ -206,31 +216,33 @@ ATTACKS = [
     pytest.param(read("x.pem"), "secret_path", id="secret-pem-read"),
     pytest.param(read(".ssh/config"), "secret_path", id="secret-ssh-config-read"),
     pytest.param(
-        lambda w: fs.fs_list(w.roots, w.policy, {"path": ".ssh"}), "secret_path", id="secret-ssh-dir-list"
+        lambda w: reading.fs_list(w.roots, w.policy, {"path": ".ssh"}),
+        "secret_path",
+        id="secret-ssh-dir-list",
     ),
     pytest.param(
-        lambda w: fs.fs_grep(w.roots, w.policy, {"root": str(w.repo), "pattern": "T", "path": ".env"}),
+        lambda w: reading.fs_grep(w.roots, w.policy, {"root": str(w.repo), "pattern": "T", "path": ".env"}),
         "secret_path",
         id="secret-env-grep",
     ),
     pytest.param(
-        lambda w: fs.fs_image(w.roots, w.policy, {"path": "x.pem"}), "secret_path", id="secret-pem-image"
+        lambda w: fs_image(w.roots, w.policy, {"path": "x.pem"}), "secret_path", id="secret-pem-image"
     ),
     pytest.param(write(".env.local"), "secret_path", id="secret-env-write"),
     pytest.param(edit(".env", old="TOKEN"), "secret_path", id="secret-env-edit"),
     pytest.param(patch("*** Add File: config/.env.production", "+X=1"), "secret_path", id="secret-patch-add"),
     pytest.param(read("fifo"), "special_file", id="fifo-read"),
-    pytest.param(lambda w: fs.fs_image(w.roots, w.policy, {"path": "fifo"}), "special_file", id="fifo-image"),
+    pytest.param(lambda w: fs_image(w.roots, w.policy, {"path": "fifo"}), "special_file", id="fifo-image"),
     pytest.param(edit("fifo"), "special_file", id="fifo-edit"),
     pytest.param(write("fifo", overwrite=True), "special_file", id="fifo-overwrite"),
     pytest.param(patch("*** Update File: fifo", "@@", "-x", "+y"), "special_file", id="fifo-patch"),
     pytest.param(
-        lambda w: fs.fs_list(w.roots, w.policy, {"path": "fifo"}), "not_a_directory", id="fifo-list"
+        lambda w: reading.fs_list(w.roots, w.policy, {"path": "fifo"}), "not_a_directory", id="fifo-list"
     ),
     pytest.param(with_roots(dev_roots, read("/dev/zero")), "special_file", id="dev-zero-read"),
     pytest.param(with_roots(dev_roots, read("/dev/null")), "special_file", id="dev-null-read"),
     pytest.param(
-        with_roots(dev_roots, lambda w: fs.fs_image(w.roots, w.policy, {"path": "/dev/zero"})),
+        with_roots(dev_roots, lambda w: fs_image(w.roots, w.policy, {"path": "/dev/zero"})),
         "special_file",
         id="dev-zero-image",
     ),
@@ -363,25 +375,25 @@ ATTACKS = [
     pytest.param(edit("missing.txt"), "not_found", id="edit-missing"),
     pytest.param(read("sub"), "not_a_file", id="read-directory"),
     pytest.param(
-        lambda w: fs.fs_list(w.roots, w.policy, {"path": "a.txt"}), "not_a_directory", id="list-file"
+        lambda w: reading.fs_list(w.roots, w.policy, {"path": "a.txt"}), "not_a_directory", id="list-file"
     ),
     pytest.param(
-        lambda w: fs.fs_image(w.roots, w.policy, {"path": "a.txt"}), "unsupported_image", id="image-text"
+        lambda w: fs_image(w.roots, w.policy, {"path": "a.txt"}), "unsupported_image", id="image-text"
     ),
     pytest.param(
-        lambda w: fs.fs_grep(w.roots, w.policy, {"root": str(w.repo / "sub"), "pattern": "b"}),
+        lambda w: reading.fs_grep(w.roots, w.policy, {"root": str(w.repo / "sub"), "pattern": "b"}),
         "root_unknown",
         id="grep-root-subdir",
     ),
     pytest.param(
-        lambda w: fs.fs_grep(
+        lambda w: reading.fs_grep(
             w.roots, w.policy, {"root": str(w.repo), "pattern": "a(", "regex": True}, engine="python"
         ),
         "pattern_invalid",
         id="grep-bad-regex-python",
     ),
     pytest.param(
-        lambda w: fs.fs_grep(
+        lambda w: reading.fs_grep(
             w.roots, w.policy, {"root": str(w.repo), "pattern": "a(", "regex": True}, engine="rg"
         ),
         "pattern_invalid",
@@ -415,7 +427,7 @@ def test_home_and_its_aliases_are_excluded_with_a_reason(world: World) -> None:
 
 
 def test_confirmations_allow_dirty_and_busy_mutations(world: World) -> None:
-    result = fs.fs_edit(
+    result = editing.fs_edit(
         world.roots,
         world.policy,
         {"path": "dirty.txt", "old_string": "edited", "new_string": "again", "confirm_dirty": True},
@@ -423,7 +435,7 @@ def test_confirmations_allow_dirty_and_busy_mutations(world: World) -> None:
     assert result["start_line"] == 1
     assert (world.repo / "dirty.txt").read_text() == "again\n"
     busy = busy_roots(world)
-    fs.fs_edit(
+    editing.fs_edit(
         busy, world.policy, {"path": "b.txt", "old_string": "b", "new_string": "c", "confirm_busy": True}
     )
     assert (world.busy / "b.txt").read_text() == "c\n"
@@ -442,7 +454,7 @@ def text_root(tmp_path: Path) -> tuple[RootSet, Path]:
 
 
 def _read(roots: RootSet, path: str, **args: Any) -> dict[str, Any]:
-    return fs.fs_read(roots, Policy(), {"path": path, **args})
+    return reading.fs_read(roots, Policy(), {"path": path, **args})
 
 
 def test_read_line_ranges_and_pagination(text_root: tuple[RootSet, Path]) -> None:
@@ -493,11 +505,11 @@ def test_read_never_cuts_a_character_and_clips_only_overlong_lines(text_root: tu
     assert (page["content"], page["total_lines"], page["end_line"]) == ("", 0, None)
 
 
-@pytest.mark.parametrize("offset", [5, fs.READ_CHUNK_BYTES - 1, fs.READ_CHUNK_BYTES + 7])
+@pytest.mark.parametrize("offset", [5, access.READ_CHUNK_BYTES - 1, access.READ_CHUNK_BYTES + 7])
 def test_not_utf8_names_the_byte_offset(text_root: tuple[RootSet, Path], offset: int) -> None:
     roots, root = text_root
     # A valid two-byte character straddles the chunk boundary; the invalid byte sits at `offset`.
-    prefix = b"a" * (fs.READ_CHUNK_BYTES - 1) + "é".encode() if offset > fs.READ_CHUNK_BYTES else b""
+    prefix = b"a" * (access.READ_CHUNK_BYTES - 1) + "é".encode() if offset > access.READ_CHUNK_BYTES else b""
     data = prefix + b"b" * (offset - len(prefix)) + b"\xff" + b"\n"
     (root / "bad.txt").write_bytes(data)
     with pytest.raises(ToolError) as caught:
@@ -535,14 +547,14 @@ def test_a_2_gib_sparse_file_is_read_with_flat_memory(text_root: tuple[RootSet, 
     growth = _peak_growth_bytes(lambda: results.append(_read(roots, "huge.bin")))
     page = results[0]
     assert (page["total_bytes"], page["total_lines"], page["truncated"]) == (2 << 30, None, True)
-    assert page["content"] == "\0" * fs.READ_DEFAULT_MAX_BYTES
+    assert page["content"] == "\0" * reading.READ_DEFAULT_MAX_BYTES
     assert growth < 64 << 20, f"peak RSS grew by {growth} bytes"
 
 
 def test_seeking_far_into_a_huge_file_is_capped(text_root: tuple[RootSet, Path]) -> None:
     roots, root = text_root
     with open(root / "huge.bin", "wb") as handle:
-        handle.truncate(fs.READ_SEEK_SCAN_LIMIT + (1 << 20))
+        handle.truncate(reading.READ_SEEK_SCAN_LIMIT + (1 << 20))
     errors: list[ToolError] = []
 
     def seek() -> None:
@@ -559,12 +571,12 @@ def test_total_lines_is_null_above_the_scan_limit(text_root: tuple[RootSet, Path
     roots, root = text_root
     with open(root / "big.txt", "wb") as handle:
         handle.write(b"first\nsecond\n")
-        handle.truncate(fs.TOTAL_LINES_SCAN_LIMIT + 1)
+        handle.truncate(reading.TOTAL_LINES_SCAN_LIMIT + 1)
     page = _read(roots, "big.txt", end_line=2)
     assert (page["content"], page["total_lines"], page["total_bytes"]) == (
         "first\nsecond\n",
         None,
-        fs.TOTAL_LINES_SCAN_LIMIT + 1,
+        reading.TOTAL_LINES_SCAN_LIMIT + 1,
     )
 
 
@@ -592,7 +604,7 @@ def listing(text_root: tuple[RootSet, Path]) -> tuple[RootSet, Path]:
 
 
 def _list(roots: RootSet, **args: Any) -> dict[str, Any]:
-    return fs.fs_list(roots, Policy(), {"path": ".", **args})
+    return reading.fs_list(roots, Policy(), {"path": ".", **args})
 
 
 def test_list_flat_and_recursive(listing: tuple[RootSet, Path]) -> None:
@@ -643,7 +655,7 @@ def test_list_glob_and_cap(listing: tuple[RootSet, Path]) -> None:
     ]
     capped = _list(roots, recursive=True, glob="**/*.py", max_entries=2)
     assert ([e["path"] for e in capped["entries"]], capped["truncated"]) == (["a.py", "pkg/c.py"], True)
-    sub = fs.fs_list(roots, Policy(), {"path": "pkg"})
+    sub = reading.fs_list(roots, Policy(), {"path": "pkg"})
     assert [e["path"] for e in sub["entries"]] == ["c.py", "deep"]
 
 
@@ -661,7 +673,7 @@ def test_list_glob_and_cap(listing: tuple[RootSet, Path]) -> None:
     ],
 )
 def test_glob_match(pattern: str, path: str, expected: bool) -> None:
-    assert fs.glob_match(pattern, path) is expected
+    assert grep.glob_match(pattern, path) is expected
 
 
 # --- fs_grep ------------------------------------------------------------------------------------
@@ -701,8 +713,8 @@ def grep_tree(tmp_path_factory: pytest.TempPathFactory) -> tuple[RootSet, Path]:
     return RootSet.build([RootCandidate(root, "operational")], home=home), root
 
 
-def _grep(roots: RootSet, root: Path, engine: fs.GrepEngine, **args: Any) -> dict[str, Any]:
-    return fs.fs_grep(roots, Policy(), {"root": str(root), "pattern": "needle", **args}, engine=engine)
+def _grep(roots: RootSet, root: Path, engine: grep.GrepEngine, **args: Any) -> dict[str, Any]:
+    return reading.fs_grep(roots, Policy(), {"root": str(root), "pattern": "needle", **args}, engine=engine)
 
 
 GREP_VARIANTS = [
@@ -734,7 +746,7 @@ def test_rg_and_python_agree(grep_tree: tuple[RootSet, Path], variant: dict[str,
 
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("engine", ENGINES)
-def test_grep_skips_what_it_must_and_caps(grep_tree: tuple[RootSet, Path], engine: fs.GrepEngine) -> None:
+def test_grep_skips_what_it_must_and_caps(grep_tree: tuple[RootSet, Path], engine: grep.GrepEngine) -> None:
     roots, root = grep_tree
     result = _grep(roots, root, engine, max_matches=1000)
     paths = sorted({match["path"] for match in result["matches"]})
@@ -755,7 +767,7 @@ def test_grep_skips_what_it_must_and_caps(grep_tree: tuple[RootSet, Path], engin
     assert {"path": "b.txt", "line": 4, "text": "needle at the end"} in result["matches"]
     assert {"path": "bad.txt", "line": 1, "text": "needle \ufffd"} in result["matches"]
     long_line = next(m for m in result["matches"] if m["path"] == "long.txt")
-    assert len(long_line["text"]) == fs.GREP_LINE_MAX_BYTES
+    assert len(long_line["text"]) == grep.GREP_LINE_MAX_BYTES
     capped = _grep(roots, root, engine, max_matches=2)
     assert (len(capped["matches"]), capped["truncated"]) == (2, True)
     tiny = _grep(roots, root, engine, max_bytes=5)
@@ -764,7 +776,7 @@ def test_grep_skips_what_it_must_and_caps(grep_tree: tuple[RootSet, Path], engin
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_grep_paths_stay_relative_to_the_named_root_across_nested_roots(
-    tmp_path: Path, engine: fs.GrepEngine
+    tmp_path: Path, engine: grep.GrepEngine
 ) -> None:
     outer = Path(os.path.realpath(tmp_path)) / "outer"
     (outer / "inner" / "pkg").mkdir(parents=True)
@@ -792,7 +804,7 @@ def slow_tree(tmp_path: Path) -> tuple[RootSet, Path]:
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_grep_ends_at_its_deadline_with_a_timeout_code(
-    slow_tree: tuple[RootSet, Path], engine: fs.GrepEngine
+    slow_tree: tuple[RootSet, Path], engine: grep.GrepEngine
 ) -> None:
     # Found: without rg, `(a+)+$` on one 100,000-character line never returned and held the GIL,
     # so no other thread of the runtime (its event loop included) ran again.
@@ -810,7 +822,7 @@ def test_grep_ends_at_its_deadline_with_a_timeout_code(
     started = time.monotonic()
     try:
         with pytest.raises(ToolError) as caught:
-            fs.fs_grep(
+            reading.fs_grep(
                 roots,
                 Policy(),
                 {"root": str(root), "pattern": "(a+)+$", "regex": True},
@@ -834,7 +846,7 @@ def test_list_never_descends_into_git_in_another_case(tmp_path: Path) -> None:
     (root / ".GIT" / "objects").mkdir(parents=True)
     (root / "a.txt").write_text("a\n")
     roots = RootSet.build([RootCandidate(root, "operational")], home=tmp_path / "home")
-    listed = fs.fs_list(roots, Policy(), {"path": ".", "recursive": True})
+    listed = reading.fs_list(roots, Policy(), {"path": ".", "recursive": True})
     assert [e["path"] for e in listed["entries"]] == [".GIT", "a.txt"]
 
 
@@ -898,7 +910,7 @@ def test_images_by_magic_bytes(
 ) -> None:
     roots, root = text_root
     (root / "picture.bin").write_bytes(data)
-    image = fs.fs_image(roots, Policy(), {"path": "picture.bin"})
+    image = fs_image(roots, Policy(), {"path": "picture.bin"})
     assert (image.data, image.mime_type) == (data, mime)
     assert image.info == {
         "path": str(root / "picture.bin"),
@@ -914,11 +926,11 @@ def test_images_above_max_bytes_or_truncated_are_refused(text_root: tuple[RootSe
     roots, root = text_root
     (root / "p.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\x0dIHDR" + struct.pack(">II", 1, 1))
     with pytest.raises(ToolError) as caught:
-        fs.fs_image(roots, Policy(), {"path": "p.png", "max_bytes": 10})
+        fs_image(roots, Policy(), {"path": "p.png", "max_bytes": 10})
     assert caught.value.code == "too_large"
     (root / "cut.png").write_bytes(b"\x89PNG\r\n\x1a\n\0\0")
     with pytest.raises(ToolError) as caught:
-        fs.fs_image(roots, Policy(), {"path": "cut.png"})
+        fs_image(roots, Policy(), {"path": "cut.png"})
     assert caught.value.code == "unsupported_image"
 
 
@@ -926,11 +938,11 @@ def test_images_above_max_bytes_or_truncated_are_refused(text_root: tuple[RootSe
 
 
 def test_write_creates_and_overwrites_keeping_the_mode(world: World) -> None:
-    created = fs.fs_write(world.roots, world.policy, {"path": "sub/new.txt", "content": "héllo\n"})
+    created = editing.fs_write(world.roots, world.policy, {"path": "sub/new.txt", "content": "héllo\n"})
     assert (created["created"], created["bytes_written"]) == (True, 7)
     assert (world.repo / "sub/new.txt").read_text() == "héllo\n"
     (world.repo / "a.txt").chmod(0o600)
-    replaced = fs.fs_write(
+    replaced = editing.fs_write(
         world.roots,
         world.policy,
         {"path": "a.txt", "content": "new\n", "overwrite": True, "confirm_dirty": True},
@@ -966,10 +978,12 @@ def test_patch_dry_run_then_apply(world: World) -> None:
         {"path": "dup.txt", "action": "delete", "added_lines": 0, "removed_lines": 2},
     ]
     before = snapshot(world.tmp)
-    dry = fs.fs_patch(world.roots, world.policy, {"root": str(world.repo), "patch": text, "dry_run": True})
+    dry = patching.fs_patch(
+        world.roots, world.policy, {"root": str(world.repo), "patch": text, "dry_run": True}
+    )
     assert (dry["dry_run"], dry["files"]) == (True, expected_files)
     assert snapshot(world.tmp) == before
-    done = fs.fs_patch(world.roots, world.policy, {"root": str(world.repo), "patch": text})
+    done = patching.fs_patch(world.roots, world.policy, {"root": str(world.repo), "patch": text})
     assert (done["dry_run"], done["files"]) == (False, expected_files)
     assert (world.repo / "pkg/new/mod.py").read_text() == "print('hi')\n"
     assert (world.repo / "a.txt").read_text() == "alpha\ngamma\ndelta\n"
@@ -983,7 +997,7 @@ def test_patch_deletes_binary_files(world: World) -> None:
     (world.repo / "blob.bin").write_bytes(b"\0\xff\n\0")
     git(world.repo, "add", "blob.bin")
     git(world.repo, "commit", "-q", "-m", "blob")
-    done = fs.fs_patch(
+    done = patching.fs_patch(
         world.roots, world.policy, {"root": str(world.repo), "patch": _patch("*** Delete File: blob.bin")}
     )
     assert done["files"] == [{"path": "blob.bin", "action": "delete", "added_lines": 0, "removed_lines": 2}]
@@ -1010,7 +1024,7 @@ def test_a_failure_midway_rolls_back_what_was_written(world: World) -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, hard))
     try:
         with pytest.raises(ToolError) as caught:
-            fs.fs_patch(world.roots, world.policy, {"root": str(world.repo), "patch": text})
+            patching.fs_patch(world.roots, world.policy, {"root": str(world.repo), "patch": text})
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
     assert caught.value.code == "io_error"
@@ -1022,9 +1036,9 @@ def test_names_at_name_max_bytes_are_written(world: World) -> None:
     # 85 three-byte characters: 255 bytes, the most a name may hold; the temp file's name must be
     # cut by bytes, not characters, to fit beside it.
     name = "€" * 85
-    fs.fs_write(world.roots, world.policy, {"path": name, "content": "w\n"})
+    editing.fs_write(world.roots, world.policy, {"path": name, "content": "w\n"})
     text = _patch(f"*** Add File: sub/{name}", "+p")
-    fs.fs_patch(world.roots, world.policy, {"root": str(world.repo), "patch": text})
+    patching.fs_patch(world.roots, world.policy, {"root": str(world.repo), "patch": text})
     assert ((world.repo / name).read_text(), (world.repo / "sub" / name).read_text()) == ("w\n", "p\n")
     assert not [p for p in world.repo.rglob("*.herdr-tmp")]
 
@@ -1033,9 +1047,9 @@ def test_patch_on_a_dirty_file_needs_confirmation(world: World) -> None:
     text = _patch("*** Update File: dirty.txt", "@@", "-edited", "+confirmed")
     args = {"root": str(world.repo), "patch": text}
     with pytest.raises(ToolError) as caught:
-        fs.fs_patch(world.roots, world.policy, args)
+        patching.fs_patch(world.roots, world.policy, args)
     assert caught.value.code == "dirty_file_unconfirmed"
-    fs.fs_patch(world.roots, world.policy, {**args, "confirm_dirty": True})
+    patching.fs_patch(world.roots, world.policy, {**args, "confirm_dirty": True})
     assert (world.repo / "dirty.txt").read_text() == "confirmed\n"
 
 
@@ -1047,11 +1061,11 @@ def test_defaults_match_the_frozen_catalog() -> None:
         (Path(__file__).parent.parent / "manifests/contracts/runtime-epoch-5.json").read_text()
     )
     schemas = {tool["name"]: tool["inputSchema"]["properties"] for tool in catalog["tools"]}
-    assert schemas["herdr_fs_read"]["max_bytes"]["default"] == fs.READ_DEFAULT_MAX_BYTES
-    assert schemas["herdr_fs_list"]["max_entries"]["default"] == fs.LIST_DEFAULT_MAX_ENTRIES
-    assert schemas["herdr_fs_grep"]["max_matches"]["default"] == fs.GREP_DEFAULT_MAX_MATCHES
-    assert schemas["herdr_fs_grep"]["max_bytes"]["default"] == fs.GREP_DEFAULT_MAX_BYTES
-    assert schemas["herdr_fs_image"]["max_bytes"]["default"] == fs.IMAGE_DEFAULT_MAX_BYTES
+    assert schemas["herdr_fs_read"]["max_bytes"]["default"] == reading.READ_DEFAULT_MAX_BYTES
+    assert schemas["herdr_fs_list"]["max_entries"]["default"] == reading.LIST_DEFAULT_MAX_ENTRIES
+    assert schemas["herdr_fs_grep"]["max_matches"]["default"] == reading.GREP_DEFAULT_MAX_MATCHES
+    assert schemas["herdr_fs_grep"]["max_bytes"]["default"] == reading.GREP_DEFAULT_MAX_BYTES
+    assert schemas["herdr_fs_image"]["max_bytes"]["default"] == IMAGE_DEFAULT_MAX_BYTES
     assert schemas["herdr_fs_read"]["start_line"]["default"] == 1
     for tool in ("herdr_fs_edit", "herdr_fs_write", "herdr_fs_patch"):
         assert schemas[tool]["confirm_dirty"]["default"] is False

@@ -28,10 +28,10 @@ from herdr_mcp.update.errors import LocalStateError, ReleaseDataError, UpdateUsa
 from herdr_mcp.update.install import install_generation, offline_prefix, unpack_bundle
 from herdr_mcp.update.probe import parse_version_output, probe
 from herdr_mcp.update.staging import DownloadConfig, StagedAsset, stage
+from tests.admitted_release import REPOSITORY, Keys, admitted
+from tests.admitted_release import keys as keys  # the module-scoped signing keys fixture
 from tests.release_builder import host_target
 from tests.repository_sim import ReleaseRepositorySimulator
-from tests.test_staging import REPOSITORY, Keys, admitted
-from tests.test_staging import keys as keys  # the module-scoped signing keys fixture
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE_TIMEOUT = 60.0

@@ -13,13 +13,11 @@ link in front of a stand-in generation that streams in steps the test controls.
 
 from __future__ import annotations
 
-import abc
 import asyncio
 import contextlib
 import http.server
 import json
 import os
-import select
 import signal
 import socket
 import subprocess
@@ -33,28 +31,31 @@ from typing import Any
 
 import httpx2
 import pytest
-from mcp import Client
 
 from herdr_mcp.generations import (
     ControlFile,
     Generation,
     GenerationStore,
     Observation,
-    StatusFile,
     activate,
     rollback,
 )
 from herdr_mcp.generations.cli import main as generation_main
-from herdr_mcp.link import LinkConfig, LinkHandler, LinkServer
 from herdr_mcp.link.upstream import UpstreamPool
-from herdr_mcp.loopback import bind_loopback
+from tests.link_harness import (
+    LINK_TOKEN,
+    KeepAliveGeneration,
+    Link,
+    StandIn,
+    free_port,
+    in_process_link,
+    running_link,
+    store_active,
+)
 from tests.logging_proxy import LoggingProxy, closed_port_url, proxy_env
 from tests.runtime_harness import (
     RunningRuntime,
     call_tool,
-    close_pipes,
-    mcp_client,
-    stop_process,
     two_runtimes,
 )
 from tests.sim_helpers import run, short_tmp_dir
@@ -64,65 +65,12 @@ LEGACY_PROTOCOL = "2025-06-18"
 
 
 @dataclass
-class Link:
-    url: str
-    token: str
-    process: subprocess.Popen[str]
-    stderr: str = ""
-
-    @property
-    def base(self) -> str:
-        return self.url.removesuffix("/mcp")
-
-    def client(self) -> contextlib.AbstractAsyncContextManager[Client]:
-        return mcp_client(self.url, self.token)
-
-    def health(self) -> dict[str, Any]:
-        answer = httpx2.get(f"{self.base}/health", timeout=5)
-        assert answer.status_code == 200
-        document: dict[str, Any] = answer.json()
-        return document
-
-
-@dataclass
 class World:
     a: RunningRuntime
     b: RunningRuntime
     store: GenerationStore
     link: Link
     tmp: Path
-
-
-@contextlib.contextmanager
-def running_link(state_dir: Path, token_file: Path, env: dict[str, str] | None = None) -> Iterator[Link]:
-    """`herdr-mcp link --port 0` through its `main` (the subcommand is wired by the CLI), with
-    `env` over this process's environment."""
-    command = [
-        sys.executable, "-c", "import sys; from herdr_mcp.link.cli import main; sys.exit(main(sys.argv[1:]))",
-        "--state-dir", str(state_dir), "--token-file", str(token_file), "--port", "0",
-    ]  # fmt: skip
-    process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})}
-    )
-    link: Link | None = None
-    try:
-        found: list[str] = []
-        reader = threading.Thread(
-            target=lambda: found.append(process.stdout.readline() if process.stdout else "")
-        )
-        reader.start()
-        reader.join(30)
-        prefix = "herdr-mcp link serving "
-        if not found or not found[0].startswith(prefix):
-            process.kill()
-            raise RuntimeError(f"link did not start: {found!r}")
-        link = Link(found[0][len(prefix) :].strip(), token_file.read_text().strip(), process)
-        yield link
-    finally:
-        stop_process(process)
-        if link is not None and process.stderr is not None:
-            link.stderr = process.stderr.read()
-        close_pipes(process)
 
 
 def spec(name: str, runtime: RunningRuntime) -> Generation:
@@ -420,60 +368,6 @@ def test_activations_and_calls_through_the_link_send_nothing_through_a_proxy(
 # -- the failure answers, in process --------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
-
-
-class StandIn(abc.ABC):
-    """A loopback TCP stand-in for a generation: `_serve` runs in a thread from the start (set
-    what it uses before calling `__init__`); `close()` stops it."""
-
-    def __init__(self) -> None:
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.bind(("127.0.0.1", 0))
-        self._sock.listen(8)
-        self.endpoint = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    @abc.abstractmethod
-    def _serve(self) -> None: ...
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked in accept()
-        self._sock.close()
-        self._thread.join(5)
-
-
-def read_request(connection: socket.socket, buffer: bytearray) -> tuple[bytes, bytes] | None:
-    """The next request off `connection` (bytes already received wait in `buffer`): its head with
-    the blank line, and its body by Content-Length; None when the connection ends first."""
-    while b"\r\n\r\n" not in buffer:
-        data = connection.recv(65536)
-        if not data:
-            return None
-        buffer += data
-    end = buffer.index(b"\r\n\r\n") + 4
-    head = bytes(buffer[:end])
-    length = 0
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value)
-    while len(buffer) < end + length:
-        data = connection.recv(65536)
-        if not data:
-            return None
-        buffer += data
-    body = bytes(buffer[end : end + length])
-    del buffer[: end + length]
-    return head, body
-
-
 class Swallower(StandIn):
     """A TCP server that reads one HTTP request, counts it, and closes after sending `answer`
     (nothing by default)."""
@@ -499,32 +393,9 @@ class Swallower(StandIn):
                         connection.sendall(self.answer)
 
 
-LINK_TOKEN = "link-token-" + "x" * 20
-
-
-@contextlib.contextmanager
-def in_process_link(store: GenerationStore) -> Iterator[str]:
-    """A link (its server and handler, in this process) on a free loopback port; yields its /mcp URL."""
-    link = LinkHandler(LinkConfig(store, LINK_TOKEN, store.state_dir / "t", token_reader=lambda _: "y" * 32))
-    server = LinkServer(bind_loopback("127.0.0.1", 0), link).start()
-    try:
-        yield f"http://127.0.0.1:{server.port}/mcp"
-    finally:
-        server.close()
-        link.close()
-
-
 def in_process_post(store: GenerationStore, body: dict[str, Any], token: str = LINK_TOKEN) -> httpx2.Response:
     with in_process_link(store) as url:
         return httpx2.post(url, json=body, headers={"Authorization": f"Bearer {token}"}, timeout=20)
-
-
-def store_active(state_dir: Path, *specs: Generation, active: str | None) -> GenerationStore:
-    store = GenerationStore.in_dir(state_dir)
-    store.write_control(ControlFile(generations=specs), expected_revision=0)
-    with store.locked():
-        store.write_status_locked(StatusFile(active=active))
-    return store
 
 
 def error_of(answer: httpx2.Response) -> tuple[int, object, str, str | None]:
@@ -576,42 +447,6 @@ def test_generation_refusing_the_links_bearer_is_not_delivered(world: World, tmp
     wrong = replace(spec("A", world.a), token_file=None)
     store = store_active(tmp_path, wrong, active="A")
     assert error_of(in_process_post(store, CALL)) == (503, 7, "not_delivered", "generation_unauthorized")
-
-
-class KeepAliveGeneration(StandIn):
-    """A stand-in generation answering HTTP/1.1 keep-alive, which closes a connection once it was
-    idle for `idle_close_s` after an answer (0: at once, without saying `Connection: close`)."""
-
-    def __init__(self, idle_close_s: float) -> None:
-        self.idle_close_s = idle_close_s
-        self.requests = 0
-        self.connections = 0
-        super().__init__()
-
-    def _serve(self) -> None:
-        with contextlib.suppress(OSError):
-            while True:
-                connection, _ = self._sock.accept()
-                self.connections += 1
-                threading.Thread(target=self._handle, args=(connection,), daemon=True).start()
-
-    def _handle(self, connection: socket.socket) -> None:
-        with connection, contextlib.suppress(OSError):
-            buffer = bytearray()
-            answered = 0
-            while True:
-                idle = not buffer and answered > 0
-                if idle and not select.select([connection], [], [], self.idle_close_s)[0]:
-                    return  # idle too long: close, as uvicorn does after its keep-alive timeout
-                if read_request(connection, buffer) is None:
-                    return
-                self.requests += 1
-                answered += 1
-                answer = json.dumps({"jsonrpc": "2.0", "id": 7, "result": {"n": self.requests}}).encode()
-                connection.sendall(
-                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                    b"content-length: %d\r\n\r\n%s" % (len(answer), answer)
-                )
 
 
 def in_process_posts(store: GenerationStore, count: int, pause_s: float) -> list[httpx2.Response]:

@@ -27,7 +27,7 @@ from herdr_mcp.link import LinkConfig, LinkHandler, LinkServer, server
 from herdr_mcp.link.server import ClientConnection, Request
 from herdr_mcp.link.upstream import WATCH_EVERY_S
 from herdr_mcp.loopback import bind_loopback
-from tests.test_link import (
+from tests.link_harness import (
     LINK_TOKEN,
     KeepAliveGeneration,
     StandIn,

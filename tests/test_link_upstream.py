@@ -30,7 +30,7 @@ from herdr_mcp.link.upstream import (
     UpstreamError,
     UpstreamPool,
 )
-from tests.test_link import read_request
+from tests.link_harness import read_request
 
 TIMEOUT_S = 5.0
 #: Pause between two scripted pieces: long enough for each to arrive as its own `recv`.

@@ -23,10 +23,10 @@ from herdr_mcp.update.auto import (
 )
 from herdr_mcp.update.check import CheckResult, check_for_update
 from herdr_mcp.update.discovery import CHANNELS, DiscoveryConfig
+from tests.published_release import REPOSITORY, REPOSITORY_ID, VERSION, publish
 from tests.release_evidence import sigstore_trust
 from tests.repository_sim import ReleaseRepositorySimulator
 from tests.sigstore_stack import SigstoreStack
-from tests.test_update_check import REPOSITORY, REPOSITORY_ID, VERSION, _publish
 
 
 def _never() -> CheckResult:
@@ -127,7 +127,7 @@ def test_prod_stable_runs_the_check_and_says_what_it_found(
     empty = run_update_auto(config, lambda: _stable_check(sim, no_keys, config))
     assert (empty.action, empty.reason) == ("no_release", "no_releases")
 
-    keys = _publish(sim, tmp_path).keys
+    keys = publish(sim, tmp_path).keys
     decision = run_update_auto(config, lambda: _stable_check(sim, keys, config))
     assert (decision.action, decision.reason) == ("admitted", "admitted")
     assert decision.to_dict()["version"] == VERSION

@@ -3,34 +3,23 @@ and its signature, admission; the simulator's log proves no asset is downloaded,
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from herdr_mcp.contract import ContractIdentity
-from herdr_mcp.release.manifest import AssetInput, build_manifest
-from herdr_mcp.release.minisign import keygen, load_secret_key, sign
 from herdr_mcp.release.verification import PROVENANCE_BUNDLE_NAME, SIGNATURE_NAME, SIGSTORE_BUNDLE_NAME
 from herdr_mcp.service.fence import clear_fence, set_fence
-from tests.release_evidence import evidence, sigstore_flags
+from tests.published_release import BUNDLE, REPOSITORY, REPOSITORY_ID, TAG, VERSION, Trust, publish
 from tests.repository_sim import ReleaseRepositorySimulator
 from tests.sigstore_stack import SigstoreStack
-
-REPOSITORY = "herdr-mcp/herdr-mcp"
-REPOSITORY_ID = 424242
-VERSION = "9.0.0"
-TAG = f"v{VERSION}"
-BUNDLE = f"herdr-mcp-{VERSION}-linux-x86_64-cp311.tar.gz"
 
 
 @pytest.fixture
@@ -38,59 +27,6 @@ def sim(sigstore_stack: SigstoreStack) -> Iterator[ReleaseRepositorySimulator]:
     with ReleaseRepositorySimulator(REPOSITORY) as simulator:
         simulator.stack = sigstore_stack  # type: ignore[attr-defined]
         yield simulator
-
-
-@dataclass(frozen=True)
-class Trust:
-    """What the workstation pins: the release keys dir and the Sigstore flags (policy, trust root)."""
-
-    keys: Path
-    sigstore: list[str]
-
-    def flags(self) -> list[str]:
-        return ["--keys", str(self.keys), *self.sigstore]
-
-
-def _publish(
-    sim: ReleaseRepositorySimulator,
-    tmp: Path,
-    *,
-    contract: ContractIdentity | None = None,
-    tamper: bool = False,
-    sigstore: bool = True,
-    provenance: bool = True,
-) -> Trust:
-    """Publish TAG as the release workflow does: a bundle, the manifest listing it, its minisign
-    signature, its keyless Sigstore signature and the build provenance (each can be left out)."""
-    stack: SigstoreStack = sim.stack  # type: ignore[attr-defined]
-    keys = tmp / "keys"
-    keys.mkdir()
-    keygen(keys / "release.pub", tmp / "release.key")
-    bundle = tmp / BUNDLE
-    bundle.write_bytes(b"not really a bundle, but its sha256 is signed\n")
-    manifest = build_manifest(
-        version=VERSION,
-        repository=REPOSITORY,
-        repository_id=REPOSITORY_ID,
-        commit="3f1c2a9b8e7d6c5b4a39281706f5e4d3c2b1a098",
-        ref=f"refs/tags/{TAG}",
-        published_at=datetime(2026, 11, 29, 12, tzinfo=UTC),
-        assets=[AssetInput(path=bundle, target="linux-x86_64-cp311", kind="bundle")],
-    )
-    if contract is not None:
-        manifest = dataclasses.replace(manifest, contract=contract)
-    data = manifest.to_bytes()
-    signature = sign(data, load_secret_key(tmp / "release.key"), trusted_comment=f"herdr-mcp {TAG}")
-    release = sim.add_release(TAG)
-    release.add_asset("runtime-manifest.json", data + (b" " if tamper else b""))
-    release.add_asset("runtime-manifest.json.minisig", signature.encode())
-    signature_bundle, provenance_bundle = evidence(stack, data)
-    if sigstore:
-        release.add_asset(SIGSTORE_BUNDLE_NAME, signature_bundle)
-    if provenance:
-        release.add_asset(PROVENANCE_BUNDLE_NAME, provenance_bundle)
-    release.add_asset(BUNDLE, bundle.read_bytes())
-    return Trust(keys, sigstore_flags(stack, tmp, REPOSITORY))
 
 
 def _check(
@@ -116,7 +52,7 @@ def _fetched(sim: ReleaseRepositorySimulator) -> list[str]:
 def test_a_same_contract_release_is_admitted_without_downloading_its_bundle(
     sim: ReleaseRepositorySimulator, tmp_path: Path
 ) -> None:
-    keys = _publish(sim, tmp_path)
+    keys = publish(sim, tmp_path)
     result = _check(sim, tmp_path, keys)
     assert result.returncode == 0, result.stderr
     answer = json.loads(result.stdout)
@@ -139,7 +75,7 @@ def test_a_refused_release_downloads_nothing_but_its_manifest(
     tamper: bool,
     code: str,
 ) -> None:
-    keys = _publish(sim, tmp_path, contract=contract, tamper=tamper)
+    keys = publish(sim, tmp_path, contract=contract, tamper=tamper)
     result = _check(sim, tmp_path, keys)
     assert result.returncode == 2
     assert f"error: {code}:" in result.stderr
@@ -148,7 +84,7 @@ def test_a_refused_release_downloads_nothing_but_its_manifest(
 
 
 def test_update_paths_respect_the_fence(sim: ReleaseRepositorySimulator, tmp_path: Path) -> None:
-    keys = _publish(sim, tmp_path)
+    keys = publish(sim, tmp_path)
     set_fence(tmp_path / "config", "service uninstall")
     for mode in ("--check", "--json"):  # the check, and the whole update
         refused = _check(sim, tmp_path, keys, mode)
@@ -172,7 +108,7 @@ def test_update_paths_respect_the_fence(sim: ReleaseRepositorySimulator, tmp_pat
 def test_a_pinned_manifest_url_is_admitted_from_the_files_next_to_it(
     sim: ReleaseRepositorySimulator, tmp_path: Path
 ) -> None:
-    keys = _publish(sim, tmp_path)
+    keys = publish(sim, tmp_path)
     url = sim.url(f"/{REPOSITORY}/releases/download/{TAG}/runtime-manifest.json", host=sim.download_host)
     result = _check(sim, tmp_path, keys, "--check", "--manifest-url", url)
     assert result.returncode == 0, result.stderr
@@ -196,7 +132,7 @@ def test_a_pinned_manifest_url_is_admitted_from_the_files_next_to_it(
 def test_the_repository_and_channel_come_from_the_settings_file_when_no_flag_names_them(
     sim: ReleaseRepositorySimulator, tmp_path: Path
 ) -> None:
-    keys = _publish(sim, tmp_path)
+    keys = publish(sim, tmp_path)
     config = tmp_path / "config"
     config.mkdir()
     command = [
@@ -232,7 +168,7 @@ def test_the_repository_and_channel_come_from_the_settings_file_when_no_flag_nam
 def test_a_release_without_its_sigstore_evidence_is_refused_before_any_asset_download(
     sim: ReleaseRepositorySimulator, tmp_path: Path, has_sigstore: bool, has_provenance: bool, code: str
 ) -> None:
-    trust = _publish(sim, tmp_path, sigstore=has_sigstore, provenance=has_provenance)
+    trust = publish(sim, tmp_path, sigstore=has_sigstore, provenance=has_provenance)
     for mode in ("--check", "--json"):  # the check, and the whole update
         result = _check(sim, tmp_path, trust, mode)
         assert result.returncode == 2, result.stdout
@@ -246,7 +182,7 @@ def test_a_release_without_its_sigstore_evidence_is_refused_before_any_asset_dow
 def test_the_unsafe_skip_is_named_warned_about_and_refused_by_auto(
     sim: ReleaseRepositorySimulator, tmp_path: Path
 ) -> None:
-    trust = _publish(sim, tmp_path, sigstore=False, provenance=False)
+    trust = publish(sim, tmp_path, sigstore=False, provenance=False)
     skipped = _check(sim, tmp_path, trust, "--check", "--unsafe-skip-sigstore")
     assert skipped.returncode == 0, skipped.stderr
     assert json.loads(skipped.stdout)["status"] == "admitted"
@@ -263,7 +199,7 @@ def test_the_unsafe_skip_is_named_warned_about_and_refused_by_auto(
 def test_another_repository_needs_its_own_identity_policy(
     sim: ReleaseRepositorySimulator, tmp_path: Path
 ) -> None:
-    trust = _publish(sim, tmp_path)
+    trust = publish(sim, tmp_path)
     command = [
         sys.executable, "-m", "herdr_mcp", "update", "--check", "--json", "--repository", "someone/fork",
         "--repository-id", "7", "--api-url", sim.api_base_url, "--ca-file", str(sim.ca_file),
@@ -304,7 +240,7 @@ class _PlainHttp(ThreadingHTTPServer):
 def test_a_pinned_manifest_url_obeys_https_and_the_host_allowlist_before_any_request(
     sim: ReleaseRepositorySimulator, tmp_path: Path
 ) -> None:
-    trust = _publish(sim, tmp_path)
+    trust = publish(sim, tmp_path)
     path = f"/{REPOSITORY}/releases/download/{TAG}/runtime-manifest.json"
     with _PlainHttp() as plain:
         thread = threading.Thread(target=plain.serve_forever, daemon=True)
@@ -331,7 +267,7 @@ def test_a_pinned_manifest_url_obeys_https_and_the_host_allowlist_before_any_req
 def test_text_from_the_release_index_is_escaped_before_the_terminal(
     sim: ReleaseRepositorySimulator, tmp_path: Path
 ) -> None:
-    trust = _publish(sim, tmp_path)
+    trust = publish(sim, tmp_path)
     evil = "notes\x1b]0;owned\x07\x1b[2J\u202egpj.exe"
     newer = sim.add_release("v9.1.0")
     newer.add_asset(evil, b"x")

@@ -31,6 +31,7 @@ from herdr_mcp.release.manifest import MANIFEST_FILENAME
 from herdr_mcp.release.minisign import keygen
 from herdr_mcp.release.verification import PROVENANCE_BUNDLE_NAME, SIGNATURE_NAME, SIGSTORE_BUNDLE_NAME
 from herdr_mcp.update.apply import UpdatePaths
+from tests.link_harness import Link, running_link
 from tests.logging_proxy import LoggingProxy, proxy_env
 from tests.release_builder import (
     REPOSITORY,
@@ -45,7 +46,6 @@ from tests.release_evidence import sigstore_flags
 from tests.repository_sim import ReleaseRepositorySimulator
 from tests.runtime_harness import make_repo, mcp_client
 from tests.sigstore_stack import SigstoreStack
-from tests.test_link import Link, running_link
 
 pytestmark = pytest.mark.timeout(900)
 

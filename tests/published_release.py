@@ -1,0 +1,77 @@
+"""A release published on the release repository simulator as the release workflow does it
+(`publish`): a bundle, its manifest, the minisign signature and the Sigstore evidence; and the
+`Trust` a workstation pins for it."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from herdr_mcp.contract import ContractIdentity
+from herdr_mcp.release.manifest import AssetInput, build_manifest
+from herdr_mcp.release.minisign import keygen, load_secret_key, sign
+from herdr_mcp.release.verification import PROVENANCE_BUNDLE_NAME, SIGSTORE_BUNDLE_NAME
+from tests.release_evidence import evidence, sigstore_flags
+from tests.repository_sim import ReleaseRepositorySimulator
+from tests.sigstore_stack import SigstoreStack
+
+REPOSITORY = "herdr-mcp/herdr-mcp"
+REPOSITORY_ID = 424242
+VERSION = "9.0.0"
+TAG = f"v{VERSION}"
+BUNDLE = f"herdr-mcp-{VERSION}-linux-x86_64-cp311.tar.gz"
+
+
+@dataclass(frozen=True)
+class Trust:
+    """What the workstation pins: the release keys dir and the Sigstore flags (policy, trust root)."""
+
+    keys: Path
+    sigstore: list[str]
+
+    def flags(self) -> list[str]:
+        return ["--keys", str(self.keys), *self.sigstore]
+
+
+def publish(
+    sim: ReleaseRepositorySimulator,
+    tmp: Path,
+    *,
+    contract: ContractIdentity | None = None,
+    tamper: bool = False,
+    sigstore: bool = True,
+    provenance: bool = True,
+) -> Trust:
+    """Publish TAG as the release workflow does: a bundle, the manifest listing it, its minisign
+    signature, its keyless Sigstore signature and the build provenance (each can be left out)."""
+    stack: SigstoreStack = sim.stack  # type: ignore[attr-defined]
+    keys = tmp / "keys"
+    keys.mkdir()
+    keygen(keys / "release.pub", tmp / "release.key")
+    bundle = tmp / BUNDLE
+    bundle.write_bytes(b"not really a bundle, but its sha256 is signed\n")
+    manifest = build_manifest(
+        version=VERSION,
+        repository=REPOSITORY,
+        repository_id=REPOSITORY_ID,
+        commit="3f1c2a9b8e7d6c5b4a39281706f5e4d3c2b1a098",
+        ref=f"refs/tags/{TAG}",
+        published_at=datetime(2026, 11, 29, 12, tzinfo=UTC),
+        assets=[AssetInput(path=bundle, target="linux-x86_64-cp311", kind="bundle")],
+    )
+    if contract is not None:
+        manifest = dataclasses.replace(manifest, contract=contract)
+    data = manifest.to_bytes()
+    signature = sign(data, load_secret_key(tmp / "release.key"), trusted_comment=f"herdr-mcp {TAG}")
+    release = sim.add_release(TAG)
+    release.add_asset("runtime-manifest.json", data + (b" " if tamper else b""))
+    release.add_asset("runtime-manifest.json.minisig", signature.encode())
+    signature_bundle, provenance_bundle = evidence(stack, data)
+    if sigstore:
+        release.add_asset(SIGSTORE_BUNDLE_NAME, signature_bundle)
+    if provenance:
+        release.add_asset(PROVENANCE_BUNDLE_NAME, provenance_bundle)
+    release.add_asset(BUNDLE, bundle.read_bytes())
+    return Trust(keys, sigstore_flags(stack, tmp, REPOSITORY))
