@@ -28,7 +28,7 @@ from herdr_mcp.errors import ToolError
 from herdr_mcp.runtime.audit import AuditLog, AuditUnavailable, describe_call
 from herdr_mcp.runtime.services import Services
 from herdr_mcp.runtime.tools import HANDLERS
-from herdr_mcp.runtime.tools.fs import ImageResult
+from herdr_mcp.runtime.tools.fs.image import ImageResult
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from herdr_mcp.errors import ToolError
-from herdr_mcp.runtime.tools import fs
-from herdr_mcp.runtime.tools.fs import ImageResult
+from herdr_mcp.runtime.tools.fs.editing import fs_edit, fs_write
+from herdr_mcp.runtime.tools.fs.image import ImageResult, fs_image
+from herdr_mcp.runtime.tools.fs.patching import fs_patch
+from herdr_mcp.runtime.tools.fs.reading import fs_grep, fs_list, fs_read
 from herdr_mcp.runtime.tools.git import git_facts
 
 if TYPE_CHECKING:
@@ -24,9 +26,7 @@ if TYPE_CHECKING:
 Handler = Callable[["Services", dict[str, Any]], Awaitable["dict[str, Any] | ImageResult"]]
 
 
-def _fs(name: str) -> Handler:
-    function: Callable[..., dict[str, Any] | ImageResult] = getattr(fs, name)
-
+def _fs(function: Callable[..., dict[str, Any] | ImageResult]) -> Handler:
     async def handler(svc: Services, args: dict[str, Any]) -> dict[str, Any] | ImageResult:
         roots = await svc.topology.roots()
         return await asyncio.to_thread(function, roots, svc.policy, args)
@@ -60,8 +60,8 @@ def _handlers() -> dict[str, Handler]:
         "herdr_exec_kill": execution.exec_kill,
         "herdr_prompt": agents.prompt,
     }
-    for name in ("fs_read", "fs_list", "fs_grep", "fs_image", "fs_edit", "fs_write", "fs_patch"):
-        table[f"herdr_{name}"] = _fs(name)
+    for function in (fs_read, fs_list, fs_grep, fs_image, fs_edit, fs_write, fs_patch):
+        table[f"herdr_{function.__name__}"] = _fs(function)
     return table
 
 
