@@ -17,6 +17,7 @@ import pytest
 from herdr_mcp.errors import ToolError
 from herdr_mcp.state.ledger import InFlight, Ledger, Replay, Started, request_hash
 from herdr_mcp.state.store import StateStore
+from tests.clocks import ManualClock
 
 REQUEST = request_hash({"workspace": "w1", "command": "echo hi >> log", "intent": "non_idempotent_write"})
 OTHER_REQUEST = request_hash({"workspace": "w1", "command": "rm log", "intent": "non_idempotent_write"})
@@ -110,30 +111,35 @@ def test_an_outcome_that_is_not_json_is_refused_and_nothing_recorded(store: Stat
 
 
 def test_expired_keys_can_be_reused(store: StateStore) -> None:
-    ledger = Ledger(store, "rt-1", ttl_seconds=0.05)
+    clock = ManualClock()
+    ledger = Ledger(store, "rt-1", ttl_seconds=60, clock=clock)
     started = ledger.begin("exec", "key-00001", REQUEST)
     assert isinstance(started, Started)
     ledger.complete(started.op_id, {"n": 1})
+    clock.advance(59.9)
     assert isinstance(ledger.begin("exec", "key-00001", REQUEST), Replay)
-    time.sleep(0.1)
+    clock.advance(0.2)
     reused = ledger.begin("exec", "key-00001", OTHER_REQUEST)
     assert isinstance(reused, Started)
     assert reused.op_id != started.op_id
     # This instance's own in-flight row is never pruned: its mutation may still be acting.
-    time.sleep(0.1)
+    clock.advance(61)
     assert isinstance(ledger.begin("exec", "key-00001", OTHER_REQUEST), InFlight)
     # Another instance's expired in-flight row is.
-    assert isinstance(Ledger(store, "rt-2", ttl_seconds=0.05).begin("exec", "key-00001", REQUEST), Started)
+    assert isinstance(
+        Ledger(store, "rt-2", ttl_seconds=60, clock=clock).begin("exec", "key-00001", REQUEST), Started
+    )
 
 
 def test_expired_rows_are_swept(store: StateStore) -> None:
-    ledger = Ledger(store, "rt-1", ttl_seconds=0.05)
+    clock = ManualClock()
+    ledger = Ledger(store, "rt-1", ttl_seconds=60, clock=clock)
     for index in range(5):
         started = ledger.begin("exec", f"key-{index:05}", REQUEST)
         assert isinstance(started, Started)
         ledger.complete(started.op_id, {})
-    time.sleep(0.1)
-    fresh = Ledger(store, "rt-1", ttl_seconds=0.05)  # a new ledger sweeps on its first begin
+    clock.advance(61)
+    fresh = Ledger(store, "rt-1", ttl_seconds=60, clock=clock)  # a new ledger sweeps on its first begin
     assert isinstance(fresh.begin("exec", "key-other", REQUEST), Started)
     keys = [row[0] for row in store.connection().execute("SELECT idempotency_key FROM operations")]
     assert keys == ["key-other"]

@@ -32,7 +32,7 @@ import logging
 import secrets
 import sqlite3
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -75,10 +75,6 @@ def request_hash(request: Mapping[str, Any]) -> str:
     whatever the order of their keys.
     """
     return "sha256:" + hashlib.sha256(rfc8785.dumps(dict(request))).hexdigest()
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _iso(epoch_seconds: float) -> str:
@@ -132,14 +128,25 @@ class Ledger:
     """
 
     def __init__(
-        self, store: StateStore, runtime_instance: str, *, ttl_seconds: float = DEFAULT_TTL_SECONDS
+        self,
+        store: StateStore,
+        runtime_instance: str,
+        *,
+        ttl_seconds: float = DEFAULT_TTL_SECONDS,
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        """`clock` gives the wall time in seconds that expiries are stamped and judged by (tests
+        move it instead of sleeping past a TTL)."""
         if ttl_seconds <= 0:
             raise ValueError("ttl_seconds must be positive")
         self._store = store
         self.runtime_instance = runtime_instance
         self._ttl_ms = int(ttl_seconds * 1000)
+        self._clock = clock
         self._next_sweep = 0.0
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
 
     def begin(self, kind: str, key: str, request_hash: str) -> Started | Replay | InFlight:
         """Record `(kind, key, request_hash)` before acting, or report what the first call did.
@@ -147,7 +154,7 @@ class Ledger:
         Raises ToolError `idempotency_key_conflict` when the key was used for another request,
         and sqlite3.Error when the database is unusable (nothing was recorded then: do not act).
         """
-        now = _now_ms()
+        now = self._now_ms()
         op_id = "op_" + secrets.token_hex(12)
         with self._store.transaction() as tx:
             self._sweep(tx, now)
@@ -265,7 +272,7 @@ class Ledger:
             raise ValueError("resolve_stale needs exactly one of result and error")
         state, outcome = ("completed", result) if result is not None else ("failed", error)
         text = canonical_json(outcome)
-        now = _now_ms()
+        now = self._now_ms()
         with self._store.transaction() as tx:
             changed = tx.execute(
                 "UPDATE operations SET state = ?, result_json = ?, updated_at = ?, expires_at = ? "
@@ -279,7 +286,7 @@ class Ledger:
             text = canonical_json(outcome)
         except (TypeError, ValueError) as exc:  # rfc8785.CanonicalizationError is a ValueError
             raise ValueError(f"the outcome of {op_id} is not JSON ({exc})") from exc
-        now = _now_ms()
+        now = self._now_ms()
         with self._store.transaction() as tx:
             changed = tx.execute(
                 "UPDATE operations SET state = ?, result_json = ?, updated_at = ?, expires_at = ? "
