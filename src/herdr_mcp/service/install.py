@@ -1,0 +1,319 @@
+"""The service install transaction, its inverse, and what is installed.
+
+`install_services`: render the jobs (`units`), write them atomically, (re)load them, optionally
+activate a generation through the gate, then clear the update fence, record the executable the
+jobs run (`installed`) and, on macOS, record the service rollback. If loading fails or the
+generation is refused, the previous definitions are written back and reloaded, the fence stays as
+it was, and nothing is recorded.
+
+`uninstall_services`: set the update fence first (so an `update auto` starting meanwhile
+refuses), then unload the jobs and remove their files. Only a later `install_services` clears the
+fence.
+
+`service_config` decides what the jobs run (executable, address, port, `serve` or `generation
+up`); `service_host` where they live on this machine. `herdr-mcp service` (`service/cli.py`)
+only parses its arguments into these and prints what they return.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from herdr_mcp.generations import GenerationError, GenerationStore, TokenReader, activate
+from herdr_mcp.generations.process import is_managed
+from herdr_mcp.service.fence import clear_fence, read_fence, set_fence
+from herdr_mcp.service.installed import clear_services_executable, record_services_executable
+from herdr_mcp.service.rollback import discard_rollback, read_rollback, record_rollback
+from herdr_mcp.service.units import (
+    ALL_UNITS,
+    ENABLED_UNITS,
+    JOBS,
+    LINK_UNIT,
+    RUNTIME_UNIT,
+    UPDATE_TIMER,
+    UPDATE_UNIT,
+    CommandResult,
+    Platform,
+    Runner,
+    ServiceConfig,
+    ServiceError,
+    default_target_dir,
+    detect_platform,
+    launchd_bootout,
+    launchd_bootstrap,
+    launchd_label,
+    launchd_print,
+    read_existing,
+    render,
+    run_command,
+    systemctl,
+    write_files,
+)
+
+UNINSTALL_REASON = "services were uninstalled with `herdr-mcp service uninstall`"
+
+
+@dataclass(frozen=True)
+class ServiceHost:
+    """Where and how the services of this workstation live (injectable for tests)."""
+
+    platform: Platform
+    target_dir: Path
+    config_dir: Path
+    uid: int
+    runner: Runner = run_command
+    store: GenerationStore | None = None
+    token_reader: TokenReader | None = None
+    sleep: Callable[[float], None] | None = None
+
+    @property
+    def names(self) -> list[str]:
+        if self.platform == "launchd":
+            return [f"{launchd_label(job)}.plist" for job in JOBS]
+        return list(ALL_UNITS)
+
+    def generations(self) -> GenerationStore:
+        return self.store or GenerationStore.in_dir(self.config_dir / "generations")
+
+
+@dataclass(frozen=True)
+class InstallResult:
+    written: list[Path]
+    fence_cleared: bool
+    rollback_recorded: bool
+    activation: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "written": [str(path) for path in self.written],
+            "fence_cleared": self.fence_cleared,
+            "rollback_recorded": self.rollback_recorded,
+            "activation": self.activation,
+        }
+
+
+def service_host(
+    config_dir: Path,
+    *,
+    platform: Platform | None = None,
+    target_dir: Path | None = None,
+    state_dir: Path | None = None,
+    runner: Runner = run_command,
+) -> ServiceHost:
+    """This machine's services: `platform` (default: this OS's), `target_dir` (default: where
+    that platform keeps user jobs), the generations in `state_dir` (default: the config dir's).
+    Raises `ServiceError("platform_unsupported")` on an OS with neither launchd nor systemd."""
+    chosen = platform or detect_platform()
+    if chosen is None:
+        raise ServiceError(
+            "platform_unsupported",
+            f"services exist for macOS (launchd) and Linux (systemd), not {sys.platform}",
+        )
+    return ServiceHost(
+        platform=chosen,
+        target_dir=target_dir or default_target_dir(chosen),
+        config_dir=config_dir,
+        uid=os.getuid(),
+        runner=runner,
+        store=GenerationStore.in_dir(state_dir) if state_dir else None,
+    )
+
+
+def _must(result: CommandResult, argv: Sequence[str]) -> None:
+    if result.returncode != 0:
+        detail = result.stderr.strip() or result.stdout.strip()
+        raise ServiceError(f"{argv[0]}_failed", f"`{' '.join(argv)}` exited {result.returncode}: {detail}")
+
+
+def _run(host: ServiceHost, argv: list[str], *, check: bool = True) -> CommandResult:
+    result = host.runner(argv)
+    if check:
+        _must(result, argv)
+    return result
+
+
+def load(host: ServiceHost, paths: Sequence[Path]) -> None:
+    """(Re)load the written jobs: launchd bootout + bootstrap each; systemd reload, enable, restart."""
+    if host.platform == "launchd":
+        for path in paths:
+            _run(host, launchd_bootout(host.uid, path.stem), check=False)  # not loaded yet is fine
+            _run(host, launchd_bootstrap(host.uid, path))
+        return
+    _run(host, systemctl("daemon-reload"))
+    _run(host, systemctl("enable", *ENABLED_UNITS))
+    _run(host, systemctl("restart", RUNTIME_UNIT, LINK_UNIT))
+    _run(host, systemctl("start", UPDATE_TIMER))
+
+
+def unload(host: ServiceHost) -> None:
+    """Stop and disable every job (a job that is not loaded is not an error)."""
+    if host.platform == "launchd":
+        for job in JOBS:
+            _run(host, launchd_bootout(host.uid, launchd_label(job)), check=False)
+        return
+    _run(host, systemctl("disable", "--now", *ENABLED_UNITS), check=False)
+    _run(host, systemctl("stop", UPDATE_UNIT), check=False)
+
+
+def find_executable(given: Path | None) -> Path:
+    """The herdr-mcp the jobs run: `given`, else the one on PATH, else the one next to this
+    Python. Raises `ServiceError("executable_not_found")` when that is not an executable file."""
+    found = str(given) if given is not None else shutil.which("herdr-mcp")
+    if found is None:
+        beside = Path(sys.executable).with_name("herdr-mcp")
+        found = str(beside) if beside.is_file() else None
+    if found is None or not os.path.isfile(found) or not os.access(found, os.X_OK):
+        what = "no herdr-mcp executable found" if given is None else f"{given} is not an executable file"
+        raise ServiceError("executable_not_found", f"{what}; pass --executable PATH")
+    return Path(found).absolute()
+
+
+def service_config(
+    host: ServiceHost,
+    *,
+    executable: Path | None = None,
+    port: int | None = None,
+    log_dir: Path | None = None,
+    generation: str | None = None,
+) -> ServiceConfig:
+    """The jobs' program: `executable`/`port`, else those the generation was registered with (its
+    `executable`, its endpoint's address and port), else herdr-mcp on PATH and
+    `ServiceConfig`'s default port.
+
+    When that generation (or, without `generation`, the active one) is managed (installed by
+    `update` or `dev sync` into the config dir), the runtime job is `generation up`, run by that
+    generation's executable: it keeps the active and previous generations running, so a
+    generation activated by a later update survives a restart of the service or the machine.
+    `log_dir` (launchd only) defaults to ~/Library/Logs/herdr-mcp. Raises `ServiceError` and the
+    store's `GenerationError`s."""
+    address = "127.0.0.1"
+    store = host.generations()
+    managed = generation or store.read_status().active
+    supervise = False
+    if managed is not None:
+        try:
+            managed_spec = store.read_control().find(managed)
+        except GenerationError:
+            managed_spec = None
+        if managed_spec is not None and is_managed(host.config_dir, managed_spec):
+            supervise = True
+            if executable is None and managed_spec.executable is not None:
+                executable = Path(managed_spec.executable)
+    if generation is not None:
+        spec = store.read_control().find(generation)
+        if executable is None and spec.executable is not None:
+            executable = Path(spec.executable)
+        endpoint = urlsplit(spec.endpoint)
+        address = endpoint.hostname or address
+        if port is None:
+            port = endpoint.port
+    logs = log_dir or (Path.home() / "Library" / "Logs" / "herdr-mcp")
+    config = ServiceConfig(
+        executable=find_executable(executable),
+        config_dir=host.config_dir,
+        host=address,
+        log_dir=logs if host.platform == "launchd" else None,
+        supervise=supervise,
+    )
+    return config if port is None else replace(config, port=port)
+
+
+def install_services(
+    host: ServiceHost, config: ServiceConfig, *, generation: str | None = None
+) -> InstallResult:
+    """Install (or reinstall) the jobs; see the module docstring. Raises `ServiceError` and the
+    `GenerationError`s of `activate`."""
+    files = render(host.platform, config)
+    before = read_existing(host.target_dir, list(files))
+    store = host.generations()
+    previous_generation = store.read_status().active
+    if config.log_dir is not None:
+        config.log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    written = write_files(host.target_dir, files)
+    activation: str | None = None
+    try:
+        load(host, written)
+        if generation is not None:
+            extra: dict[str, Any] = {} if host.sleep is None else {"sleep": host.sleep}
+            result = activate(store, generation, token_reader=host.token_reader, **extra)
+            activation = result.outcome
+            if not result.ok:
+                raise ServiceError("install_refused", f"{result.outcome}: {result.message}")
+    except (ServiceError, GenerationError):
+        _restore(host, files, before)
+        raise
+    cleared = clear_fence(host.config_dir)
+    record_services_executable(host.config_dir, config.executable)
+    recorded = False
+    if host.platform == "launchd":
+        installed = store.read_status().active
+        recorded = record_rollback(host.config_dir, before, previous_generation, installed) is not None
+    return InstallResult(written, cleared, recorded, activation)
+
+
+def _restore(host: ServiceHost, files: dict[str, bytes], before: dict[str, bytes]) -> None:
+    """Put the definitions that were there before a failed install back (best effort: the
+    install's own error is what the user sees)."""
+    for name in files:
+        if name not in before:
+            (host.target_dir / name).unlink(missing_ok=True)
+    restored = write_files(host.target_dir, before)
+    try:
+        if restored:
+            load(host, restored)
+        else:
+            unload(host)
+    except ServiceError:
+        return
+
+
+def uninstall_services(host: ServiceHost) -> list[Path]:
+    """Fence updates, unload the jobs, remove their files; returns the files removed."""
+    set_fence(host.config_dir, UNINSTALL_REASON)
+    unload(host)
+    removed = []
+    for name in host.names:
+        path = host.target_dir / name
+        if path.exists():
+            path.unlink()
+            removed.append(path)
+    if host.platform == "systemd":
+        _run(host, systemctl("daemon-reload"), check=False)
+    discard_rollback(host.config_dir)
+    clear_services_executable(host.config_dir)
+    return removed
+
+
+def service_status(host: ServiceHost) -> dict[str, Any]:
+    """Each job's file and load state, the fence, and the recorded rollback (if any)."""
+    jobs: dict[str, Any] = {}
+    for name in host.names:
+        if host.platform == "launchd":
+            loaded = host.runner(launchd_print(host.uid, Path(name).stem)).returncode == 0
+            state = "loaded" if loaded else "not loaded"
+        else:
+            answer = host.runner(systemctl("is-active", name)).stdout.strip()
+            state = answer or "unknown"
+        jobs[name] = {"installed": (host.target_dir / name).exists(), "state": state}
+    fence = read_fence(host.config_dir)
+    record = read_rollback(host.config_dir) if host.platform == "launchd" else None
+    return {
+        "platform": host.platform,
+        "target_dir": str(host.target_dir),
+        "jobs": jobs,
+        "update_fence": None if fence is None else fence.to_dict(),
+        "service_rollback": None
+        if record is None
+        else {
+            "previous_generation": record.previous_generation,
+            "installed_generation": record.installed_generation,
+            "recorded_at": record.recorded_at,
+        },
+    }
