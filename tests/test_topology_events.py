@@ -12,8 +12,10 @@ from herdr_mcp.runtime.topology import Topology
 from herdr_mcp.sim import AgentConfig, PaneConfig, SimConfig, WorkspaceConfig
 from herdr_mcp.state.event_log import EventLog
 from herdr_mcp.state.store import StateStore
+from tests.clocks import ManualClock
 from tests.runtime_harness import make_repo
 from tests.sim_helpers import run, running_sim, short_tmp_dir
+from tests.waiting import wait_until_async
 
 
 def _config(tmp: Path) -> tuple[SimConfig, Path, Path, Path]:
@@ -65,14 +67,15 @@ def test_busy_follows_a_working_agent_and_events_invalidate_the_cache() -> None:
                 feed = EventFeed(client, log, on_event=lambda _e: topology.invalidate())
                 follower = asyncio.create_task(feed.run())
                 try:
-                    while not feed.connected:
-                        await asyncio.sleep(0.01)
+                    await wait_until_async(lambda: feed.connected, "the event feed to connect")
                     assert (await topology.roots()).root_for(str(repo)).busy is False
                     pane = sim.add_pane("w1", PaneConfig(agent=AgentConfig("coder")))
-                    await _until(lambda: _has_event(feed, "pane_created"))
+                    await wait_until_async(lambda: _has_event(feed, "pane_created"), "pane_created")
                     cursor = feed.last_seq
                     sim.set_agent_status("coder", "working")
-                    await _until(lambda: _has_event(feed, "pane.agent_status_changed"))
+                    await wait_until_async(
+                        lambda: _has_event(feed, "pane.agent_status_changed"), "pane.agent_status_changed"
+                    )
                     assert (await topology.roots()).root_for(str(repo)).busy is True
                     answer = feed.since(cursor, workspace="w1", limit=100)
                     changed = [e for e in answer["events"] if e["event"] == "pane.agent_status_changed"]
@@ -87,15 +90,30 @@ def test_busy_follows_a_working_agent_and_events_invalidate_the_cache() -> None:
         run(body())
 
 
+def test_the_view_is_reused_for_its_ttl_on_the_topologys_clock() -> None:
+    """A failing snapshot is not seen while the cached view is fresh; once the clock passes the
+    TTL the next call observes again (and degrades to the lists)."""
+    with short_tmp_dir() as tmp:
+        config, _, _, home = _config(tmp)
+
+        async def body() -> None:
+            async with running_sim(tmp, config) as (sim, client):
+                clock = ManualClock()
+                topology = Topology(client, home=home, ttl=2.0, clock=clock)
+                assert (await topology.view()).source == "snapshot"
+                sim.inject_fault("session.snapshot")
+                clock.advance(1.9)
+                assert (await topology.view()).source == "snapshot"
+                clock.advance(0.2)
+                degraded = await topology.view()
+                assert degraded.source == "lists"
+                assert degraded.warnings[0]["code"] == "snapshot_failed"
+
+        run(body())
+
+
 def _has_event(feed: EventFeed, name: str) -> bool:
     return any(event["event"] == name for event in feed.since(0, workspace=None, limit=10_000)["events"])
-
-
-async def _until(condition: object, timeout: float = 5.0) -> None:
-    assert callable(condition)
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.01)
 
 
 def test_cursors_keep_their_meaning_across_a_restart(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,10 +73,19 @@ def _cwds_of(item: dict[str, Any]) -> list[str]:
 class Topology:
     """Cached Herdr view + derived roots; safe to share between concurrent tool calls."""
 
-    def __init__(self, herdr: HerdrClient, *, home: Path, ttl: float = VIEW_TTL_SECONDS) -> None:
+    def __init__(
+        self,
+        herdr: HerdrClient,
+        *,
+        home: Path,
+        ttl: float = VIEW_TTL_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """`clock` (seconds) ages the cached view; tests move it instead of sleeping past `ttl`."""
         self._herdr = herdr
         self._home = home
         self._ttl = ttl
+        self._clock = clock
         self._lock = asyncio.Lock()
         self._view: SessionView | None = None
         self._roots: RootSet | None = None
@@ -99,14 +108,14 @@ class Topology:
 
     async def _current(self) -> tuple[SessionView, RootSet]:
         async with self._lock:
-            fresh = time.monotonic() - self._fetched_at < self._ttl
+            fresh = self._clock() - self._fetched_at < self._ttl
             if self._view is not None and self._roots is not None and fresh:
                 return self._view, self._roots
             generation = self._generation
             view = await self._observe()
             roots = await asyncio.to_thread(derive_roots, view, self._home)
             if generation == self._generation:
-                self._view, self._roots, self._fetched_at = view, roots, time.monotonic()
+                self._view, self._roots, self._fetched_at = view, roots, self._clock()
             return view, roots
 
     async def _observe(self) -> SessionView:
