@@ -15,7 +15,7 @@ from jsonschema import Draft202012Validator
 from herdr_mcp.errors import ToolError
 from herdr_mcp.runtime.tools.continuity_methods import CONTINUITY_METHODS
 from herdr_mcp.state import STATE_SCHEMA
-from herdr_mcp.state.continuity import parse_conversation_url
+from herdr_mcp.state.continuity_identity import parse_conversation_url
 from herdr_mcp.state.store import StateStore
 from tests.journal_helpers import METHODS, call, refused
 

@@ -32,8 +32,8 @@ from typing import Any
 
 from herdr_mcp.cli.arguments import CommandParser
 from herdr_mcp.errors import ToolError
-from herdr_mcp.runtime.config import default_config_dir
-from herdr_mcp.state import continuity, handoff
+from herdr_mcp.layout import default_config_dir
+from herdr_mcp.state import continuity, continuity_identity, handoff, journal
 from herdr_mcp.state.store import STATE_FILE_NAME, StateError, StateStore
 from herdr_mcp.terminal import printable
 
@@ -53,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     select.add_argument("--workspace", metavar="ID", help="a Herdr workspace bound to exactly one chain")
     select.add_argument("--project-id", metavar="ID", help="a site's project id (with --site)")
     select.add_argument("--check", metavar="FILE", help="validate a handoff document ('-' for stdin)")
-    parser.add_argument("--site", choices=continuity.SITES, help="the site of --project-id")
+    parser.add_argument("--site", choices=continuity_identity.SITES, help="the site of --project-id")
     parser.add_argument("--focus", metavar="TEXT", help="what the next session should concentrate on")
     parser.add_argument("--work-chain", metavar="ID", help="the Work Memory work_chain_id to draw from")
     parser.add_argument(
@@ -82,7 +82,7 @@ def _selection(args: argparse.Namespace) -> dict[str, Any]:
 def _open_store(config_dir: Path) -> StateStore:
     path = config_dir / STATE_FILE_NAME
     if not path.is_file():
-        raise continuity.journal_unavailable(f"{path} does not exist; run `herdr-mcp serve` first")
+        raise journal.journal_unavailable(f"{path} does not exist; run `herdr-mcp serve` first")
     return StateStore.open(path)
 
 

@@ -9,7 +9,7 @@ Rules this module enforces:
 - Stable identities are a site's conversation (from its id or its full URL), a site's project,
   and a Herdr workspace. A conversation or project journals into exactly one chain; a workspace
   may serve several. Identities are tried most specific first (conversation, project, workspace);
-  the first that matches anything decides.
+  the first that matches anything decides (`continuity_identity`).
 - `append_turn` is idempotent per (chain, turn_key): a repeat returns the first answer with
   `idempotent_replay: true`; the same key with other content is `continuity_turn_conflict`.
 - `resolve` resumes only when a stable identity narrows to exactly one chain. Several chains give
@@ -26,47 +26,39 @@ so, and a planner re-inspects Herdr, Git and the runtime before any mutation.
 journal belongs to the one user of this workstation, and a chain spans the several browser
 sessions (conversations) it was handed through.
 
-Each public function is one transaction (`journal_transaction`) and raises `ToolError` only.
+Each public function is one transaction (`journal_transaction`) and raises `ToolError` only. The
+core this module shares with Work Memory and handoff (clock, ids, transactions, turn tails, turn
+search) is `journal`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
-import re
-import secrets
 import sqlite3
-import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 from herdr_mcp.errors import ToolError
-from herdr_mcp.state.journal_text import (
-    checkpoint_text,
-    clip,
-    excerpt,
-    index_form,
-    match_expression,
-    query_terms,
+from herdr_mcp.state.continuity_identity import Identity, bound_chains, narrow
+from herdr_mcp.state.journal import (
+    DEFAULT_RESUME_CHARS,
+    DEFAULT_RESUME_TURNS,
+    NOT_LIVE_STATE,
+    RANK_WINDOW,
+    bounded_tail,
+    chain_row,
+    iso_ms,
+    journal_transaction,
+    new_id,
+    now_ms,
+    search_turns,
+    sha256_hex,
 )
+from herdr_mcp.state.journal_text import checkpoint_text, clip, excerpt, index_form, match_expression
 from herdr_mcp.state.store import StateStore
-
-SITES = ("chatgpt", "zai", "deepseek")
-#: The `site` of a workspace binding: a Herdr workspace belongs to no Web site.
-WORKSPACE_SITE = "herdr"
 
 #: A finalized turn longer than this is refused: 100,000 characters is at most 400 KB of UTF-8,
 #: which stays inside the 1 MiB native-messaging frame with room for the envelope.
 MAX_TURN_CHARS = 100_000
-DEFAULT_RESUME_TURNS = 20
-MAX_RESUME_TURNS = 100
-#: Characters of turn text a resume returns at most: enough for a planner to pick the work back
-#: up, small enough not to fill its context window on arrival.
-DEFAULT_RESUME_CHARS = 12_000
-MAX_RESUME_CHARS = 60_000
 DEFAULT_CANDIDATES = 5
 MAX_CANDIDATES = 10
 #: Length of a candidate's recent summary and of a chain title derived from its first message.
@@ -74,253 +66,12 @@ SUMMARY_CHARS = 280
 TITLE_CHARS = 80
 DEFAULT_SEARCH_LIMIT = 10
 MAX_SEARCH_LIMIT = 50
-#: A search ranks at most the newest this many matching turns: scoring is per
-#: candidate, and a query matching more turns than this says little about which one is meant
-#: (5,000 scores take about 10 ms; all 100,000 turns of the benchmark take about 110 ms).
-RANK_WINDOW = 5_000
 #: Checkpoint hits a search returns beside its turn hits.
 MAX_CHECKPOINT_HITS = 5
 #: Text hits scanned when grouping a free-text resolve into candidate chains.
 TEXT_RESOLVE_HITS = 200
 #: Bindings listed in one resume answer.
 MAX_BINDINGS_SHOWN = 20
-
-NOT_LIVE_STATE = (
-    "This is journal memory, not live state: re-inspect the Herdr workspace, Git and the runtime "
-    "before any change."
-)
-
-_IDENTITY_KINDS = ("conversation", "project", "workspace")
-_CONVERSATION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
-_CHATGPT_PROJECT = re.compile(r"^(g-p-[0-9a-f]+)(?:-.*)?$")
-_HOST_SITES = {
-    "chatgpt.com": "chatgpt",
-    "chat.openai.com": "chatgpt",
-    "chat.z.ai": "zai",
-    "chat.deepseek.com": "deepseek",
-}
-
-
-# ---------------------------------------------------------------------------------------------
-# Clock, ids, transactions
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def iso_ms(ms: int) -> str:
-    """Milliseconds since the epoch as `YYYY-MM-DDTHH:MM:SS.mmmZ`."""
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d}Z"
-
-
-def new_id(prefix: str) -> str:
-    """`prefix` + 20 hex digits (80 random bits)."""
-    return prefix + secrets.token_hex(10)
-
-
-def sha256_hex(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def request_hash(params: dict[str, Any], *, ignore: tuple[str, ...] = ("browser_session_ref",)) -> str:
-    """A stable hash of a request's parameters (keys sorted), leaving out provenance fields."""
-    kept = {key: value for key, value in params.items() if key not in ignore}
-    return sha256_hex(json.dumps(kept, sort_keys=True, separators=(",", ":"), ensure_ascii=False))
-
-
-def journal_unavailable(detail: str) -> ToolError:
-    return ToolError(
-        "continuity_journal_unavailable",
-        f"The continuity journal cannot be used ({detail}); nothing was changed. Keep the current "
-        "conversation and retry once `herdr-mcp serve` has its state.db back.",
-    )
-
-
-@contextlib.contextmanager
-def journal_transaction(store: StateStore, *, write: bool) -> Iterator[sqlite3.Connection]:
-    """One transaction on the journal: `BEGIN IMMEDIATE` to write, a consistent snapshot to read.
-
-    A missing, locked, read-only or unreadable database is `continuity_journal_unavailable` and
-    nothing is written. The file's existence is checked before connecting, so a removed
-    `state.db` is never silently recreated empty.
-    """
-    if not store.path.is_file():
-        raise journal_unavailable(f"{store.path} does not exist")
-    try:
-        conn = store.connection()
-        conn.execute("BEGIN IMMEDIATE" if write else "BEGIN DEFERRED")
-    except sqlite3.DatabaseError as exc:
-        raise journal_unavailable(str(exc)) from exc
-    try:
-        yield conn
-        conn.execute("COMMIT")
-    except BaseException as exc:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        if isinstance(exc, sqlite3.DatabaseError) and not isinstance(
-            exc, sqlite3.IntegrityError | sqlite3.ProgrammingError
-        ):
-            raise journal_unavailable(str(exc)) from exc
-        raise
-
-
-# ---------------------------------------------------------------------------------------------
-# Identities
-
-
-@dataclass(frozen=True)
-class WebLocation:
-    """What a full conversation URL says: the site, and the conversation and/or project."""
-
-    site: str
-    conversation_id: str | None
-    project_id: str | None
-
-
-def parse_conversation_url(url: str) -> WebLocation:
-    """The site, conversation and project named by a full Web conversation URL.
-
-    Known forms: ChatGPT `https://chatgpt.com/c/<id>`, `/g/<project>/c/<id>` and
-    `/g/<project>/project` (a project id `g-p-<hex>` keeps only that prefix, dropping the name
-    slug ChatGPT appends); z.ai `https://chat.z.ai/c/<id>`; DeepSeek
-    `https://chat.deepseek.com/a/chat/s/<id>`. Query and fragment are ignored.
-
-    Raises ToolError `conversation_url_unrecognized`.
-    """
-    refused = ToolError(
-        "conversation_url_unrecognized",
-        f"{url!r} is not a conversation or project URL of ChatGPT, z.ai or DeepSeek; pass the "
-        "full https link of the conversation as shown in the browser's address bar.",
-    )
-    parts = urlsplit(url.strip())
-    site = _HOST_SITES.get((parts.hostname or "").lower())
-    if parts.scheme != "https" or site is None or parts.username or parts.port:
-        raise refused
-    path = [segment for segment in parts.path.split("/") if segment]
-    conversation: str | None = None
-    project: str | None = None
-    if site == "chatgpt":
-        if len(path) == 2 and path[0] == "c":
-            conversation = path[1]
-        elif len(path) >= 3 and path[0] == "g":
-            match = _CHATGPT_PROJECT.match(path[1])
-            project = match.group(1) if match else None
-            if len(path) == 4 and path[2] == "c":
-                conversation = path[3]
-            elif not (len(path) == 3 and path[2] == "project" and project):
-                raise refused
-    elif site == "zai":
-        if len(path) == 2 and path[0] == "c":
-            conversation = path[1]
-    elif len(path) == 4 and path[:3] == ["a", "chat", "s"]:
-        conversation = path[3]
-    if conversation is not None and not _CONVERSATION_ID.match(conversation):
-        raise refused
-    if conversation is None and project is None:
-        raise refused
-    return WebLocation(site, conversation, project)
-
-
-@dataclass(frozen=True)
-class Identity:
-    """The stable identities a request names (any may be missing)."""
-
-    site: str | None = None
-    conversation_id: str | None = None
-    project_id: str | None = None
-    workspace_id: str | None = None
-    conversation_url: str | None = None
-
-    @classmethod
-    def from_params(cls, params: dict[str, Any]) -> Identity:
-        """Read site / conversation_id / project_id / workspace_id / conversation_url.
-
-        A URL and explicit ids must agree. Raises ToolError `continuity_identity_conflict`,
-        `conversation_url_unrecognized`, `invalid_params`.
-        """
-        site = params.get("site")
-        conversation = params.get("conversation_id")
-        project = params.get("project_id")
-        url = params.get("conversation_url")
-        if url is not None:
-            location = parse_conversation_url(url)
-            for name, given, found in (
-                ("site", site, location.site),
-                ("conversation_id", conversation, location.conversation_id),
-                ("project_id", project, location.project_id),
-            ):
-                if given is not None and found is not None and given != found:
-                    raise ToolError(
-                        "continuity_identity_conflict",
-                        f"{name} {given!r} disagrees with conversation_url, which says {found!r}; "
-                        "pass one of them or make them agree.",
-                        argument=name,
-                    )
-            site = site or location.site
-            conversation = conversation or location.conversation_id
-            project = project or location.project_id
-        if site is None and (conversation is not None or project is not None):
-            raise ToolError(
-                "invalid_params",
-                "conversation_id and project_id belong to a site; pass site as well.",
-                argument="site",
-            )
-        return cls(site, conversation, project, params.get("workspace_id"), url)
-
-    def stable(self) -> list[tuple[str, str, str]]:
-        """(kind, site, value) of each identity given, most specific first."""
-        found: list[tuple[str, str, str]] = []
-        if self.site is not None and self.conversation_id is not None:
-            found.append(("conversation", self.site, self.conversation_id))
-        if self.site is not None and self.project_id is not None:
-            found.append(("project", self.site, self.project_id))
-        if self.workspace_id is not None:
-            found.append(("workspace", WORKSPACE_SITE, self.workspace_id))
-        return found
-
-
-def _bound_chains(conn: sqlite3.Connection, kind: str, site: str, value: str) -> list[str]:
-    rows = conn.execute(
-        "SELECT b.continuity_id FROM continuity_bindings b "
-        "JOIN continuity_chains c USING (continuity_id) "
-        "WHERE b.kind = ? AND b.site = ? AND b.value = ? "
-        "ORDER BY c.updated_at DESC, b.continuity_id",
-        (kind, site, value),
-    ).fetchall()
-    return [str(row[0]) for row in rows]
-
-
-@dataclass(frozen=True)
-class Narrowing:
-    """The chains the most specific matching identity points to (empty: none matched)."""
-
-    matched_by: str | None
-    chain_ids: list[str]
-
-
-def narrow(conn: sqlite3.Connection, identity: Identity) -> Narrowing:
-    """Try each stable identity, most specific first; the first that matches anything decides."""
-    for kind, site, value in identity.stable():
-        chains = _bound_chains(conn, kind, site, value)
-        if chains:
-            return Narrowing(f"{kind}_id", chains)
-    return Narrowing(None, [])
-
-
-def chain_row(conn: sqlite3.Connection, continuity_id: str) -> sqlite3.Row:
-    """The chain's row. Raises ToolError `continuity_not_found`."""
-    row: sqlite3.Row | None = conn.execute(
-        "SELECT * FROM continuity_chains WHERE continuity_id = ?", (continuity_id,)
-    ).fetchone()
-    if row is None:
-        raise ToolError(
-            "continuity_not_found",
-            f"No continuity chain {continuity_id!r} is in this workstation's journal; resolve the "
-            "conversation with herdr_mcp.continuity.resolve instead of guessing an id.",
-            continuity_id=continuity_id,
-        )
-    return row
 
 
 # ---------------------------------------------------------------------------------------------
@@ -414,7 +165,7 @@ def _chain_for_append(conn: sqlite3.Connection, identity: Identity, explicit: st
     bound = {
         kind: chains[0]
         for kind, site, value in exclusive
-        if (chains := _bound_chains(conn, kind, site, value))
+        if (chains := bound_chains(conn, kind, site, value))
     }
     chosen = explicit
     if chosen is not None:
@@ -520,49 +271,6 @@ def candidate(conn: sqlite3.Connection, continuity_id: str, matched_by: str) -> 
         "recent_summary": recent_summary(conn, continuity_id),
         "matched_by": matched_by,
     }
-
-
-def _turn_view(row: sqlite3.Row, text: str, truncated: bool) -> dict[str, Any]:
-    return {
-        "seq": row["seq"],
-        "role": row["role"],
-        "text": text,
-        "chars": row["body_chars"],
-        "truncated": truncated,
-        "reclaimed": row["reclaimed_at"] is not None,
-        "site": row["site"],
-        "conversation_id": row["conversation_id"],
-        "appended_at": iso_ms(row["appended_at"]),
-    }
-
-
-def bounded_tail(
-    conn: sqlite3.Connection, continuity_id: str, *, after_seq: int, max_turns: int, max_chars: int
-) -> tuple[list[dict[str, Any]], int]:
-    """The newest turns after `after_seq`, oldest first, within `max_turns` and `max_chars`.
-
-    The newest turn is always included (cut to the budget if it is longer); older ones are added
-    while the budget lasts. Returns (turns, omitted): `omitted` turns after `after_seq` were left out.
-    """
-    rows = conn.execute(
-        "SELECT * FROM continuity_turns WHERE continuity_id = ? AND seq > ? ORDER BY seq DESC LIMIT ?",
-        (continuity_id, after_seq, max_turns),
-    ).fetchall()
-    (available,) = conn.execute(
-        "SELECT count(*) FROM continuity_turns WHERE continuity_id = ? AND seq > ?",
-        (continuity_id, after_seq),
-    ).fetchone()
-    budget = max_chars
-    turns: list[dict[str, Any]] = []
-    for row in rows:
-        if budget <= 0:
-            break
-        body: str = row["body"]
-        text = body[:budget]
-        budget -= len(text)
-        turns.append(_turn_view(row, text, truncated=len(text) < len(body)))
-    turns.reverse()
-    return turns, int(available) - len(turns)
 
 
 def _bindings(conn: sqlite3.Connection, continuity_id: str) -> list[dict[str, Any]]:
@@ -735,38 +443,6 @@ def resume(store: StateStore, params: dict[str, Any]) -> dict[str, Any]:
         return resume_context(conn, narrowed.chain_ids[0], narrowed.matched_by, **bounds)
 
 
-@dataclass(frozen=True)
-class TurnHits:
-    """Ranked turn rows of a search, the query's terms, and how they matched."""
-
-    rows: list[sqlite3.Row]
-    terms: list[str]
-    match: str
-    window_capped: bool
-
-
-def _turn_hits(
-    conn: sqlite3.Connection, terms: list[str], require_all: bool, limit: int, continuity_id: str | None
-) -> tuple[list[sqlite3.Row], bool]:
-    """Best `limit` turns for the terms, and whether ranking was confined to the newest window."""
-    expression = match_expression(terms, require_all=require_all, chain=continuity_id)
-    # Ranking scores every candidate, so a word in nearly every turn would cost a score per turn;
-    # candidates are the newest RANK_WINDOW matches (finding them walks the index only).
-    edge = conn.execute(
-        "SELECT rowid FROM continuity_turns_fts WHERE continuity_turns_fts MATCH ? "
-        "ORDER BY rowid DESC LIMIT 1 OFFSET ?",
-        (expression, RANK_WINDOW - 1),
-    ).fetchone()
-    sql = (
-        "SELECT t.*, c.title FROM (SELECT rowid, rank FROM continuity_turns_fts "
-        "WHERE continuity_turns_fts MATCH ? AND rowid >= ? ORDER BY rank LIMIT ?) AS hit "
-        "JOIN continuity_turns t ON t.turn_id = hit.rowid "
-        "JOIN continuity_chains c ON c.continuity_id = t.continuity_id ORDER BY hit.rank"
-    )
-    rows = conn.execute(sql, (expression, edge[0] if edge else 0, limit)).fetchall()
-    return rows, edge is not None
-
-
 def _checkpoint_hits(
     conn: sqlite3.Connection, terms: list[str], require_all: bool, limit: int, continuity_id: str | None
 ) -> list[sqlite3.Row]:
@@ -780,33 +456,6 @@ def _checkpoint_hits(
     )
     expression = match_expression(terms, require_all=require_all)
     return conn.execute(sql, (expression, continuity_id, continuity_id, limit)).fetchall()
-
-
-def search_turns(
-    conn: sqlite3.Connection, query: str, *, limit: int, continuity_id: str | None = None
-) -> TurnHits:
-    """Ranked turn rows for a free-text query: all terms first, any term if that finds nothing.
-
-    Raises ToolError `continuity_query_unsearchable` when the query has no word to search for.
-    """
-    terms = _searchable(query)
-    rows, capped = _turn_hits(conn, terms, True, limit, continuity_id)
-    if rows or len(terms) == 1:
-        return TurnHits(rows, terms, "all", capped)
-    rows, capped = _turn_hits(conn, terms, False, limit, continuity_id)
-    return TurnHits(rows, terms, "any", capped)
-
-
-def _searchable(query: str) -> list[str]:
-    terms = query_terms(query)
-    if not terms:
-        raise ToolError(
-            "continuity_query_unsearchable",
-            f"The query {query!r} has no word or number to search for; search with words from the "
-            "conversation.",
-            argument="query",
-        )
-    return terms
 
 
 def search(store: StateStore, params: dict[str, Any]) -> dict[str, Any]:

@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from herdr_mcp.errors import ToolError
-from herdr_mcp.state.continuity import (
+from herdr_mcp.state.continuity_identity import parse_conversation_url
+from herdr_mcp.state.journal import (
     NOT_LIVE_STATE,
     bounded_tail,
     chain_row,
@@ -43,7 +44,6 @@ from herdr_mcp.state.continuity import (
     journal_transaction,
     new_id,
     now_ms,
-    parse_conversation_url,
     request_hash,
     search_turns,
     sha256_hex,

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from herdr_mcp.errors import ToolError
-from herdr_mcp.state.continuity import (
+from herdr_mcp.state.journal import (
     DEFAULT_RESUME_CHARS,
     DEFAULT_RESUME_TURNS,
     NOT_LIVE_STATE,

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from herdr_mcp.state import continuity, handoff, work_memory
+from herdr_mcp.state import continuity, continuity_identity, handoff, journal, work_memory
 from herdr_mcp.state.store import StateStore
 
 
@@ -70,7 +70,7 @@ def _object(properties: dict[str, Any], required: tuple[str, ...] = (), **extra:
 
 _SCOPE = _text("The caller's browser session scope, recorded as provenance.", 256)
 _CONTINUITY_ID = _id("The continuity chain's id (continuity_id).")
-_SITE = {"type": "string", "enum": list(continuity.SITES), "description": "The Web AI site."}
+_SITE = {"type": "string", "enum": list(continuity_identity.SITES), "description": "The Web AI site."}
 _CONVERSATION_ID = _id("The site's conversation id (the <id> of its /c/<id> URL).", max_length=200)
 _PROJECT_ID = _id("The site's project id (ChatGPT: g-p-...).", max_length=200)
 _WORKSPACE_ID = _id("A Herdr workspace id.", max_length=200)
@@ -92,13 +92,13 @@ _IDENTITY = {
 _NEEDS_SITE = {"conversation_id": ["site"], "project_id": ["site"]}
 _RESUME_BOUNDS = {
     "max_turns": _int(
-        "Most recent turns returned.", 1, continuity.MAX_RESUME_TURNS, continuity.DEFAULT_RESUME_TURNS
+        "Most recent turns returned.", 1, journal.MAX_RESUME_TURNS, journal.DEFAULT_RESUME_TURNS
     ),
     "max_chars": _int(
         "Characters of turn text returned at most.",
         200,
-        continuity.MAX_RESUME_CHARS,
-        continuity.DEFAULT_RESUME_CHARS,
+        journal.MAX_RESUME_CHARS,
+        journal.DEFAULT_RESUME_CHARS,
     ),
 }
 _PARTITION = {
