@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import struct
-import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ from herdr_mcp.contract import contract_identity, identity_of
 from herdr_mcp.sim import SimConfig, SimulatorThread
 from tests.runtime_harness import RunningRuntime, call_tool, git, make_repo, running_runtime
 from tests.sim_helpers import short_tmp_dir
+from tests.waiting import poll_until, wait_until
 
 
 def _png(width: int, height: int) -> bytes:
@@ -130,13 +130,11 @@ def test_every_tool_works(world: tuple[RunningRuntime, SimulatorThread, Path]) -
             assert (done["exit_code"], done["stdout"], done["stderr"]) == (3, "out\n", "err\n")
             started = await ok("herdr_exec_start", {"root": root, "command": "echo started; sleep 30"})
             session = started["session_id"]
-            text = ""
-            for _ in range(100):
-                text = (await ok("herdr_exec_read", {"session_id": session}))["stdout"]["text"]
-                if text:
-                    break
-                await asyncio.sleep(0.05)
-            assert text == "started\n"
+
+            async def started_output() -> str:
+                return str((await ok("herdr_exec_read", {"session_id": session}))["stdout"]["text"])
+
+            assert await poll_until(started_output, "the session's first output") == "started\n"
             killed = await ok("herdr_exec_kill", {"session_id": session, "grace_ms": 500})
             assert killed["running"] is False
 
@@ -230,8 +228,11 @@ def test_inspect_degrades_when_the_snapshot_fails(
     runtime, sim, repo = world
     sim.inject_fault("session.snapshot")
     try:
-        time.sleep(2.2)  # let the cached view expire
-        result = run(runtime.call("herdr_inspect"))
+        # The runtime's cached view is fresh for VIEW_TTL_SECONDS; wait for the first inspect past it.
+        result = wait_until(
+            lambda: (answer := run(runtime.call("herdr_inspect")))["herdr"]["source"] == "lists" and answer,
+            "herdr_inspect to observe the failing snapshot once the cached view expired",
+        )
     finally:
         sim.clear_faults()
     assert result["herdr"]["source"] == "lists"
@@ -274,12 +275,12 @@ def test_exec_timeout_becomes_a_readable_background_session(
                 "herdr_exec",
                 {"workspace": "w1", "command": "echo early; sleep 1; echo late >&2", "timeout_ms": 200},
             )
-            for _ in range(100):
+
+            async def finished() -> dict[str, Any]:
                 read = await call_tool(client, "herdr_exec_read", {"session_id": first["session_id"]})
-                if not read["running"]:
-                    return first, read
-                await asyncio.sleep(0.05)
-        raise AssertionError("session never finished")
+                return {} if read["running"] else read
+
+            return first, await poll_until(finished, "the session to finish")
 
     first, final = run(body())
     assert (first["completed"], first["running"]) == (False, True)
