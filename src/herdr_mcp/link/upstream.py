@@ -4,9 +4,10 @@ Blocking sockets, used from the link's connection threads (link/server.py): a re
 with one `sendall`, its answer read with plain `recv` calls, nothing in between. A general HTTP
 client does much more per request than the link needs (URL and header models, redirect and auth
 hooks, a protocol state machine); on a ~1.5 ms tool call that was most of what the link added.
-This one writes the request head itself, parses only the answer's status line and headers, and
-reads the body by Content-Length, chunked coding, or until the connection closes, handing over
-each piece as it arrives (an SSE stream is relayed live).
+This one writes the request head itself and hands the answer's bytes, as they arrive, to
+httptools' response parser (llhttp): it validates the head and takes the body apart by
+Content-Length, chunked coding (extensions and trailers dropped), or until the connection closes;
+each piece of body is handed over as it arrives (an SSE stream is relayed live).
 
 Delivery, which the link's failure answers depend on:
 
@@ -35,6 +36,8 @@ import time
 from collections.abc import Callable, Iterable
 from urllib.parse import urlsplit
 
+import httptools
+
 from herdr_mcp.loopback import kernel_timeouts
 
 #: A loopback connect either succeeds at once or the generation is not listening.
@@ -47,8 +50,15 @@ KEEPALIVE_S = 2.0
 MAX_CONNECTIONS = 256
 #: An answer head (status line and headers) larger than this is not a generation's.
 MAX_HEAD_BYTES = 64 * 1024
-#: A chunk-size line or trailer line longer than this is malformed.
+#: Framing between two pieces of a chunked body (a chunk-size line with its extensions, or the
+#: trailers) longer than this is malformed: uvicorn writes ~10 bytes there. llhttp has no such
+#: limit and httptools keeps a trailer whole in memory, so the link counts.
 MAX_LINE_BYTES = 8 * 1024
+#: A chunked body is fed to the parser in slices of at most this: the parser reports no byte
+#: positions, but a slice that yields no body byte is framing through and through, so framing is
+#: counted to within one slice (refused once it may exceed MAX_LINE_BYTES, at the earliest after
+#: MAX_LINE_BYTES - FEED_BYTES bytes of certain framing).
+FEED_BYTES = 4 * 1024
 _PEEK_NOW = int(socket.MSG_PEEK | socket.MSG_DONTWAIT)
 #: How often a wait on a generation checks whether the client it answers is still there.
 WATCH_EVERY_S = 0.25
@@ -171,7 +181,62 @@ class _Connection:
 
 # -- the answer -------------------------------------------------------------------------------
 
-_CHUNKED, _LENGTH, _UNTIL_CLOSE = 0, 1, 2
+
+class _AfterTheAnswer(Exception):
+    """Bytes followed the end of the answer; raised in the parser's callback to stop it there."""
+
+
+class _Answer:
+    """The httptools protocol of one exchange: what the parser reported of the answer so far."""
+
+    def __init__(self) -> None:
+        self.parser = httptools.HttpResponseParser(self)
+        #: (lower-case name, value) of the head, in the order received; trailers are not kept.
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.head_done = False
+        self.keep_alive = False
+        self.complete = False
+        #: Bytes came after the end of the answer: nothing asked for them, the connection is unusable.
+        self.after = False
+        #: The last slice fed held a body byte or ended a chunk-size line (see FEED_BYTES).
+        self.progress = False
+        self.pieces: list[bytes] = []
+
+    def on_message_begin(self) -> None:
+        if self.complete:
+            raise _AfterTheAnswer
+        self.headers = []  # the final head after an interim 1xx: the 1xx's headers go
+        self.head_done = False
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if not self.head_done:
+            # llhttp strips the whitespace before a value, not after it.
+            self.headers.append((name.lower(), value.rstrip(b" \t")))
+
+    def on_headers_complete(self) -> None:
+        self.head_done = True
+        # Asked now: llhttp forgets the head's Connection header once the answer is complete.
+        self.keep_alive = self.parser.should_keep_alive()
+
+    def on_chunk_header(self) -> None:
+        self.progress = True
+
+    def on_body(self, body: bytes) -> None:
+        self.pieces.append(body)
+        self.progress = True
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+
+
+def _last_coding_is_chunked(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether the body is chunked: llhttp's rule, told here because its flags are not exposed.
+
+    Without it the link could not tell an answer that runs until the connection closes (whose EOF
+    is its end) from a chunked one cut off before its first chunk-size line was complete.
+    """
+    codings = b",".join(value for name, value in headers if name == b"transfer-encoding")
+    return codings.rsplit(b",", 1)[-1].strip(b" \t").lower() == b"chunked"
 
 
 class Response:
@@ -182,27 +247,33 @@ class Response:
         pool: UpstreamPool,
         key: tuple[str, int],
         connection: _Connection,
-        status: int,
-        headers: list[tuple[bytes, bytes]],
-        framing: int,
-        length: int,
-        keep_alive: bool,
+        answer: _Answer,
+        head_only: bool,
         watch: ClientWatch,
     ) -> None:
-        self.status = status
+        self.status: int = answer.parser.get_status_code()
         #: (lower-case name, value) in the order received.
-        self.headers = headers
+        self.headers = answer.headers
         self.done = False
         self._pool = pool
         self._key = key
         self._connection: _Connection | None = connection
-        self._framing = framing
-        self._length = length if framing == _LENGTH else None
-        self._remaining = length  # body bytes left (_LENGTH) or in the current chunk (_CHUNKED)
-        self._keep_alive = keep_alive
+        self._answer = answer
         self._watch = watch
-        if framing == _LENGTH and length == 0:
+        self._chunked = False
+        self._until_close = False
+        self._framing = 0  # bytes of chunked framing since the last body byte, to within FEED_BYTES
+        #: Raised once the body parsed before it was handed over.
+        self._fault: AnswerBroken | None = None
+        if head_only or answer.complete:  # HEAD, 204, 304, Content-Length: 0
+            self._length: int | None = 0
             self._finish()
+            return
+        length = self.header(b"content-length")  # llhttp checked it: one value, digits
+        self._length = None if length is None else int(length)
+        if length is None:
+            self._chunked = _last_coding_is_chunked(answer.headers)
+            self._until_close = not self._chunked
 
     def header(self, name: bytes) -> bytes | None:
         for key, value in self.headers:
@@ -225,129 +296,63 @@ class Response:
             return b""
         connection = self._connection
         assert connection is not None
-        if self._framing == _LENGTH:
-            piece = self._take(connection, self._remaining)
-            self._remaining -= len(piece)
-            if self._remaining == 0:
-                self._finish()
-            return piece
-        if self._framing == _UNTIL_CLOSE:
-            while not connection.buffer:
-                if not connection.more(self._watch):
-                    if connection.error is not None:
-                        raise AnswerBroken("ReadError", str(connection.error))
-                    self._finish()
-                    return b""
-            piece = bytes(connection.buffer)
-            connection.buffer.clear()
-            return piece
-        return self._read_chunked(connection)
-
-    def _read_chunked(self, connection: _Connection) -> bytes:
-        if self._remaining == 0:
-            size = int(self._line(connection, hexsize=True) or b"0", 16)
-            if size == 0:
-                while self._line(connection):  # trailers, dropped, up to the empty line
-                    continue
+        answer = self._answer
+        while not answer.pieces and not answer.complete:
+            if self._fault is not None:
+                raise self._fault
+            if connection.buffer:
+                self._feed(connection, answer)
+            elif not connection.more(self._watch):
+                if not self._until_close:
+                    raise AnswerBroken("RemoteProtocolError", "the connection closed mid-body")
+                if connection.error is not None:
+                    raise AnswerBroken("ReadError", str(connection.error))
                 self._finish()
                 return b""
-            self._remaining = size
-        piece = self._take(connection, self._remaining)
-        self._remaining -= len(piece)
-        if self._remaining == 0:
-            if self._line(connection):
-                raise AnswerBroken("RemoteProtocolError", "chunk not followed by CRLF")
-            if connection.buffer.startswith(b"0\r\n\r\n"):
-                # The last chunk (no trailers) is already here: this piece ends the body.
-                del connection.buffer[:5]
-                self._finish()
+        pieces = answer.pieces
+        piece = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        pieces.clear()
+        if answer.complete:
+            self._finish()
         return piece
 
-    def _take(self, connection: _Connection, most: int) -> bytes:
-        while not connection.buffer:
-            if not connection.more(self._watch):
-                raise AnswerBroken("RemoteProtocolError", "the connection closed mid-body")
-        buffer = connection.buffer
-        if len(buffer) <= most:
-            piece = bytes(buffer)
-            buffer.clear()
-        else:
-            piece = bytes(buffer[:most])
-            del buffer[:most]
-        return piece
-
-    def _line(self, connection: _Connection, *, hexsize: bool = False) -> bytes:
-        while True:
-            end = connection.buffer.find(b"\r\n")
-            if end > MAX_LINE_BYTES or (end < 0 and len(connection.buffer) > MAX_LINE_BYTES):
-                raise AnswerBroken("RemoteProtocolError", "chunk line too long")
-            if end >= 0:
-                break
-            if not connection.more(self._watch):
-                raise AnswerBroken("RemoteProtocolError", "the connection closed mid-body")
-        line = bytes(connection.buffer[:end])
-        del connection.buffer[: end + 2]
-        if hexsize:
-            line = line.split(b";", 1)[0].strip()
-            if not line or len(line) > 16 or line.strip(b"0123456789abcdefABCDEF"):
-                raise AnswerBroken("RemoteProtocolError", "malformed chunk size")
-        return line
+    def _feed(self, connection: _Connection, answer: _Answer) -> None:
+        data, connection.buffer = connection.buffer, bytearray()
+        try:
+            if not self._chunked:
+                answer.parser.feed_data(data)
+                return
+            view = memoryview(data)
+            for start in range(0, len(view), FEED_BYTES):
+                if answer.complete:
+                    answer.after = True
+                    return
+                piece = view[start : start + FEED_BYTES]
+                answer.progress = False
+                answer.parser.feed_data(piece)
+                self._framing = len(piece) if answer.progress else self._framing + len(piece)
+                if self._framing > MAX_LINE_BYTES:
+                    self._fault = AnswerBroken("RemoteProtocolError", "chunk framing or trailers too long")
+                    answer.complete = False  # a complete answer over the cap is refused all the same
+                    return
+        except httptools.HttpParserError as exc:
+            if not answer.complete:
+                self._fault = AnswerBroken("RemoteProtocolError", f"malformed body: {exc}")
+                return
+            answer.after = True  # what followed the answer is no HTTP, or not allowed after it
 
     def _finish(self) -> None:
         self.done = True
         connection, self._connection = self._connection, None
         if connection is not None:
-            self._pool.release(self._key, connection, reuse=self._keep_alive and not connection.buffer)
+            reuse = self._answer.keep_alive and not self._answer.after and not connection.buffer
+            self._pool.release(self._key, connection, reuse=reuse)
 
     def close(self) -> None:
         """End the exchange: a fully read answer leaves its connection pooled, else it closes."""
         connection, self._connection = self._connection, None
         if connection is not None:
             self._pool.release(self._key, connection, reuse=False)
-
-
-def _parse_head(head: bytes, method: bytes) -> tuple[int, list[tuple[bytes, bytes]], int, int, bool] | None:
-    """(status, headers, framing, length, keep_alive); None when the head is not valid HTTP/1.x."""
-    if b"\x00" in head or not head.count(b"\r") == head.count(b"\n") == head.count(b"\r\n"):
-        return None  # a bare CR, LF or NUL would split the head the link relays to its client
-    lines = head.split(b"\r\n")
-    status_line = lines[0].split(b" ", 2)
-    if len(status_line) < 2 or status_line[0] not in (b"HTTP/1.1", b"HTTP/1.0"):
-        return None
-    code = status_line[1]
-    if len(code) != 3 or not code.isdigit():
-        return None
-    status = int(code)
-    headers: list[tuple[bytes, bytes]] = []
-    length: int | None = None
-    chunked = False
-    transfer_coded = False
-    keep_alive = status_line[0] == b"HTTP/1.1"
-    for line in lines[1:]:
-        name, colon, value = line.partition(b":")
-        if not colon or not name or name != name.strip() or b" " in name:
-            return None
-        name = name.lower()
-        value = value.strip(b" \t")
-        headers.append((name, value))
-        if name == b"content-length":
-            if not value.isdigit() or (length is not None and length != int(value)):
-                return None
-            length = int(value)
-        elif name == b"transfer-encoding":
-            transfer_coded = True
-            chunked = value.lower().rsplit(b",", 1)[-1].strip() == b"chunked"
-        elif name == b"connection":
-            tokens = {token.strip().lower() for token in value.split(b",")}
-            if b"close" in tokens:
-                keep_alive = False
-    if method == b"HEAD" or status in (204, 304):
-        return status, headers, _LENGTH, 0, keep_alive
-    if transfer_coded:
-        return status, headers, (_CHUNKED if chunked else _UNTIL_CLOSE), 0, keep_alive and chunked
-    if length is not None:
-        return status, headers, _LENGTH, length, keep_alive
-    return status, headers, _UNTIL_CLOSE, 0, False
 
 
 # -- the pool ---------------------------------------------------------------------------------
@@ -411,36 +416,45 @@ class UpstreamPool:
                     connection.write(body)
             except OSError as exc:
                 raise DeliveryUnknown("WriteError", str(exc)) from None
-            while True:
-                status, answer, framing, length, keep_alive = self._read_head(connection, method, watch)
-                if status >= 200:
-                    break
-                if status == 101:
-                    raise DeliveryUnknown("RemoteProtocolError", "an upgrade nobody asked for")
+            answer = self._read_head(connection, watch)
         except BaseException:
             self.release(key, connection, reuse=False)
             raise
-        return Response(self, key, connection, status, answer, framing, length, keep_alive, watch)
+        return Response(self, key, connection, answer, method == b"HEAD", watch)
 
     @staticmethod
-    def _read_head(
-        connection: _Connection, method: bytes, watch: ClientWatch
-    ) -> tuple[int, list[tuple[bytes, bytes]], int, int, bool]:
+    def _read_head(connection: _Connection, watch: ClientWatch) -> _Answer:
+        """Parse the answer's head, past interim 1xx heads; the body stays in the buffer.
+
+        The head is cut at its empty line here (so its size is checked before any parse, and a
+        HEAD answer's parser never sees the next bytes) and then parsed as a whole.
+        """
+        answer = _Answer()
         while True:
             end = connection.buffer.find(b"\r\n\r\n")
             if end > MAX_HEAD_BYTES or (end < 0 and len(connection.buffer) > MAX_HEAD_BYTES):
                 raise DeliveryUnknown("RemoteProtocolError", "answer head too large")
-            if end >= 0:
-                break
-            if not connection.more(watch):
-                cause = type(connection.error).__name__ if connection.error else "closed"
-                raise DeliveryUnknown("RemoteProtocolError", f"the connection ended unanswered ({cause})")
-        head = bytes(connection.buffer[:end])
-        del connection.buffer[: end + 4]
-        parsed = _parse_head(head, method)
-        if parsed is None:
-            raise DeliveryUnknown("RemoteProtocolError", "the answer is not HTTP/1.1")
-        return parsed
+            if end < 0:
+                if not connection.more(watch):
+                    cause = type(connection.error).__name__ if connection.error else "closed"
+                    raise DeliveryUnknown("RemoteProtocolError", f"the connection ended unanswered ({cause})")
+                continue
+            head = bytes(connection.buffer[: end + 4])
+            del connection.buffer[: end + 4]
+            try:
+                answer.parser.feed_data(head)
+            except httptools.HttpParserError as exc:
+                if answer.head_done and answer.parser.get_status_code() == 101:
+                    raise DeliveryUnknown("RemoteProtocolError", "an upgrade nobody asked for") from None
+                raise DeliveryUnknown("RemoteProtocolError", f"the answer is not HTTP/1.1 ({exc})") from None
+            if not answer.head_done:
+                raise DeliveryUnknown("RemoteProtocolError", "the answer is not HTTP/1.1 (head not ended)")
+            status = answer.parser.get_status_code()
+            if status == 101:
+                raise DeliveryUnknown("RemoteProtocolError", "an upgrade nobody asked for")
+            if status >= 200:
+                return answer
+            answer.complete = False  # an interim 1xx head: the final one follows
 
     def _acquire(self, key: tuple[str, int]) -> _Connection:
         if self._closed:
