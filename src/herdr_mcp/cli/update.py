@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,14 +31,14 @@ from herdr_mcp import __version__
 from herdr_mcp.cli.arguments import CommandParser
 from herdr_mcp.generations.control import GenerationError
 from herdr_mcp.generations.process import check_serve_args
-from herdr_mcp.release.attestation import AttestationError, IdentityPolicy, load_identity_policy
+from herdr_mcp.release.attestation import AttestationError
 from herdr_mcp.release.manifest import ManifestError
-from herdr_mcp.release.minisign import SignatureError, load_pinned_keys
-from herdr_mcp.release.verification import ReleaseVerificationError, SigstoreTrust, UnsafeSkipSigstore
+from herdr_mcp.release.minisign import SignatureError
+from herdr_mcp.release.verification import ReleaseVerificationError
 from herdr_mcp.runtime.config import default_config_dir
 from herdr_mcp.service.fence import FenceSet, check_fence
 from herdr_mcp.terminal import error_line, printable
-from herdr_mcp.update.admission import AdmissionPolicy, AlreadyCurrent, LocalIdentity, TrustedRelease
+from herdr_mcp.update.admission import AlreadyCurrent, LocalIdentity, TrustedRelease
 from herdr_mcp.update.apply import (
     ReleaseSource,
     UpdatePaths,
@@ -48,23 +47,17 @@ from herdr_mcp.update.apply import (
     local_identity,
     run_update,
 )
-from herdr_mcp.update.auto import (
-    SETTINGS_FILE,
-    SettingsInvalid,
-    UpdateSettings,
-    read_settings,
-    run_update_auto,
-)
+from herdr_mcp.update.auto import SETTINGS_FILE, run_update_auto
 from herdr_mcp.update.check import CheckResult, check_for_update, fetch_and_admit, pinned_release_files
-from herdr_mcp.update.discovery import (
-    CHANNELS,
-    GITHUB_API_BASE_URL,
-    GITHUB_HOSTS,
-    DiscoveryConfig,
-    NoCandidate,
-)
+from herdr_mcp.update.discovery import CHANNELS, GITHUB_API_BASE_URL, NoCandidate
 from herdr_mcp.update.errors import UpdateError, UpdateUsageError
-from herdr_mcp.update.staging import DownloadConfig
+from herdr_mcp.update.options import (
+    REPOSITORY_ENV,
+    REPOSITORY_ID_ENV,
+    UpdateFlags,
+    UpdateOptions,
+    resolve_options,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,9 +76,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="a `serve` argument for the new generation (repeat; default: the active generation's)",
     )
     parser.add_argument(
-        "--repository", default=os.environ.get("HERDR_MCP_UPDATE_REPOSITORY"), help="owner/name"
+        "--repository", default=None, help=f"owner/name (else ${REPOSITORY_ENV}, else {SETTINGS_FILE})"
     )
-    parser.add_argument("--repository-id", type=int, default=_env_int("HERDR_MCP_UPDATE_REPOSITORY_ID"))
+    parser.add_argument(
+        "--repository-id",
+        type=int,
+        default=None,
+        help=f"its numeric id (else ${REPOSITORY_ID_ENV}, else {SETTINGS_FILE})",
+    )
     parser.add_argument("--channel", choices=sorted(CHANNELS), default=None, help="default: stable")
     parser.add_argument("--api-url", default=GITHUB_API_BASE_URL, help="GitHub API base URL")
     parser.add_argument("--allowed-host", action="append", default=None, help="hosts downloads may come from")
@@ -108,11 +106,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config-dir", type=Path, default=None)
     parser.add_argument("--json", action="store_true")
     return parser
-
-
-def _env_int(name: str) -> int | None:
-    value = os.environ.get(name)
-    return int(value) if value and value.isdigit() else None
 
 
 def main(argv: Sequence[str]) -> int:
@@ -168,14 +161,14 @@ def _say(line: str) -> None:
 
 def _update(args: argparse.Namespace, config_dir: Path) -> UpdateReport:
     check_may_update(config_dir)  # a fenced or DEV workstation hears that, not a config problem
-    discovery, policy = _configuration(args, config_dir)
+    options = _options(args, config_dir)
     paths = UpdatePaths(config_dir)
     fallback = LocalIdentity.of_this_runtime(__version__)
     return run_update(
         paths,
-        ReleaseSource(discovery, args.manifest_url),
-        policy,
-        DownloadConfig(allowed_hosts=discovery.allowed_hosts, ca_file=discovery.ca_file),
+        ReleaseSource(options.discovery, args.manifest_url),
+        options.policy,
+        options.download,
         fallback=fallback,
         serve_args=check_serve_args(args.serve_arg) if args.serve_arg is not None else None,
         say=_say,
@@ -183,67 +176,33 @@ def _update(args: argparse.Namespace, config_dir: Path) -> UpdateReport:
 
 
 def _check(args: argparse.Namespace, config_dir: Path) -> CheckResult:
-    discovery, policy = _configuration(args, config_dir)
+    options = _options(args, config_dir)
     paths = UpdatePaths(config_dir)
     local = local_identity(paths.generations, LocalIdentity.of_this_runtime(__version__))
     if args.manifest_url is not None:
-        rules = discovery.rules(prefix="manifest")
+        rules = options.discovery.rules(prefix="manifest")
         outcome = fetch_and_admit(
-            pinned_release_files(args.manifest_url, rules), rules, local, policy, paths.highest_seen
+            pinned_release_files(args.manifest_url, rules), rules, local, options.policy, paths.highest_seen
         )
         return CheckResult(None, outcome)
-    return check_for_update(discovery, local, policy, paths.highest_seen)
+    return check_for_update(options.discovery, local, options.policy, paths.highest_seen)
 
 
-def _configuration(args: argparse.Namespace, config_dir: Path) -> tuple[DiscoveryConfig, AdmissionPolicy]:
-    """Flags (and their environment variables) first, then `update-settings.json`."""
-    try:
-        settings = read_settings(config_dir)
-    except SettingsInvalid as exc:
-        raise UpdateUsageError("update_settings_invalid", f"{exc}; fix or remove it") from None
-    repository = args.repository or settings.repository
-    repository_id = args.repository_id if args.repository_id is not None else settings.repository_id
-    channel = args.channel or settings.channel
-    if not repository or repository_id is None:
-        raise UpdateUsageError(
-            "update_config_invalid",
-            "name the release repository: --repository OWNER/NAME --repository-id ID "
-            '(or HERDR_MCP_UPDATE_REPOSITORY / HERDR_MCP_UPDATE_REPOSITORY_ID, or "repository" and '
-            f'"repository_id" in {config_dir / SETTINGS_FILE})',
-        )
-    sigstore = (
-        UnsafeSkipSigstore() if args.unsafe_skip_sigstore else _sigstore_trust(args, settings, repository)
-    )
-    discovery = DiscoveryConfig(
-        repository=repository,
-        channel=CHANNELS[channel],
-        api_base_url=args.api_url,
-        allowed_hosts=frozenset(args.allowed_host) if args.allowed_host else GITHUB_HOSTS,
+def _options(args: argparse.Namespace, config_dir: Path) -> UpdateOptions:
+    """The flags as given; `update/options.py` adds the environment and the settings file."""
+    flags = UpdateFlags(
+        repository=args.repository,
+        repository_id=args.repository_id,
+        channel=args.channel,
+        api_url=args.api_url,
+        allowed_hosts=tuple(args.allowed_host) if args.allowed_host else None,
         ca_file=args.ca_file,
+        keys=args.keys,
+        identity_policy=args.identity_policy,
+        trusted_root=args.trusted_root,
+        unsafe_skip_sigstore=args.unsafe_skip_sigstore,
     )
-    policy = AdmissionPolicy(
-        public_keys=tuple(load_pinned_keys(args.keys)),
-        repository=repository,
-        repository_id=repository_id,
-        sigstore=sigstore,
-    )
-    return discovery, policy
-
-
-def _sigstore_trust(args: argparse.Namespace, settings: UpdateSettings, repository: str) -> SigstoreTrust:
-    """The signer identity policy for `repository`: the flag's, the settings', else the packaged
-    one, which must be about `repository` (a fork or a mirror brings its own, or is refused)."""
-    path = args.identity_policy or (Path(settings.identity_policy) if settings.identity_policy else None)
-    identity = load_identity_policy() if path is None else IdentityPolicy.from_file(path)
-    if identity.repository != repository:
-        source = "the packaged signer identity policy" if path is None else str(path)
-        raise UpdateUsageError(
-            "identity_policy_missing",
-            f"{source} is for {identity.repository}, not {repository}: pass --identity-policy FILE naming "
-            f"{repository}'s release workflow (or set identity_policy in {SETTINGS_FILE}); the "
-            "Sigstore checks are never dropped for another repository",
-        )
-    return SigstoreTrust(identity_policy=identity, trusted_root=args.trusted_root)
+    return resolve_options(flags, config_dir)
 
 
 def _describe(result: CheckResult) -> dict[str, Any]:
