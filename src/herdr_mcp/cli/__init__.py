@@ -69,6 +69,18 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return serve(args)
 
 
+def _cmd_stdio(args: argparse.Namespace) -> int:
+    from herdr_mcp.cli.stdio import stdio
+
+    return stdio(args)
+
+
+def _add_connect(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from herdr_mcp.cli.connect import add_parser
+
+    add_parser(commands)
+
+
 def _run_sim(argv: list[str]) -> int:
     from herdr_mcp.sim.cli import main as sim_main
 
@@ -160,35 +172,16 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run the runtime (Streamable HTTP MCP on loopback)")
     serve.add_argument("--host", default="127.0.0.1", help="loopback address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=port, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}; 0 picks one")
-    serve.add_argument(
-        "--config-dir", type=dir_path, default=None, help="token and state (default: user config)"
-    )
-    serve.add_argument(
-        "--herdr-socket", type=_path, default=None, help="Herdr socket (default: Herdr's rules)"
-    )
-    mode = serve.add_mutually_exclusive_group()
-    mode.add_argument(
-        "--sim", dest="sim", action="store_const", const="on", help="always embed the simulator"
-    )
-    mode.add_argument("--no-sim", dest="sim", action="store_const", const="off", help="never embed it")
-    serve.set_defaults(sim="auto")
-    serve.add_argument(
-        "--sim-root",
-        type=existing_dir,
-        action="append",
-        default=None,
-        help="workspace root for the embedded simulator (repeatable; default: cwd)",
-    )
-    serve.add_argument("--read-only", action="store_true", help="refuse every mutation")
-    serve.add_argument(
-        "--write-root",
-        type=existing_dir,
-        action="append",
-        default=None,
-        help="allow writes only under this directory (repeatable)",
-    )
-    serve.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    _runtime_options(serve)
     serve.set_defaults(run=_cmd_serve)
+
+    stdio = commands.add_parser(
+        "stdio", help="run the runtime for one local MCP client over stdin/stdout (logs on stderr)"
+    )
+    _runtime_options(stdio)
+    stdio.set_defaults(run=_cmd_stdio)
+
+    _add_connect(commands)
 
     # Listed for --help only: main() hands these to their own parsers (see _DELEGATED).
     commands.add_parser("sim", help="run the Herdr simulator (see `herdr-mcp sim --help`)", add_help=False)
@@ -220,6 +213,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _runtime_options(parser: argparse.ArgumentParser) -> None:
+    """The options `serve` and `stdio` share: where state lives, which Herdr, what may change."""
+    parser.add_argument(
+        "--config-dir", type=dir_path, default=None, help="token and state (default: user config)"
+    )
+    parser.add_argument(
+        "--herdr-socket", type=_path, default=None, help="Herdr socket (default: Herdr's rules)"
+    )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--sim", dest="sim", action="store_const", const="on", help="always embed the simulator"
+    )
+    mode.add_argument("--no-sim", dest="sim", action="store_const", const="off", help="never embed it")
+    parser.set_defaults(sim="auto")
+    parser.add_argument(
+        "--sim-root",
+        type=existing_dir,
+        action="append",
+        default=None,
+        help="workspace root for the embedded simulator (repeatable; default: cwd)",
+    )
+    parser.add_argument("--read-only", action="store_true", help="refuse every mutation")
+    parser.add_argument(
+        "--write-root",
+        type=existing_dir,
+        action="append",
+        default=None,
+        help="allow writes only under this directory (repeatable)",
+    )
+    parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+
+
 def _path(value: str) -> object:
     from pathlib import Path
 
@@ -228,7 +253,7 @@ def _path(value: str) -> object:
 
 #: The long-running subcommands: SIGTERM/SIGINT ask them to stop from here on (before their
 #: modules are even imported), never the default action (see `loopback.StopSignals`).
-_SERVING = {"serve", "link", "sim"}
+_SERVING = {"serve", "stdio", "link", "sim"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

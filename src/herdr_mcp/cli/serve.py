@@ -67,7 +67,7 @@ async def _herdr_answers(path: Path) -> bool:
 
 
 @contextlib.asynccontextmanager
-async def _herdr(args: argparse.Namespace) -> AsyncIterator[tuple[Path, str]]:
+async def herdr_connection(args: argparse.Namespace) -> AsyncIterator[tuple[Path, str]]:
     """Yield the Herdr socket to use and a description of where it came from."""
     path: Path = args.herdr_socket or default_socket_path()
     if args.sim == "off" or (args.sim == "auto" and await _herdr_answers(path)):
@@ -93,7 +93,7 @@ async def _herdr(args: argparse.Namespace) -> AsyncIterator[tuple[Path, str]]:
 async def _serve(args: argparse.Namespace, stop: StopSignals) -> int:
     config_dir: Path = args.config_dir or default_config_dir()
     token = load_or_create_token(config_dir / "token")
-    async with _herdr(args) as (herdr_socket, herdr_source):
+    async with herdr_connection(args) as (herdr_socket, herdr_source):
         if stop.is_set():  # asked to stop while starting: leave before serving anything
             return 0
         config = RuntimeConfig(

@@ -31,6 +31,27 @@ from herdr_mcp.state import STATE_SCHEMA
 HEALTH_PING_TIMEOUT_SECONDS = 1.0
 
 
+@contextlib.asynccontextmanager
+async def running(services: Services) -> AsyncIterator[None]:
+    """The runtime's background work for as long as a transport serves (HTTP or stdio): follow
+    Herdr events (herdr_since, task settles) and reconcile open tasks; on the way out stop the
+    searches and exec sessions still running."""
+    background = [
+        asyncio.create_task(services.events.run(), name="herdr-event-feed"),
+        asyncio.create_task(services.tasks.run_reconciler(), name="task-reconciler"),
+    ]
+    try:
+        yield
+    finally:
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
+        # A grep in flight holds a worker thread (waiting on its child) that the process
+        # would otherwise wait for, up to the grep's 20 s deadline.
+        stop_searches()
+        await services.sessions.shutdown()
+
+
 def build_app(services: Services, token: str) -> ASGIApp:
     """The whole runtime app; `token` is required as a bearer on /mcp."""
     dispatcher = ToolDispatcher(services)
@@ -62,21 +83,8 @@ def build_app(services: Services, token: str) -> ASGIApp:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with server.session_manager.run():
-            background = [
-                asyncio.create_task(services.events.run(), name="herdr-event-feed"),
-                asyncio.create_task(services.tasks.run_reconciler(), name="task-reconciler"),
-            ]
-            try:
-                yield
-            finally:
-                for task in background:
-                    task.cancel()
-                await asyncio.gather(*background, return_exceptions=True)
-                # A grep in flight holds a worker thread (waiting on its child) that the process
-                # would otherwise wait for, up to the grep's 20 s deadline.
-                stop_searches()
-                await services.sessions.shutdown()
+        async with server.session_manager.run(), running(services):
+            yield
 
     app = Starlette(routes=[Route("/health", health, methods=["GET"]), *sdk_app.routes], lifespan=lifespan)
     return BearerGate(app, token)

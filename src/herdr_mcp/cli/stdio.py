@@ -1,0 +1,76 @@
+"""`herdr-mcp stdio`: the runtime for one MCP client that launched it, over stdin and stdout.
+
+The same contract, boundary, state (the config dir's state.db and audit log) and Herdr
+selection as `serve` (`--sim`, `--no-sim`, `--sim-root`, `--herdr-socket`, `--read-only`,
+`--write-root`); no bearer, since only the process that started us holds the pipes. stdout
+carries JSON-RPC and nothing else; logs go to stderr. It ends when stdin closes or on SIGTERM
+or SIGINT (exit 0 either way): calls in flight get the same grace as under `serve`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+
+from herdr_mcp.cli.serve import herdr_connection
+from herdr_mcp.layout import Layout
+from herdr_mcp.loopback import StopSignals, freeze_startup_heap, stop_signals
+from herdr_mcp.runtime.app import running
+from herdr_mcp.runtime.config import RuntimeConfig
+from herdr_mcp.runtime.grep import stop_searches
+from herdr_mcp.runtime.server import ToolDispatcher, build_mcp_server
+from herdr_mcp.runtime.services import Services
+from herdr_mcp.runtime.stdio import StdioSession, claimed_stdio
+
+
+def stdio(args: argparse.Namespace) -> int:
+    """Serve MCP over stdio until stdin closes or a stop signal arrives (exit 0)."""
+    stop = stop_signals()
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return asyncio.run(_stdio(args, stop))
+    finally:
+        stop.exiting()
+
+
+async def _stdio(args: argparse.Namespace, stop: StopSignals) -> int:
+    config_dir = Layout.of(args.config_dir).config_dir
+    # The wire is claimed first, so nothing said while starting (the simulator, a library) can
+    # reach stdout.
+    async with claimed_stdio() as wire, herdr_connection(args) as (herdr_socket, herdr_source):
+        if stop.is_set():
+            return 0
+        config = RuntimeConfig(
+            config_dir=config_dir,
+            herdr_socket=herdr_socket,
+            read_only=args.read_only,
+            write_roots=tuple(path.resolve() for path in args.write_root) if args.write_root else None,
+        )
+        services = Services.create(config)
+        dispatcher = ToolDispatcher(services)
+        session = StdioSession(dispatcher, build_mcp_server(dispatcher), wire)
+        print(f"herdr-mcp stdio: herdr: {herdr_source}", file=sys.stderr, flush=True)
+
+        async def stop_work() -> None:
+            stop_searches()
+            await services.sessions.shutdown()
+
+        async with running(services):
+            freeze_startup_heap()
+            reading = asyncio.create_task(session.serve(), name="stdio-reader")
+            stopping = asyncio.create_task(stop.wait_async(), name="stdio-stop")
+            await asyncio.wait({reading, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            for task in (reading, stopping):
+                task.cancel()
+            await asyncio.gather(reading, stopping, return_exceptions=True)
+            failure = None if reading.cancelled() else reading.exception()
+            await session.finish(stop_work)
+            if failure is not None:
+                raise failure
+    return 0

@@ -1,0 +1,311 @@
+"""The runtime over stdio: newline-delimited JSON-RPC on the process's stdin and stdout.
+
+The same `ToolDispatcher` (frozen catalog, argument validation, audit log) as the HTTP app
+answers tools/list and tools/call; only the framing is ours. The SDK's stdio server hands every
+line read and every line written to a worker thread (`anyio.wrap_file`) and runs each message
+through several memory streams and task groups: about 1 ms per call before any tool runs
+(measured, docs/runtime.md). This loop reads and writes the pipes from the event loop itself
+and serialises the tool list once.
+
+What it speaks: the initialize handshake (the protocol revisions the SDK negotiates by
+handshake), `notifications/initialized`, `ping`, `tools/list`, `tools/call` (each call a task,
+so calls run concurrently and answer in completion order), and `notifications/cancelled` (the
+call's task is cancelled and, as the specification asks, not answered). Anything else that
+expects an answer gets JSON-RPC's `-32601`; `server/discover` among them, so a 2026-07-28
+client falls back to the handshake, as the SDK client does by itself.
+
+Nothing but JSON-RPC reaches the wire: the wire moves to private descriptors and fd 1 is
+pointed at stderr (stray prints, child processes), fd 0 at /dev/null (a child reading its stdin
+would eat requests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import sys
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import mcp_types as types
+from mcp.server.lowlevel import Server
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
+
+from herdr_mcp.runtime.server import ToolDispatcher
+
+log = logging.getLogger(__name__)
+
+#: One message (one line) at most this long: the SDK's own cap on an HTTP request body (4 MiB)
+#: with room for JSON escaping of the largest tool argument the catalog allows.
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+#: Calls still running when stdin closes or a stop is asked for get this long on their own; then
+#: the commands and searches they wait on are stopped (the same grace as `serve`).
+CALLS_GRACE_S = 2.0
+#: After the commands were stopped, calls get this long to answer before they are cancelled.
+CALLS_CANCEL_S = 1.0
+
+# JSON-RPC 2.0 error codes (section 5.1).
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+
+RequestId = str | int
+
+
+@dataclass(frozen=True)
+class Wire:
+    """The two ends of the transport: a reader of lines and a writer of bytes."""
+
+    reader: asyncio.StreamReader
+    write: Callable[[bytes], Any]
+    drain: Callable[[], Any]
+
+
+class StdioSession:
+    """One MCP connection over a pair of byte streams, answered by `dispatcher`."""
+
+    def __init__(self, dispatcher: ToolDispatcher, server: Server[Any], wire: Wire) -> None:
+        self._dispatcher = dispatcher
+        self._wire = wire
+        self._write_lock = asyncio.Lock()
+        self._calls: dict[RequestId, asyncio.Task[None]] = {}
+        options = server.create_initialization_options()
+        self._capabilities = _dump(options.capabilities)
+        self._server_info = _dump(server.server_info)
+        self._instructions = options.instructions
+        # The tool list never changes in a process: serialised once, as the HTTP app serves it.
+        self._tools_json = json.dumps(
+            _dump(dispatcher.list_result), ensure_ascii=False, separators=(",", ":")
+        )
+
+    @property
+    def calls_in_flight(self) -> int:
+        return len(self._calls)
+
+    async def serve(self) -> None:
+        """Answer messages until the reader reaches end of file."""
+        while True:
+            line = await self._read_line()
+            if line is None:
+                return
+            if line.strip():
+                await self._handle(line)
+
+    async def finish(self, stop_work: Callable[[], Any]) -> None:
+        """Let calls in flight answer: `CALLS_GRACE_S` on their own, then `stop_work()` (which
+        stops what they wait on), then `CALLS_CANCEL_S` before the rest are cancelled."""
+        pending = set(self._calls.values())
+        if pending:
+            _, pending = await asyncio.wait(pending, timeout=CALLS_GRACE_S)
+        if pending:
+            await stop_work()
+            _, pending = await asyncio.wait(pending, timeout=CALLS_CANCEL_S)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _read_line(self) -> bytes | None:
+        reader = self._wire.reader
+        try:
+            line = await reader.readuntil(b"\n")
+        except asyncio.IncompleteReadError as exc:
+            return exc.partial or None
+        except asyncio.LimitOverrunError:
+            await self._discard_overlong()
+            return b""
+        return line
+
+    async def _discard_overlong(self) -> None:
+        """Skip a line longer than `MAX_MESSAGE_BYTES` and say so (its id is unknowable)."""
+        reader = self._wire.reader
+        while True:
+            try:
+                await reader.readuntil(b"\n")
+            except asyncio.LimitOverrunError as exc:
+                await reader.readexactly(exc.consumed)
+                continue
+            except asyncio.IncompleteReadError:
+                pass
+            break
+        await self._send_error(
+            None, INVALID_REQUEST, f"message longer than {MAX_MESSAGE_BYTES} bytes; send smaller requests"
+        )
+
+    async def _handle(self, line: bytes) -> None:
+        try:
+            message = json.loads(line)
+        except ValueError as exc:
+            await self._send_error(None, PARSE_ERROR, f"not JSON: {exc}")
+            return
+        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+            # Batches (JSON arrays) left MCP in revision 2025-06-18.
+            await self._send_error(None, INVALID_REQUEST, "expected one JSON-RPC 2.0 message object per line")
+            return
+        method = message.get("method")
+        if method is None:
+            return  # a response: this server sends no requests, so there is nothing it answers
+        if "id" not in message:
+            self._notification(method, message.get("params"))
+            return
+        request_id = message["id"]
+        if not _valid_id(request_id) or not isinstance(method, str):
+            await self._send_error(
+                None, INVALID_REQUEST, "a request needs a string method and a string or number id"
+            )
+            return
+        params = message.get("params")
+        if params is not None and not isinstance(params, dict):
+            await self._send_error(request_id, INVALID_PARAMS, "params must be an object")
+            return
+        await self._request(request_id, method, params or {})
+
+    async def _request(self, request_id: RequestId, method: str, params: dict[str, Any]) -> None:
+        if method == "tools/call":
+            await self._start_call(request_id, params)
+        elif method == "tools/list":
+            await self._send_raw(
+                f'{{"jsonrpc":"2.0","id":{json.dumps(request_id)},"result":{self._tools_json}}}'
+            )
+        elif method == "ping":
+            await self._send_result(request_id, {})
+        elif method == "initialize":
+            await self._initialize(request_id, params)
+        else:
+            await self._send_error(request_id, METHOD_NOT_FOUND, f"method not found: {method}")
+
+    async def _initialize(self, request_id: RequestId, params: dict[str, Any]) -> None:
+        try:
+            requested = types.InitializeRequestParams.model_validate(params).protocol_version
+        except ValueError as exc:
+            await self._send_error(request_id, INVALID_PARAMS, f"invalid initialize params: {exc}")
+            return
+        version = requested if requested in HANDSHAKE_PROTOCOL_VERSIONS else LATEST_HANDSHAKE_VERSION
+        result: dict[str, Any] = {
+            "protocolVersion": version,
+            "capabilities": self._capabilities,
+            "serverInfo": self._server_info,
+        }
+        if self._instructions:
+            result["instructions"] = self._instructions
+        await self._send_result(request_id, result)
+
+    def _notification(self, method: Any, params: Any) -> None:
+        if method == "notifications/cancelled" and isinstance(params, dict):
+            task = self._calls.get(params.get("requestId"))  # type: ignore[arg-type]
+            if task is not None:
+                task.cancel()
+        # notifications/initialized and anything else need nothing from us.
+
+    async def _start_call(self, request_id: RequestId, params: dict[str, Any]) -> None:
+        name, arguments = params.get("name"), params.get("arguments")
+        if not isinstance(name, str) or not (arguments is None or isinstance(arguments, dict)):
+            message = "tools/call needs a string name and an object of arguments"
+            await self._send_error(request_id, INVALID_PARAMS, message)
+            return
+        if request_id in self._calls:
+            message = f"request id {request_id!r} is already in use by a call in flight"
+            await self._send_error(request_id, INVALID_REQUEST, message)
+            return
+        task = asyncio.create_task(self._call(request_id, name, arguments))
+        self._calls[request_id] = task
+        task.add_done_callback(lambda _: self._calls.pop(request_id, None))
+
+    async def _call(self, request_id: RequestId, name: str, arguments: Mapping[str, Any] | None) -> None:
+        try:
+            result = await self._dispatcher.call(name, arguments, session=None)
+        except asyncio.CancelledError:
+            return  # cancelled by the client (not answered) or at shutdown
+        await self._send_result(request_id, _dump(result))
+
+    async def _send_result(self, request_id: RequestId, result: dict[str, Any]) -> None:
+        await self._send({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+    async def _send_error(self, request_id: RequestId | None, code: int, message: str) -> None:
+        await self._send({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}})
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        await self._send_raw(json.dumps(message, ensure_ascii=False, separators=(",", ":")))
+
+    async def _send_raw(self, text: str) -> None:
+        async with self._write_lock:
+            try:
+                self._wire.write(text.encode("utf-8") + b"\n")
+                await self._wire.drain()
+            except (BrokenPipeError, ConnectionResetError):
+                # The client is gone; stdin's end of file follows and ends the session.
+                log.debug("client closed the wire before an answer could be written")
+
+
+def _valid_id(value: Any) -> bool:
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def _dump(model: Any) -> dict[str, Any]:
+    dumped: dict[str, Any] = model.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return dumped
+
+
+@contextlib.asynccontextmanager
+async def claimed_stdio() -> AsyncIterator[Wire]:
+    """The process's stdin and stdout as the wire, kept to ourselves.
+
+    fd 0 and fd 1 are duplicated onto private descriptors; then fd 0 is pointed at /dev/null
+    and fd 1 at stderr, so nothing else in the process (a print, a child process) can read
+    from or write to the wire. Pipes are read and written by the event loop; a regular file
+    (`herdr-mcp stdio < requests.jsonl > answers.jsonl`) is read and written directly.
+    """
+    sys.stdout.flush()
+    wire_in = _private_duplicate(0)
+    wire_out = _private_duplicate(1)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=MAX_MESSAGE_BYTES)
+    in_file = os.fdopen(wire_in, "rb", buffering=0)
+    out_file = os.fdopen(wire_out, "wb", buffering=0)
+    transports: list[asyncio.BaseTransport] = []
+    try:
+        try:
+            read_transport, _ = await loop.connect_read_pipe(
+                lambda: asyncio.StreamReaderProtocol(reader), in_file
+            )
+            transports.append(read_transport)
+        except ValueError:  # not a pipe, socket or character device: a regular file
+            reader.feed_data(in_file.read())
+            reader.feed_eof()
+        wire: Wire
+        try:
+            write_transport, protocol = await loop.connect_write_pipe(
+                asyncio.streams.FlowControlMixin, out_file
+            )
+        except ValueError:
+            wire = Wire(reader=reader, write=out_file.write, drain=_nothing)
+        else:
+            transports.append(write_transport)
+            writer = asyncio.StreamWriter(write_transport, protocol, None, loop)
+            wire = Wire(reader=reader, write=writer.write, drain=writer.drain)
+        yield wire
+    finally:
+        for transport in transports:
+            transport.close()
+        in_file.close()
+        out_file.close()
+
+
+async def _nothing() -> None:
+    return None
+
+
+def _private_duplicate(fd: int) -> int:
+    """A close-on-exec duplicate of `fd` above the standard descriptors."""
+    import fcntl
+
+    return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)

@@ -1,0 +1,394 @@
+"""`herdr-mcp stdio`: the epoch-5 contract over stdin/stdout, driven for real.
+
+The SDK's client launches the real command (as Claude Desktop, Cursor or Codex would); the raw
+tests write JSON-RPC lines to its stdin and read its stdout, for what a well-behaved client never
+sends (bad JSON, unknown methods, cancellations, overlong lines) and for what must never reach
+stdout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import queue
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import rfc8785
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp_types.version import LATEST_HANDSHAKE_VERSION
+
+from herdr_mcp.contract import contract_identity
+from herdr_mcp.runtime.stdio import MAX_MESSAGE_BYTES
+from herdr_mcp.sim import SimConfig, SimulatorThread
+from tests.runtime_harness import make_repo, mcp_client, running_runtime
+
+#: Generous: a loaded 2-core machine starts a Python runtime in well under this.
+DEADLINE_S = 60.0
+HERDR_MCP = Path(sys.executable).with_name("herdr-mcp")
+
+
+def _stdio_command(repo: Path, config_dir: Path, *extra: str) -> list[str]:
+    return [
+        str(HERDR_MCP),
+        "stdio",
+        "--sim",
+        "--sim-root",
+        str(repo),
+        "--config-dir",
+        str(config_dir),
+        *extra,
+    ]
+
+
+def _params(repo: Path, config_dir: Path) -> StdioServerParameters:
+    command = _stdio_command(repo, config_dir)
+    return StdioServerParameters(command=command[0], args=command[1:])
+
+
+def contract_hash(tools: list[dict[str, Any]]) -> str:
+    """The contract identity's hash of a tools/list answer (JCS of the tools sorted by name)."""
+    ordered = sorted(tools, key=lambda tool: str(tool["name"]))
+    return "sha256:" + hashlib.sha256(rfc8785.dumps(ordered)).hexdigest()
+
+
+def _wire_tools(result: Any) -> list[dict[str, Any]]:
+    return [tool.model_dump(by_alias=True, mode="json", exclude_none=True) for tool in result.tools]
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path / "repo", {"README.md": b"# demo\n", "four.txt": b"0123456789abcde\n" * 256})
+
+
+class RawStdio:
+    """`herdr-mcp stdio` with our own hands on its pipes: lines in, lines out."""
+
+    def __init__(self, command: list[str]) -> None:
+        self.process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        self.lines: queue.Queue[bytes | None] = queue.Queue()
+        self.stderr = b""
+        self._threads = [
+            threading.Thread(target=self._pump, daemon=True),
+            threading.Thread(target=self._drain_stderr, daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _pump(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def _drain_stderr(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.stderr += line
+
+    def send(self, message: Any) -> None:
+        self.send_raw(json.dumps(message).encode() + b"\n")
+
+    def send_raw(self, data: bytes) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(data)
+        self.process.stdin.flush()
+
+    def receive(self) -> dict[str, Any]:
+        """The next line on stdout, which must be one JSON-RPC message."""
+        line = self.lines.get(timeout=DEADLINE_S)
+        assert line is not None, f"stdout ended; stderr: {self.stderr.decode(errors='replace')}"
+        message = json.loads(line)
+        assert isinstance(message, dict) and message["jsonrpc"] == "2.0", line
+        return message
+
+    def request(self, request_id: int, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        self.send(
+            {"jsonrpc": "2.0", "id": request_id, "method": method, **({"params": params} if params else {})}
+        )
+        return self.receive()
+
+    def initialize(self) -> None:
+        answer = self.request(
+            0,
+            "initialize",
+            {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "1"},
+            },
+        )
+        assert answer["result"]["protocolVersion"] == "2025-06-18", answer
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def close_stdin(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+
+    def rest(self) -> list[dict[str, Any]]:
+        """Every message until stdout ends (the process closed it)."""
+        messages = []
+        while (line := self.lines.get(timeout=DEADLINE_S)) is not None:
+            messages.append(json.loads(line))
+        return messages
+
+    def wait(self) -> int:
+        return self.process.wait(timeout=DEADLINE_S)
+
+    def stop(self) -> None:
+        """Kill the process if it still runs and close our ends of its pipes."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(timeout=DEADLINE_S)
+        for thread in self._threads:
+            thread.join(timeout=DEADLINE_S)
+        for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
+            if stream is not None and not stream.closed:
+                stream.close()
+
+
+@pytest.fixture
+def raw(repo: Path, tmp_path: Path) -> Iterator[RawStdio]:
+    stdio = RawStdio(_stdio_command(repo, tmp_path / "config"))
+    try:
+        yield stdio
+    finally:
+        stdio.stop()
+
+
+def test_tools_list_over_stdio_has_the_http_runtimes_contract_identity(repo: Path, tmp_path: Path) -> None:
+    async def both() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        with (
+            SimulatorThread(SimConfig.for_roots([repo]), tmp_path / "herdr.sock"),
+            running_runtime(tmp_path / "herdr.sock", tmp_path / "http-config") as runtime,
+        ):
+            async with mcp_client(runtime.url, runtime.token) as http:
+                over_http = _wire_tools(await http.list_tools())
+        async with Client(_params(repo, tmp_path / "config")) as stdio:
+            over_stdio = _wire_tools(await stdio.list_tools())
+        return over_http, over_stdio
+
+    over_http, over_stdio = asyncio.run(both())
+    identity = contract_identity()
+    assert len(over_stdio) == identity.tool_count == 18
+    assert contract_hash(over_stdio) == contract_hash(over_http) == identity.hash
+
+
+def test_sdk_client_initializes_lists_and_calls(repo: Path, tmp_path: Path) -> None:
+    async def session() -> None:
+        async with Client(_params(repo, tmp_path / "config")) as client:
+            assert client.server_info is not None and client.server_info.name == "herdr-mcp"
+            assert client.instructions and "herdr_inspect" in client.instructions
+            # The SDK client probes server/discover first, gets -32601 and falls back.
+            assert client.protocol_version == LATEST_HANDSHAKE_VERSION
+            read = await client.call_tool("herdr_fs_read", {"path": str(repo / "four.txt")})
+            assert not read.is_error and read.structured_content is not None
+            assert read.structured_content["content"] == "0123456789abcde\n" * 256
+            unknown = await client.call_tool("herdr_nope", {})
+            assert unknown.is_error and unknown.structured_content == {
+                "error": {"code": "unknown_tool", "message": unknown.structured_content["error"]["message"]}
+            }
+            invalid = await client.call_tool("herdr_fs_read", {"path": 7})
+            assert invalid.is_error and invalid.structured_content is not None
+            assert invalid.structured_content["error"]["code"] == "invalid_arguments"
+            secret = await client.call_tool(
+                "herdr_fs_write", {"path": str(repo / ".env"), "content": "X=1\n"}
+            )
+            assert secret.is_error and secret.structured_content is not None
+            assert secret.structured_content["error"]["code"] == "secret_path"
+            # Calls run concurrently and each gets its own answer.
+            reads = await asyncio.gather(
+                *(client.call_tool("herdr_fs_read", {"path": str(repo / "README.md")}) for _ in range(8))
+            )
+            assert all(r.structured_content and r.structured_content["content"] == "# demo\n" for r in reads)
+
+    asyncio.run(session())
+    # The same state and audit log as the HTTP runtime: one record per call, no session id.
+    records = [json.loads(line) for line in (tmp_path / "config" / "audit.jsonl").read_text().splitlines()]
+    assert [record["outcome"] for record in records[:4]] == [
+        "ok",
+        "unknown_tool",
+        "invalid_arguments",
+        "secret_path",
+    ]
+    assert all(record["session"] is None for record in records)
+
+
+def _png(size: int) -> bytes:
+    """A valid PNG header (1x1) followed by `size` bytes of an ancillary chunk, so the file is big."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 0, 0, 0, 0))
+    pixels = chunk(b"IDAT", zlib.compress(b"\x00\x00"))
+    return b"\x89PNG\r\n\x1a\n" + header + chunk(b"zzZz", os.urandom(size)) + pixels + chunk(b"IEND", b"")
+
+
+def test_large_answers_and_arguments_cross_the_pipes_whole(repo: Path, tmp_path: Path) -> None:
+    image = _png(6 * 1024 * 1024)
+    (repo / "big.png").write_bytes(image)
+    content = "é" * (1024 * 1024)  # 2 MiB of UTF-8 in one argument
+
+    async def session() -> None:
+        async with Client(_params(repo, tmp_path / "config")) as client:
+            answer = await client.call_tool(
+                "herdr_fs_image", {"path": str(repo / "big.png"), "max_bytes": 10485760}
+            )
+            assert not answer.is_error, answer.content
+            assert answer.content[0].type == "image"
+            import base64
+
+            assert base64.b64decode(answer.content[0].data) == image
+            wrote = await client.call_tool(
+                "herdr_fs_write", {"path": str(repo / "wide.txt"), "content": content}
+            )
+            assert not wrote.is_error, wrote.content
+
+    asyncio.run(session())
+    assert (repo / "wide.txt").read_text(encoding="utf-8") == content
+
+
+def test_protocol_errors_get_json_rpc_answers_and_the_session_goes_on(raw: RawStdio) -> None:
+    raw.initialize()
+    raw.send_raw(b"this is not json\n")
+    assert raw.receive() == {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": -32700, "message": raw_message(raw)},
+    }
+    assert raw.request(1, "resources/list")["error"]["code"] == -32601
+    # A 2026-07-28 client's probe: not served, so the client falls back to initialize.
+    assert raw.request(2, "server/discover")["error"]["code"] == -32601
+    raw.send([{"jsonrpc": "2.0", "id": 3, "method": "ping"}])
+    batch = raw.receive()
+    assert batch["id"] is None and batch["error"]["code"] == -32600
+    bad_call = raw.request(4, "tools/call", {"arguments": {}})
+    assert bad_call["id"] == 4 and bad_call["error"]["code"] == -32602
+    assert raw.request(5, "ping") == {"jsonrpc": "2.0", "id": 5, "result": {}}
+    # A client's response (we send no requests) and unknown notifications need no answer.
+    raw.send({"jsonrpc": "2.0", "id": 99, "result": {}})
+    raw.send({"jsonrpc": "2.0", "method": "notifications/roots/list_changed"})
+    tools = raw.request("six", "tools/list")  # type: ignore[arg-type]
+    assert tools["id"] == "six" and len(tools["result"]["tools"]) == 18
+
+
+def raw_message(raw: RawStdio) -> Any:
+    """Match any message text (the parser's words are not ours to fix)."""
+    return _Anything()
+
+
+class _Anything:
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and bool(other)
+
+
+def test_an_overlong_line_is_refused_and_the_next_one_answered(raw: RawStdio) -> None:
+    raw.initialize()
+    raw.send_raw(
+        b'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"pad":"'
+        + b"x" * (MAX_MESSAGE_BYTES + 10)
+        + b'"}}\n'
+    )
+    refused = raw.receive()
+    assert refused["id"] is None and refused["error"]["code"] == -32600
+    assert str(MAX_MESSAGE_BYTES) in refused["error"]["message"]
+    assert raw.request(2, "ping")["result"] == {}
+
+
+def test_a_cancelled_call_is_not_answered(raw: RawStdio, repo: Path) -> None:
+    raw.initialize()
+    command = "echo started; sleep 30"
+    raw.send(
+        {
+            "jsonrpc": "2.0",
+            "id": 7,
+            "method": "tools/call",
+            "params": {
+                "name": "herdr_exec",
+                "arguments": {"workspace": "w1", "command": command, "timeout_ms": 40000},
+            },
+        }
+    )
+    # Once the call is running (the audit log has not recorded it yet), cancel it.
+    raw.send(
+        {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7, "reason": "test"}}
+    )
+    assert raw.request(8, "ping") == {"jsonrpc": "2.0", "id": 8, "result": {}}
+    raw.close_stdin()
+    assert all(message.get("id") != 7 for message in raw.rest())
+    assert raw.wait() == 0
+
+
+def test_stdout_carries_only_json_rpc_even_when_children_write_to_our_fds(raw: RawStdio) -> None:
+    raw.initialize()
+    # The exec shell's parent is the runtime: writing to the runtime's fd 1 and reading its fd 0
+    # must reach neither the wire nor the requests.
+    command = "echo leaked-to-fd1 > /proc/$PPID/fd/1; cat /proc/$PPID/fd/0; echo done"
+    answer = raw.request(
+        1, "tools/call", {"name": "herdr_exec", "arguments": {"workspace": "w1", "command": command}}
+    )
+    result = answer["result"]["structuredContent"]
+    assert result["stdout"] == "done\n", result
+    assert raw.request(2, "ping")["result"] == {}
+    raw.close_stdin()
+    assert raw.rest() == []
+    assert raw.wait() == 0
+    assert b"leaked-to-fd1" in raw.stderr
+
+
+def test_closing_stdin_answers_the_calls_in_flight_then_exits_zero(raw: RawStdio) -> None:
+    raw.initialize()
+    raw.send(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {
+                "name": "herdr_exec",
+                "arguments": {"workspace": "w1", "command": "sleep 0.5; echo late"},
+            },
+        }
+    )
+    raw.close_stdin()
+    (answer,) = raw.rest()
+    assert answer["id"] == 1 and answer["result"]["structuredContent"]["stdout"] == "late\n"
+    assert raw.wait() == 0
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_ends_a_long_call_with_an_answer_and_exits_zero(raw: RawStdio, signum: int) -> None:
+    raw.initialize()
+    raw.send(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {
+                "name": "herdr_exec",
+                "arguments": {"workspace": "w1", "command": "echo begun; sleep 50", "timeout_ms": 60000},
+            },
+        }
+    )
+    # The call has been read (requests are read in order) before the signal.
+    assert raw.request(2, "ping")["result"] == {}
+    started = time.monotonic()
+    raw.process.send_signal(signum)
+    (answer,) = raw.rest()
+    assert answer["id"] == 1 and "result" in answer, answer
+    assert raw.wait() == 0
+    assert time.monotonic() - started < 10
