@@ -1,7 +1,10 @@
 {
   description = "herdr-mcp: the local MCP runtime of a Herdr workstation";
 
-  inputs.nixpkgs.url = "github:NixOS/nixpkgs/nixos-unstable";
+  # nixpkgs pinned to one commit of nixos-unstable (2026-06-29; CPython 3.13 as python3), so a
+  # build today and a build next year take the same packages. Move it on purpose: a commit that
+  # `git ls-remote https://github.com/NixOS/nixpkgs nixos-unstable` names, then `nix flake check`.
+  inputs.nixpkgs.url = "github:NixOS/nixpkgs/b5aa0fbd538984f6e3d201be0005b4463d8b09f8";
 
   outputs =
     { self, nixpkgs }:
@@ -152,6 +155,7 @@
         ps.cryptography
         ps.packaging
         ps.httptools
+        ps.rich
       ];
 
       herdrMcpFor =

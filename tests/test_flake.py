@@ -7,6 +7,7 @@ list are compared with pyproject.toml.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -34,6 +35,7 @@ NIX_ATTRIBUTES = {
     "cryptography": "ps.cryptography",
     "packaging": "ps.packaging",
     "httptools": "ps.httptools",
+    "rich": "ps.rich",
 }
 _REQUIREMENT = re.compile(r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^]]*\])?\s*(?P<spec>[^;]*)")
 
@@ -117,3 +119,16 @@ def test_the_package_is_built_with_hatchling_from_pyproject() -> None:
     assert build_system["build-backend"] == "hatchling.build"
     for output in ("packages = forAllSystems", "devShells = forAllSystems", "checks = forAllSystems"):
         assert output in flake
+
+
+def test_nixpkgs_is_pinned_to_one_commit() -> None:
+    """A branch (nixos-unstable) moves under the same flake.nix; a 40-hex commit does not. A
+    flake.lock, when one is committed, must lock that same commit."""
+    urls = re.findall(r'^  inputs\.nixpkgs\.url = "([^"]+)";$', _flake(), flags=re.MULTILINE)
+    assert len(urls) == 1, urls
+    pinned = re.fullmatch(r"github:NixOS/nixpkgs/(?P<rev>[0-9a-f]{40})", urls[0])
+    assert pinned, f"nixpkgs is not pinned to a commit: {urls[0]}"
+    lock = ROOT / "flake.lock"
+    if lock.exists():
+        locked = json.loads(lock.read_text(encoding="utf-8"))["nodes"]["nixpkgs"]["locked"]
+        assert locked["rev"] == pinned["rev"]
