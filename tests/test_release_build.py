@@ -7,6 +7,8 @@ runs in a fresh clone of HEAD, so uncommitted edits in the working tree never re
 from __future__ import annotations
 
 import calendar
+import email
+import json
 import subprocess
 import tarfile
 import zipfile
@@ -82,6 +84,31 @@ def test_build_makes_a_wheel_and_sdist_dated_by_the_commit(
     assert {member.mtime for member in members} == {epoch}
     assert {(member.uid, member.gid) for member in members} == {(0, 0)}
     assert f"herdr_mcp-{__version__}/pyproject.toml" in {member.name for member in members}
+
+
+@pytest.mark.timeout(300)
+def test_the_wheel_and_sdist_carry_the_license_and_project_urls(
+    clone: Path, environment: BuildEnvironment
+) -> None:
+    """The MIT text the metadata names ships in both artifacts; the URLs name the repository
+    whose release workflow attestations/identity-policy.json trusts."""
+    sdist, wheel = build(clone, clone / "dist", environment=environment)
+    repository = json.loads((ROOT / "attestations" / "identity-policy.json").read_text())["repository"]
+    license_text = (ROOT / "LICENSE").read_text(encoding="utf-8")
+    assert license_text.startswith("MIT License\n")
+    dist_info = f"herdr_mcp-{__version__}.dist-info"
+    with zipfile.ZipFile(wheel) as archive:
+        assert archive.read(f"{dist_info}/licenses/LICENSE").decode() == license_text
+        metadata = email.message_from_bytes(archive.read(f"{dist_info}/METADATA"))
+    assert metadata["License-Expression"] == "MIT"
+    assert metadata.get_all("License-File") == ["LICENSE"]
+    urls = dict(url.split(", ", 1) for url in metadata.get_all("Project-URL") or [])
+    assert urls["Repository"] == f"https://github.com/{repository}"
+    assert urls["Issues"] == f"https://github.com/{repository}/issues"
+    with tarfile.open(sdist, "r:gz") as archive:
+        member = archive.extractfile(f"herdr_mcp-{__version__}/LICENSE")
+        assert member is not None
+        assert member.read().decode() == license_text
 
 
 @pytest.mark.timeout(300)
