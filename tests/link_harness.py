@@ -158,12 +158,15 @@ def store_active(state_dir: Path, *specs: Generation, active: str | None) -> Gen
 
 class KeepAliveGeneration(StandIn):
     """A stand-in generation answering HTTP/1.1 keep-alive, which closes a connection once it was
-    idle for `idle_close_s` after an answer (0: at once, without saying `Connection: close`)."""
+    idle for `idle_close_s` after an answer (0: at once, without saying `Connection: close`).
+    `closed` counts the connections it has closed (after `close()` returned)."""
 
     def __init__(self, idle_close_s: float) -> None:
         self.idle_close_s = idle_close_s
         self.requests = 0
         self.connections = 0
+        self.closed = 0
+        self._closed_lock = threading.Lock()
         super().__init__()
 
     def _serve(self) -> None:
@@ -174,6 +177,13 @@ class KeepAliveGeneration(StandIn):
                 threading.Thread(target=self._handle, args=(connection,), daemon=True).start()
 
     def _handle(self, connection: socket.socket) -> None:
+        try:
+            self._exchange(connection)
+        finally:
+            with self._closed_lock:
+                self.closed += 1
+
+    def _exchange(self, connection: socket.socket) -> None:
         with connection, contextlib.suppress(OSError):
             buffer = bytearray()
             answered = 0

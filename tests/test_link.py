@@ -41,6 +41,7 @@ from herdr_mcp.generations import (
     rollback,
 )
 from herdr_mcp.generations.cli import main as generation_main
+from herdr_mcp.link.router import STATUS_POLL_S
 from herdr_mcp.link.upstream import UpstreamPool
 from tests.link_harness import (
     LINK_TOKEN,
@@ -59,6 +60,7 @@ from tests.runtime_harness import (
     two_runtimes,
 )
 from tests.sim_helpers import run, short_tmp_dir
+from tests.waiting import wait_until, wait_until_async
 
 MARK = "HERDR_LINK_TEST_GENERATION"
 LEGACY_PROTOCOL = "2025-06-18"
@@ -93,6 +95,24 @@ def world() -> Iterator[World]:
             # Exited cleanly on SIGTERM, and no request broke inside the link along the way.
             assert link.process.returncode == 0
             assert "Traceback" not in link.stderr and "ERROR" not in link.stderr, link.stderr
+
+
+def link_follows(link: Link, store: GenerationStore) -> dict[str, Any]:
+    """Wait until the link has read the status file as it is now (its transition); return the
+    link's health then. The link polls the file every STATUS_POLL_S, when a request comes."""
+    seq = store.read_status().transition_seq
+    return wait_until(
+        lambda: (health := link.health())["transition_seq"] == seq and health,
+        f"the link to read transition {seq}",
+    )
+
+
+def accepts(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except ConnectionRefusedError:
+        return False
+    return True
 
 
 def exec_args(command: str) -> dict[str, Any]:
@@ -138,16 +158,19 @@ def test_activation_and_rollback_under_load(world: World) -> None:
         assert "error" not in result and result["exit_code"] == 0, (name, result)
         outcomes.append(Outcome(name, result["stdout"].strip(), time.monotonic()))
 
-    def slow(name: str, seconds: int) -> asyncio.Task[None]:
-        command = f'touch {counters}/started-{name}; sleep {seconds}; echo "${MARK}" >> {counters}/{name}'
+    def held(name: str, release: Path) -> asyncio.Task[None]:
+        """A call that runs until the test creates `release` (in flight for as long as it needs)."""
+        hold = f"until [ -e {release} ]; do sleep 0.01; done"
+        command = f'touch {counters}/started-{name}; {hold}; echo "${MARK}" >> {counters}/{name}'
         return asyncio.ensure_future(call(name, f'echo "${MARK}"; {command}'))
 
     def fast(name: str) -> asyncio.Task[None]:
         return asyncio.ensure_future(call(name, f'echo "${MARK}"; echo "${MARK}" >> {counters}/{name}'))
 
     async def started(names: list[str]) -> None:
-        while not all((counters / f"started-{name}").exists() for name in names):
-            await asyncio.sleep(0.02)
+        await wait_until_async(
+            lambda: all((counters / f"started-{name}").exists() for name in names), f"{names} to start"
+        )
 
     async def background(stop: asyncio.Event) -> int:
         count = 0
@@ -160,19 +183,20 @@ def test_activation_and_rollback_under_load(world: World) -> None:
         stop = asyncio.Event()
         load = asyncio.ensure_future(background(stop))
         wave1 = [f"w1-{i}" for i in range(12)]
-        tasks = [slow(name, 3) for name in wave1]
+        tasks = [held(name, world.tmp / "release-w1") for name in wave1]
         await started(wave1)
         # Switch to B while all of wave 1 runs on A.
         switch_at = time.monotonic()
         assert (await asyncio.to_thread(activate, store, "B")).outcome == "activated"
-        await asyncio.sleep(0.15)  # the link polls the status file every 100 ms
-        during = await asyncio.to_thread(link.health)
+        during = await asyncio.to_thread(link_follows, link, store)
+        (world.tmp / "release-w1").touch()
         wave2 = [f"w2-{i}" for i in range(8)]
-        tasks += [slow(name, 2) for name in wave2]
+        tasks += [held(name, world.tmp / "release-w2") for name in wave2]
         await started(wave2)
         back_at = time.monotonic()
         assert (await asyncio.to_thread(rollback, store)).outcome == "activated"
-        await asyncio.sleep(0.15)
+        await asyncio.to_thread(link_follows, link, store)
+        (world.tmp / "release-w2").touch()
         tasks += [fast(f"w3-{i}") for i in range(6)]
         await asyncio.gather(*tasks)
         stop.set()
@@ -243,7 +267,7 @@ def test_legacy_session_stays_on_its_generation(world: World) -> None:
         on_a, where = start_session(http)
         assert where == "A"
         assert activate(store, "B").outcome == "activated"
-        time.sleep(0.15)
+        link_follows(link, store)
         assert whoami(http, on_a) == (200, "A", "A\n")
         on_b, where = start_session(http)
         assert (where, whoami(http, on_b)) == ("B", (200, "B", "B\n"))
@@ -251,7 +275,7 @@ def test_legacy_session_stays_on_its_generation(world: World) -> None:
         assert whoami(http, "0123456789abcdef")[:2] == (404, "B")
 
         assert rollback(store).outcome == "activated"
-        time.sleep(0.15)
+        link_follows(link, store)
         assert whoami(http, on_b) == (200, "B", "B\n")
         ended = http.delete(link.url, headers={**headers, "mcp-session-id": on_a})
         assert (ended.status_code, ended.headers["herdr-mcp-generation"]) == (200, "A")
@@ -259,8 +283,13 @@ def test_legacy_session_stays_on_its_generation(world: World) -> None:
 
         # Removing B ends the sessions that lived in it: 404 tells the client to start over.
         assert generation_main(["--state-dir", str(store.state_dir), "remove", "B"]) == 0
-        time.sleep(0.15)
-        status, where, text = whoami(http, on_b)
+
+        # The link reads the control file at its next poll; until then the session still runs on B.
+        def refused_on_b() -> tuple[int, str, str] | None:
+            answer = whoami(http, on_b)
+            return None if answer[0] == 200 else answer
+
+        status, where, text = wait_until(refused_on_b, "the link to read B's removal")
         assert (status, where, json.loads(text)["error"]["data"]["code"]) == (404, "link", "session_ended")
         assert link.health()["pinned_sessions"] == pinned - 1
         control = store.read_control()
@@ -300,10 +329,10 @@ def test_interrupted_activation_is_undone_by_the_link(world: World) -> None:
         assert activator.stdout is not None and activator.stdout.readline() == "observing\n"
         assert store.read_status().outcome == "observing"
         # A live activator holds the lock: the link routes to the candidate, as the gate set it.
-        time.sleep(0.3)
+        wait_until(lambda: link.health()["outcome"] == "observing", "the link to read `observing`")
         for _ in range(3):
             assert run(where()) == "B"
-            time.sleep(0.12)
+            time.sleep(STATUS_POLL_S * 1.2)  # the subject: the link checks again, the activator lives
         assert (store.read_status().outcome, store.read_status().active) == ("observing", "B")
         assert link.health()["outcome"] == "observing"
     finally:
@@ -311,13 +340,11 @@ def test_interrupted_activation_is_undone_by_the_link(world: World) -> None:
         activator.wait(10)
         if activator.stdout is not None:
             activator.stdout.close()
-    deadline = time.monotonic() + 5
-    while run(where()) != "A":
-        assert time.monotonic() < deadline, link.health()
-        time.sleep(0.05)
-    while store.read_status().outcome != "rolled_back:activation_interrupted":
-        assert time.monotonic() < deadline, store.read_status()
-        time.sleep(0.05)
+    wait_until(lambda: run(where()) == "A", "new requests to go back to A")
+    wait_until(
+        lambda: store.read_status().outcome == "rolled_back:activation_interrupted",
+        "the status file to record the rollback",
+    )
     status = store.read_status()
     assert (status.active, status.status_of("B").phase) == ("A", "failed")
     assert run(where()) == "A"
@@ -490,7 +517,8 @@ def test_closed_pooled_connection_is_detected_before_writing(tmp_path: Path) -> 
             answer.close()
             statuses.append(answer.status)
             assert pool.idle_count() == 1  # pooled: nothing has noticed the close yet
-            time.sleep(0.1)  # the FIN arrives
+            # The generation closed its side (its FIN is on the pooled socket once close() returned).
+            wait_until(lambda: upstream.closed == len(statuses), "the generation to close the connection")
     finally:
         pool.close()
         upstream.close()
@@ -605,10 +633,7 @@ def test_client_leaving_ends_the_upstream_exchange_and_its_lease(
         assert (next(lines), next(lines), next(lines)) == ("data: one", "", ": ping")
         assert link.health()["in_flight"] == {"sse": 1}
     assert upstream.closed.wait(10)
-    deadline = time.monotonic() + 5
-    while link.health()["in_flight"] != {"sse": 0}:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    wait_until(lambda: link.health()["in_flight"] == {"sse": 0}, "the lease to end")
 
 
 def test_sigterm_lets_a_call_in_flight_finish_then_exits_cleanly(
@@ -626,14 +651,7 @@ def test_sigterm_lets_a_call_in_flight_finish_then_exits_cleanly(
         lines = answer.iter_lines()
         assert next(lines) == "data: one"
         link.process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 60  # at once when idle; generous for a loaded machine
-        while True:  # the listener closes
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            except ConnectionRefusedError:
-                break
-            assert time.monotonic() < deadline, "the link still accepts connections after SIGTERM"
-            time.sleep(0.02)
+        wait_until(lambda: not accepts(port), "the link to stop accepting connections after SIGTERM")
         assert link.process.poll() is None  # still answering the call in flight
         upstream.release.set()
         rest = [line for line in lines if line]
