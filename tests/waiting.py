@@ -20,7 +20,7 @@ DEADLINE_S = 30.0
 POLL_S = 0.01
 
 
-def wait_until(condition: Callable[[], T], what: str, timeout: float = DEADLINE_S) -> T:
+def wait_until(condition: Callable[[], T | None], what: str, timeout: float = DEADLINE_S) -> T:
     """Poll `condition` until it returns a truthy value and return that value; fail after `timeout`."""
     deadline = time.monotonic() + timeout
     while not (value := condition()):
@@ -30,7 +30,7 @@ def wait_until(condition: Callable[[], T], what: str, timeout: float = DEADLINE_
     return value
 
 
-async def wait_until_async(condition: Callable[[], T], what: str, timeout: float = DEADLINE_S) -> T:
+async def wait_until_async(condition: Callable[[], T | None], what: str, timeout: float = DEADLINE_S) -> T:
     """`wait_until` inside an event loop: the loop keeps running between polls."""
     deadline = time.monotonic() + timeout
     while not (value := condition()):
@@ -40,7 +40,7 @@ async def wait_until_async(condition: Callable[[], T], what: str, timeout: float
     return value
 
 
-async def poll_until(probe: Callable[[], Awaitable[T]], what: str, timeout: float = DEADLINE_S) -> T:
+async def poll_until(probe: Callable[[], Awaitable[T | None]], what: str, timeout: float = DEADLINE_S) -> T:
     """Await `probe()` (a call to the system under test, say) until it gives a truthy value;
     return that value; fail after `timeout`."""
     deadline = time.monotonic() + timeout
