@@ -212,16 +212,16 @@ def render(client: str, path: Path | None, name: str, entry: Mapping[str, Any]) 
 
 
 def inspector_command(entry: Mapping[str, Any]) -> str:
-    """The Inspector CLI line that lists the tools of this entry's server."""
-    base = ["npx", INSPECTOR_PACKAGE, "--cli"]
+    """The Inspector CLI line that lists the tools of this entry's server (its options first,
+    then `--` and the server, so none of the server's own arguments is taken for the Inspector's)."""
+    words = ["npx", "-y", INSPECTOR_PACKAGE, "--cli", "--method", "tools/list"]
     if "command" in entry:
-        words = [*base, "--", entry["command"], *entry["args"], "--method", "tools/list"]
+        words += ["--", entry["command"], *entry["args"]]
     else:
-        headers = [f"{key}: {value}" for key, value in entry["headers"].items()]
-        words = [*base, entry["url"], "--transport", "http"]
-        for header in headers:
-            words += ["--header", header]
-        words += ["--method", "tools/list"]
+        words += ["--transport", "http"]
+        for key, value in entry["headers"].items():
+            words += ["--header", f"{key}: {value}"]
+        words += ["--", entry["url"]]
     return shlex.join(words)
 
 
