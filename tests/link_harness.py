@@ -156,6 +156,21 @@ def store_active(state_dir: Path, *specs: Generation, active: str | None) -> Gen
     return store
 
 
+_TCP_CLOSE_WAIT = "08"
+
+
+def saw_fin_from(port: int) -> bool:
+    """Whether a loopback TCP connection to `port` has received its peer's FIN (is in CLOSE_WAIT),
+    from /proc/net/tcp: the moment a FIN has crossed loopback, without sleeping for it."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(FileNotFoundError), open(table, encoding="ascii") as rows:
+            for row in list(rows)[1:]:
+                fields = row.split()
+                if fields[2].rsplit(":", 1)[1] == f"{port:04X}" and fields[3] == _TCP_CLOSE_WAIT:
+                    return True
+    return False
+
+
 class KeepAliveGeneration(StandIn):
     """A stand-in generation answering HTTP/1.1 keep-alive, which closes a connection once it was
     idle for `idle_close_s` after an answer (0: at once, without saying `Connection: close`).

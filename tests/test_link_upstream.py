@@ -30,7 +30,8 @@ from herdr_mcp.link.upstream import (
     UpstreamError,
     UpstreamPool,
 )
-from tests.link_harness import read_request
+from tests.link_harness import read_request, saw_fin_from
+from tests.waiting import wait_until
 
 TIMEOUT_S = 5.0
 #: Pause between two scripted pieces: long enough for each to arrive as its own `recv`.
@@ -583,7 +584,7 @@ def test_pooled_connection_closed_by_upstream_is_replaced(serve: Serve, pool: Up
     assert exchange(pool, server.url) == b"hello world"
     assert pool.idle_count() == 1
     assert server.ended.wait(TIMEOUT_S)
-    time.sleep(0.02)  # the FIN crosses loopback
+    wait_until(lambda: saw_fin_from(server.port), "the FIN to cross loopback")
     assert exchange(pool, server.url) == b"ok"
     assert (server.connections, len(server.requests)) == (2, 2)
 
@@ -665,7 +666,7 @@ def test_pool_waiter_gets_the_freed_slot(
     result: list[bytes] = []
     waiter = threading.Thread(target=lambda: result.append(exchange(pool, server.url)), daemon=True)
     waiter.start()
-    time.sleep(0.1)
+    time.sleep(0.1)  # the subject: a window in which the waiter must not go out while the slot is held
     assert not result
     server.release.set()
     assert b"".join([held.read(), *read_all(held)]) == b"hello world"
@@ -784,7 +785,7 @@ def test_idle_connection_expires_in_real_time(
     monkeypatch.setattr(upstream, "KEEPALIVE_S", 0.1)
     server = serve()
     assert exchange(pool, server.url) == b"ok"
-    time.sleep(0.15)
+    time.sleep(0.15)  # the subject: real time passing KEEPALIVE_S
     assert exchange(pool, server.url) == b"ok"
     assert (server.connections, len(server.requests)) == (2, 2)
 
