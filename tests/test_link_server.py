@@ -35,6 +35,7 @@ from tests.link_harness import (
     read_request,
     store_active,
 )
+from tests.waiting import wait_until
 
 TIMEOUT_S = 5.0
 AUTH = f"Bearer {LINK_TOKEN}".encode()
@@ -164,13 +165,6 @@ def recorded() -> Iterator[tuple[LinkServer, Recorder]]:
     recorder.gate.set()
 
 
-def wait_until(condition: Any, seconds: float = TIMEOUT_S) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
-
-
 @contextlib.contextmanager
 def link_with_handler(store: GenerationStore) -> Iterator[tuple[LinkServer, LinkHandler]]:
     """`in_process_link`, also handing over the server and the handler (its leases)."""
@@ -210,7 +204,7 @@ def test_keep_alive_serves_many_requests_then_connection_close_closes(
     finally:
         client.close()
     assert [request.path for request in recorder.requests] == [b"/one", b"/two", b"/three", b"/last"]
-    wait_until(lambda: link.connections() == 0)
+    wait_until(lambda: link.connections() == 0, "0 open connections")
 
 
 def test_pipelined_requests_are_answered_in_order(recorded: tuple[LinkServer, Recorder]) -> None:
@@ -240,10 +234,10 @@ def test_split_head_and_chunked_body_arrive_whole(recorded: tuple[LinkServer, Re
     try:
         for index in range(50):
             client.send(head[index : index + 1])
-            time.sleep(0.001)
+            time.sleep(0.001)  # the subject: the head arrives in separate reads
         client.send(head[50:])
         for chunk in chunks:
-            time.sleep(0.01)
+            time.sleep(0.01)  # the subject: each chunk in a read of its own
             assert recorder.requests == []  # not handed over before the body is complete
             client.send(chunk)
         answer = client.answer()
@@ -349,7 +343,7 @@ def test_head_just_within_the_limit_is_served(recorded: tuple[LinkServer, Record
     try:
         for offset in range(0, len(head), 8192):
             client.send(head[offset : offset + 8192])
-            time.sleep(0.002)
+            time.sleep(0.002)  # the subject: the head arrives in separate reads
         answer = client.answer()
         assert (answer.status, answer.json()["path"]) == (200, "/big")
     finally:
@@ -419,7 +413,7 @@ def test_connection_cap_refuses_503_link_busy(monkeypatch: pytest.MonkeyPatch) -
         held = [RawClient(link.port), RawClient(link.port)]
         extra: list[RawClient] = []
         try:
-            wait_until(lambda: link.connections() == 2)
+            wait_until(lambda: link.connections() == 2, "2 open connections")
             refused = RawClient(link.port)
             extra.append(refused)
             answer = refused.answer()
@@ -430,7 +424,7 @@ def test_connection_cap_refuses_503_link_busy(monkeypatch: pytest.MonkeyPatch) -
             assert link.connections() == 2
 
             held.pop().close()
-            wait_until(lambda: link.connections() == 1)
+            wait_until(lambda: link.connections() == 1, "1 open connections")
             admitted = RawClient(link.port)
             extra.append(admitted)
             admitted.send(get("/after"))
@@ -548,7 +542,7 @@ def test_idle_connection_is_closed_after_the_idle_timeout(monkeypatch: pytest.Mo
         finally:
             client.close()
         assert 0.25 < idle < 2.0, idle
-        wait_until(lambda: link.connections() == 0)
+        wait_until(lambda: link.connections() == 0, "0 open connections")
 
 
 # -- the upstream exchange --------------------------------------------------------------------
@@ -598,7 +592,7 @@ def test_client_leaving_before_the_answer_head_ends_the_upstream_exchange(tmp_pa
             left = time.monotonic()
             assert upstream.hung_up.wait(TIMEOUT_S)
             assert time.monotonic() - left < 4 * WATCH_EVERY_S
-            wait_until(lambda: handler.forwarder.leases.in_flight() == {"mute": 0})
-            wait_until(lambda: link.connections() == 0)
+            wait_until(lambda: handler.forwarder.leases.in_flight() == {"mute": 0}, "the lease to end")
+            wait_until(lambda: link.connections() == 0, "0 open connections")
     finally:
         upstream.close()
