@@ -17,6 +17,7 @@ from herdr_mcp.state.store import StateStore
 from herdr_mcp.state.tasks import TaskStore
 from tests.runtime_harness import RunningRuntime, call_tool, make_repo, running_runtime
 from tests.sim_helpers import short_tmp_dir
+from tests.waiting import poll_until, wait_until
 
 
 @pytest.fixture
@@ -127,13 +128,17 @@ async def _inbox(runtime: RunningRuntime, scope: str | None = None) -> list[dict
     return items
 
 
-async def _inbox_until(runtime: RunningRuntime, count: int, timeout: float = 20.0) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + timeout
-    while True:
+async def _inbox_until(runtime: RunningRuntime, count: int) -> list[dict[str, Any]]:
+    async def inbox() -> list[dict[str, Any]] | None:
         items = await _inbox(runtime)
-        if len(items) >= count or time.monotonic() > deadline:
-            return items
-        await asyncio.sleep(0.1)
+        return items if len(items) >= count else None
+
+    return await poll_until(inbox, f"{count} inbox items")
+
+
+def _agent_status(sim: SimulatorThread) -> str:
+    status: str = sim.snapshot()["agents"][0]["agent_status"]
+    return status
 
 
 def test_prompt_lands_in_the_inbox_and_ack_clears_it(repo_and_sim: tuple[Path, SimulatorThread]) -> None:
@@ -168,14 +173,13 @@ def test_sigkill_after_submit_still_delivers_exactly_once(
     sim.set_script("repo-agent", _slow_script(300 if settle_while_down else 2500))
     with running_runtime(tmp / "herdr.sock", tmp / "config") as first:
         submitted = _run(first.call("herdr_prompt", {"target": "repo-agent", "text": "long job"}))
-        time.sleep(0.15)  # the agent is working now
+        wait_until(lambda: _agent_status(sim) in ("working", "done"), "the agent to take the prompt")
         os.kill(first.process.pid, signal.SIGKILL)
         first.process.wait(timeout=10)
     if settle_while_down:
-        time.sleep(0.6)
-        assert sim.snapshot()["agents"][0]["agent_status"] == "done"
+        wait_until(lambda: _agent_status(sim) == "done", "the agent to finish while the runtime is down")
     with running_runtime(tmp / "herdr.sock", tmp / "config") as second:
         items = _run(_inbox_until(second, 1))
-        time.sleep(0.5)
+        time.sleep(0.5)  # the subject: a window in which a second delivery would show
         items = _run(_inbox(second))
     assert [(i["task_id"], i["outcome"]) for i in items] == [(submitted["task_id"], "completed")]
