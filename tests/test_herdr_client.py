@@ -29,6 +29,7 @@ from herdr_mcp.herdr import (
 )
 from herdr_mcp.sim import AgentScript, ScriptStep
 from tests.sim_helpers import fast_script, run, running_sim, short_tmp_dir, two_project_config
+from tests.waiting import wait_until_async
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -286,8 +287,7 @@ class ScriptedPeer:
 
     async def wait_idle(self) -> None:
         self.release.set()
-        while self._tasks:
-            await asyncio.sleep(0.01)
+        await wait_until_async(lambda: not self._tasks, "the peer's connections to end")
 
 
 @contextlib.asynccontextmanager
@@ -408,7 +408,7 @@ def test_each_call_uses_its_own_connection_with_a_unique_id_and_closes_it(tmp_sh
             client = HerdrClient(peer.path)
             for _ in range(5):
                 assert (await client.call("ping"))["type"] == "pong"
-            await asyncio.sleep(0.05)
+            await wait_until_async(lambda: peer.closed_by_client == 5, "the peer to see 5 connections closed")
             ids = [r["id"] for r in peer.requests]
             assert len(set(ids)) == 5
             assert all(isinstance(i, str) and i for i in ids)
