@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,8 @@ import pytest
 from herdr_mcp.errors import ToolError
 from herdr_mcp.runtime.tools import git as git_module
 from herdr_mcp.runtime.tools.git import git_facts, git_toplevel, project_git_summary
+from tests.processes import alive
+from tests.waiting import wait_until
 
 
 @pytest.fixture(autouse=True)
@@ -242,19 +243,26 @@ def test_project_git_summary(repo: Path) -> None:
 
 
 def test_slow_git_is_stopped_with_its_helpers(repo: Path, tmp_path: Path) -> None:
-    # A clean filter from the repository's own config makes `git diff` wait on a helper.
-    marker = tmp_path / "filter-finished"
+    # A clean filter from the repository's own config makes `git diff` wait on a helper that
+    # would run for 30 s; it says its pid first.
+    pid_file = tmp_path / "filter-pid"
     write(repo / ".gitattributes", "*.slow filter=slow\n")
     write(repo / "data.slow", "one\n")
     git(repo, "add", ".gitattributes", "data.slow")
     git(repo, "commit", "-q", "-m", "slow file")
-    git(repo, "config", "filter.slow.clean", f"sleep 1.5; touch {marker}; cat")
+    git(
+        repo,
+        "config",
+        "filter.slow.clean",
+        f"echo $$ > {pid_file}.part && mv {pid_file}.part {pid_file}; exec sleep 30",
+    )
     write(repo / "data.slow", "two\n")
     with pytest.raises(ToolError) as error:
-        git_facts(repo, {"action": "diff", "path": "data.slow"}, timeout=0.3)
+        git_facts(repo, {"action": "diff", "path": "data.slow"}, timeout=1.0)
     assert error.value.code == "git_timeout"
-    time.sleep(2)
-    assert not marker.exists(), "the filter outlived the killed git"
+    assert pid_file.exists(), "the filter did not start within the timeout"
+    helper = int(pid_file.read_text())
+    wait_until(lambda: not alive(helper), "the filter to be stopped with the killed git", timeout=10)
 
 
 # Secret-looking paths: herdr_git shows no more of them than the fs tools do ---------------------
