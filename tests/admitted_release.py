@@ -11,7 +11,7 @@ import pytest
 from packaging.version import Version
 
 from herdr_mcp.contract import contract_identity
-from herdr_mcp.release.manifest import AssetInput, build_manifest
+from herdr_mcp.release.manifest_build import AssetInput, build_manifest
 from herdr_mcp.release.minisign import PublicKey, SecretKey, keygen, load_secret_key, sign
 from herdr_mcp.release.verification import PublishedRelease
 from herdr_mcp.state import STATE_SCHEMA

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from herdr_mcp.contract import ContractIdentity
-from herdr_mcp.release.manifest import AssetInput, build_manifest
+from herdr_mcp.release.manifest_build import AssetInput, build_manifest
 from herdr_mcp.release.minisign import keygen, load_secret_key, sign
 from herdr_mcp.release.verification import PROVENANCE_BUNDLE_NAME, SIGSTORE_BUNDLE_NAME
 from tests.release_evidence import evidence, sigstore_flags

@@ -25,14 +25,8 @@ import rfc8785
 from packaging.version import Version
 
 from herdr_mcp.contract import ContractIdentity, contract_identity
-from herdr_mcp.release.manifest import (
-    MANIFEST_FILENAME,
-    AssetInput,
-    ContractMigration,
-    RuntimeManifest,
-    Source,
-    build_manifest,
-)
+from herdr_mcp.release.manifest import MANIFEST_FILENAME, ContractMigration, RuntimeManifest, Source
+from herdr_mcp.release.manifest_build import AssetInput, build_manifest
 from herdr_mcp.release.minisign import PublicKey, SecretKey, keygen, load_secret_key, sign
 from herdr_mcp.release.verification import PublishedRelease, SigstoreTrust, UnsafeSkipSigstore
 from herdr_mcp.state import STATE_SCHEMA

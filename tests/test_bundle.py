@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import zipfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,7 +34,8 @@ from herdr_mcp.release.bundle import (
     load_release_config,
     parse_bundle_filename,
 )
-from herdr_mcp.release.manifest import AssetInput, RuntimeManifest, build_manifest
+from herdr_mcp.release.manifest import RuntimeManifest
+from herdr_mcp.release.manifest_build import AssetInput, build_manifest
 from tests.release_builder import host_target
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,7 +106,7 @@ def _extract(archive: Path, destination: Path) -> Path:
     return top
 
 
-def test_the_release_configuration_names_four_platforms_and_two_pythons() -> None:
+def test_the_release_configuration_names_four_platforms_and_three_pythons() -> None:
     config = load_release_config(CONFIG)
     assert {channel.name: channel.prereleases for channel in config.channels} == {
         "stable": False,
@@ -113,7 +115,7 @@ def test_the_release_configuration_names_four_platforms_and_two_pythons() -> Non
     assert {target.name for target in config.targets} == {
         f"{platform}-{python}"
         for platform in ("linux-x86_64", "linux-aarch64", "macos-x86_64", "macos-arm64")
-        for python in ("cp311", "cp312")
+        for python in ("cp311", "cp312", "cp313")
     }
     target = config.target("linux-x86_64-cp311")
     assert (target.python_version, target.abi, target.implementation) == ("3.11", "cp311", "cp")
@@ -246,6 +248,30 @@ def test_a_bundle_for_another_host_is_refused_before_downloading(built: Built, t
     assert caught.value.code == "bundle_host_mismatch"
     assert other.name in caught.value.message
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "herdr_mcp-0.1.0.whl",  # no tags
+        "herdr_mcp-notaversion-py3-none-any.whl",  # no PEP 440 version
+        "herdr_mcp-0.1.0-x1-py3-none-any.whl",  # a build number starts with a digit
+        "herdr mcp-0.1.0-py3-none-any.whl",  # no project name
+        "herdr_mcp-0.1.0-py3-none-any.zip",
+    ],
+)
+def test_a_badly_named_wheel_is_refused_before_anything_runs(name: str, tmp_path: Path) -> None:
+    """Wheel names are read by packaging.utils.parse_wheel_filename, as pip reads them; the hand
+    regex took a version that is none. The host is not even asked (its python does not exist)."""
+    wheel = tmp_path / name
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("herdr_mcp/__init__.py", "")
+    target = load_release_config(CONFIG).target("linux-x86_64-cp311")
+    with pytest.raises(BundleError) as caught:
+        bundle(wheel, tmp_path / "out", target=target, python=str(tmp_path / "no-python"))
+    assert caught.value.code == "bundle_wheel_invalid"
+    assert name in caught.value.message
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize(

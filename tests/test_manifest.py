@@ -32,13 +32,15 @@ from herdr_mcp.contract import CURRENT_EPOCH, ContractIdentity, contract_identit
 from herdr_mcp.release.manifest import (
     MAX_SAFE_INTEGER,
     Asset,
-    AssetInput,
     AssetKind,
     ContractMigration,
     ManifestError,
     Provenance,
     RuntimeManifest,
     Source,
+)
+from herdr_mcp.release.manifest_build import (
+    AssetInput,
     build_manifest,
     contract_migration_from_file,
     resolve_repository,

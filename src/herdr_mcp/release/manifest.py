@@ -9,36 +9,30 @@ A workstation trusts a release only through its manifest (SPEC 5 and 6), so this
   refused at every depth (fail closed), and so are floats and integers beyond 2^53 - 1 (so every
   JSON implementation reads the same numbers).
 - Every dataclass here validates itself on construction: a value that exists is well-formed,
-  whether it came from the parser or from `build_manifest`.
+  whether it came from the parser or from `build_manifest` (`release.manifest_build`, the
+  maintainer's side that writes a manifest from the tree and git).
 - `RuntimeManifest.to_bytes` is the canonical form: RFC 8785 (JCS) serialization followed by one
   LF. Building the same release twice gives the same bytes, which are the bytes that get signed.
   The parser accepts any JSON spelling (signatures cover the exact bytes as published, and are
   checked before parsing), but we only ever publish the canonical one.
 
 What the parser deliberately does not decide is admission (SPEC 6): whether a contract migration
-fits *this* workstation is the updater's question. `build_manifest` refuses to produce a manifest
-that no workstation could ever admit (a migration that is not exactly one epoch forward, or one
-that also changes the state schema).
+fits *this* workstation is the updater's question.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import re
-import subprocess
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from pathlib import Path
+from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 import rfc8785
 
-from herdr_mcp.contract import ContractError, ContractIdentity, contract_identity, identity_of
+from herdr_mcp.contract import ContractIdentity
+from herdr_mcp.errors import RefusedFault
 from herdr_mcp.release.versions import release_version
-from herdr_mcp.state import STATE_SCHEMA
 
 #: The file name a release publishes its manifest under.
 MANIFEST_FILENAME = "runtime-manifest.json"
@@ -78,24 +72,23 @@ _HTTPS_URL = re.compile(r"https://[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*(?:/[A-Za-z0-
 _ASSET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,254}")
 _TARGET = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _TIMESTAMP = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
-_TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 _T = TypeVar("_T")
 
 
-class ManifestError(Exception):
+class ManifestError(RefusedFault):
     """A manifest (or an input to building one) that cannot be trusted as given.
 
-    `code` is stable (see the module docstring and `build_manifest`); `field` is the JSON path
-    of the offending value when there is one (`assets[1].sha256`); `message` says what is wrong
-    and names that path.
+    `code` is stable (see the module docstring and `manifest_build.build_manifest`); `field` is
+    the JSON path of the offending value when there is one (`assets[1].sha256`); `message` says
+    what is wrong and names that path.
     """
 
     def __init__(self, code: str, message: str, *, field: str | None = None) -> None:
         self.code = code
         self.detail = message
         self.field = field
-        self.message = f"{field}: {message}" if field else message
-        super().__init__(f"{code}: {self.message}")
+        super().__init__(code, f"{field}: {message}" if field else message)
 
     def within(self, parent: str) -> ManifestError:
         """The same error, its field path prefixed by `parent` (`assets[0]`, `contract`)."""
@@ -389,7 +382,7 @@ def _check_schema_version(value: object) -> None:
 def _check_timestamp(value: object, name: str) -> None:
     text = _check_str(value, name, _TIMESTAMP, 'an RFC 3339 UTC time "YYYY-MM-DDTHH:MM:SSZ"')
     try:
-        datetime.strptime(text, _TIMESTAMP_FORMAT)
+        datetime.strptime(text, TIMESTAMP_FORMAT)
     except ValueError:
         raise ManifestError("manifest_value", f"{text!r} is not a real date and time", field=name) from None
 
@@ -480,7 +473,8 @@ def _identity_from(value: object, path: str) -> ContractIdentity:
     return identity
 
 
-def _built(path: str, build: type[_T], **kwargs: Any) -> _T:
+def construct_at(path: str, build: type[_T], **kwargs: Any) -> _T:
+    """`build(**kwargs)`; a ManifestError it raises names its field under `path`."""
     try:
         return build(**kwargs)
     except ManifestError as exc:
@@ -501,7 +495,7 @@ def _manifest_from_document(document: object) -> RuntimeManifest:
     migration = None
     if "contract_migration" in top:
         raw = _fields(top["contract_migration"], "contract_migration", ("from", "state_schema_from"))
-        migration = _built(
+        migration = construct_at(
             "contract_migration",
             ContractMigration,
             from_contract=_identity_from(raw["from"], "contract_migration.from"),
@@ -514,12 +508,12 @@ def _manifest_from_document(document: object) -> RuntimeManifest:
     for index, raw_asset in enumerate(raw_assets):
         path = f"assets[{index}]"
         fields = _fields(raw_asset, path, ("name", "target", "kind", "size", "sha256", "url"))
-        assets.append(_built(path, Asset, **fields))
-    source = _built(
+        assets.append(construct_at(path, Asset, **fields))
+    source = construct_at(
         "source", Source, **_fields(top["source"], "source", ("repository", "repository_id", "commit", "ref"))
     )
     provenance_fields = ("workflow", "issuer", "predicate_type", "runner_environment")
-    provenance = _built(
+    provenance = construct_at(
         "provenance", Provenance, **_fields(top["provenance"], "provenance", provenance_fields)
     )
     return RuntimeManifest(
@@ -535,235 +529,3 @@ def _manifest_from_document(document: object) -> RuntimeManifest:
         published_at=top["published_at"],
         assets=tuple(assets),
     )
-
-
-# --- building a manifest from the tree ----------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class AssetInput:
-    """A built file to publish: its name in the release is the file's name."""
-
-    path: Path
-    target: str
-    kind: AssetKind
-
-
-def github_download_base(repository: str, tag: str) -> str:
-    """Where GitHub serves the assets of release `tag` of `repository`."""
-    return f"https://github.com/{repository}/releases/download/{tag}"
-
-
-def _hash_file(path: Path) -> tuple[int, str]:
-    digest = hashlib.sha256()
-    size = 0
-    try:
-        with path.open("rb") as stream:
-            while chunk := stream.read(1024 * 1024):
-                digest.update(chunk)
-                size += len(chunk)
-    except OSError as exc:
-        raise ManifestError(
-            "manifest_asset_unreadable", f"cannot read asset {path}: {exc.strerror}"
-        ) from None
-    return size, digest.hexdigest()
-
-
-def _utc_timestamp(moment: datetime) -> str:
-    if moment.tzinfo is None or moment.utcoffset() is None:
-        raise ManifestError("manifest_value", "needs a timezone-aware datetime", field="published_at")
-    return moment.astimezone(UTC).strftime(_TIMESTAMP_FORMAT)
-
-
-def _migration_block(
-    current: ContractIdentity, previous: ContractIdentity, state_schema_from: int
-) -> ContractMigration | None:
-    if previous == current:
-        return None
-    if previous.epoch != current.epoch - 1:
-        raise ManifestError(
-            "contract_migration_not_adjacent",
-            f"the previous contract is epoch {previous.epoch} (hash {previous.hash}) and this tree is "
-            f"epoch {current.epoch}: a release may migrate exactly one epoch forward, and a contract "
-            "change without a new epoch is never admitted",
-        )
-    if state_schema_from != STATE_SCHEMA:
-        raise ManifestError(
-            "contract_migration_state_schema",
-            f"state_schema_from {state_schema_from} differs from this tree's state schema {STATE_SCHEMA}: "
-            "an update never migrates the state schema, so no workstation could admit this release",
-        )
-    return ContractMigration(from_contract=previous, state_schema_from=state_schema_from)
-
-
-def build_manifest(
-    *,
-    version: str,
-    repository: str,
-    repository_id: int,
-    commit: str,
-    ref: str,
-    published_at: datetime,
-    assets: Sequence[AssetInput],
-    download_base: str | None = None,
-    migrate_from: ContractIdentity | None = None,
-    migrate_state_schema_from: int | None = None,
-    provenance: Provenance | None = None,
-) -> RuntimeManifest:
-    """The manifest of this tree's release: contract identity from the frozen catalog, state schema
-    from the code, sizes and sha256 from the asset files.
-
-    `download_base` defaults to the GitHub release download URL of the tag. `migrate_from` is the
-    previous release's contract (see `contract_migration_from_file`): identical -> no
-    `contract_migration`; exactly one epoch lower -> a `contract_migration` whose
-    `state_schema_from` is `migrate_state_schema_from` (default: this tree's state schema).
-
-    Raises `ManifestError`: any `manifest_*` code for an input that would make a malformed
-    manifest, `manifest_asset_unreadable`, `contract_migration_not_adjacent` (naming both
-    epochs) or `contract_migration_state_schema`.
-    """
-    tag = f"v{version}"
-    current = contract_identity()
-    migration = None
-    if migrate_from is not None:
-        state_schema_from = STATE_SCHEMA if migrate_state_schema_from is None else migrate_state_schema_from
-        migration = _migration_block(current, migrate_from, state_schema_from)
-    source = _built(
-        "source", Source, repository=repository, repository_id=repository_id, commit=commit, ref=ref
-    )
-    base = download_base if download_base is not None else github_download_base(repository, tag)
-    built_assets = []
-    for index, item in enumerate(assets):
-        size, sha256 = _hash_file(item.path)
-        name = item.path.name
-        asset = _built(
-            f"assets[{index}]",
-            Asset,
-            name=name,
-            target=item.target,
-            kind=item.kind,
-            size=size,
-            sha256=sha256,
-            url=f"{base.rstrip('/')}/{name}",
-        )
-        built_assets.append(asset)
-    return RuntimeManifest(
-        version=version,
-        tag=tag,
-        state_schema=STATE_SCHEMA,
-        contract=current,
-        contract_migration=migration,
-        source=source,
-        provenance=provenance if provenance is not None else Provenance(),
-        published_at=_utc_timestamp(published_at),
-        assets=tuple(built_assets),
-    )
-
-
-def contract_migration_from_file(path: Path) -> tuple[ContractIdentity, int | None]:
-    """The previous contract identity for `build_manifest(migrate_from=...)`, and its state schema.
-
-    `path` is either a previous `runtime-manifest.json` (parsed strictly; returns its `contract`
-    and `state_schema`) or a frozen contract catalog `runtime-epoch-N.json` (returns the identity
-    computed exactly like `herdr_mcp.contract`, and None for the state schema: a catalog does not
-    know it, and `build_manifest` then uses this tree's, the only value SPEC 6 admission accepts).
-
-    Raises `ManifestError` (`contract_migration_source_invalid`, or the parser's codes for a
-    malformed previous manifest).
-    """
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ManifestError(
-            "contract_migration_source_invalid", f"cannot read {path}: {exc.strerror}"
-        ) from None
-    try:
-        document = json.loads(data)
-    except (ValueError, RecursionError):
-        raise ManifestError("contract_migration_source_invalid", f"{path} is not JSON") from None
-    if isinstance(document, dict) and "tools" in document:
-        epoch, tools = document.get("epoch"), document["tools"]
-        if not isinstance(epoch, int) or isinstance(epoch, bool) or not isinstance(tools, list):
-            raise ManifestError(
-                "contract_migration_source_invalid", f"{path} has no integer epoch and tool array"
-            )
-        try:
-            return identity_of(tools, epoch), None
-        except (ContractError, AttributeError, TypeError) as exc:
-            raise ManifestError("contract_migration_source_invalid", f"{path}: {exc}") from None
-    if isinstance(document, dict) and "product" in document:
-        previous = RuntimeManifest.from_bytes(data)
-        return previous.contract, previous.state_schema
-    raise ManifestError(
-        "contract_migration_source_invalid",
-        f"{path} is neither a runtime-manifest.json nor a contract catalog (runtime-epoch-N.json)",
-    )
-
-
-# --- where the source comes from ----------------------------------------------------------------
-
-
-def _git(repo_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    try:
-        return subprocess.run(
-            ["git", "-C", str(repo_dir), *args],
-            capture_output=True,
-            text=True,
-            check=False,
-            env={**os.environ, "LC_ALL": "C"},
-            timeout=30,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ManifestError("source_git_failed", f"cannot run git in {repo_dir}: {exc}") from None
-
-
-def source_from_git(repo_dir: Path, *, tag: str | None = None) -> tuple[str, str]:
-    """`(commit, ref)` of the checkout at `repo_dir`.
-
-    With `tag`, that tag must point at HEAD and the ref is `refs/tags/<tag>`. Without it, the ref
-    is the tag exactly at HEAD (`git describe --exact-match --tags`), else the checked-out branch.
-    Raises `ManifestError`: `source_git_failed`, `source_tag_mismatch` or `source_ref_unknown`.
-    """
-    head = _git(repo_dir, "rev-parse", "--verify", "HEAD^{commit}")
-    if head.returncode != 0:
-        raise ManifestError("source_git_failed", f"{repo_dir} has no commit: {head.stderr.strip()}")
-    commit = head.stdout.strip()
-    if tag is not None:
-        tagged = _git(repo_dir, "rev-parse", "--verify", "--quiet", f"refs/tags/{tag}^{{commit}}")
-        if tagged.returncode != 0 or tagged.stdout.strip() != commit:
-            raise ManifestError(
-                "source_tag_mismatch", f"tag {tag} does not point at HEAD ({commit}); tag the commit first"
-            )
-        return commit, f"refs/tags/{tag}"
-    described = _git(repo_dir, "describe", "--exact-match", "--tags", "HEAD")
-    if described.returncode == 0:
-        return commit, f"refs/tags/{described.stdout.strip()}"
-    branch = _git(repo_dir, "symbolic-ref", "--quiet", "HEAD")
-    if branch.returncode == 0:
-        return commit, branch.stdout.strip()
-    raise ManifestError("source_ref_unknown", f"HEAD {commit} is detached and carries no tag")
-
-
-def resolve_repository(
-    repository: str | None = None,
-    repository_id: int | None = None,
-    *,
-    environ: Mapping[str, str] | None = None,
-) -> tuple[str, int]:
-    """`(owner/name, numeric id)`: the explicit values, else GitHub Actions' `GITHUB_REPOSITORY` and
-    `GITHUB_REPOSITORY_ID`. Raises `ManifestError("source_repository_unknown")` when neither says."""
-    env = os.environ if environ is None else environ
-    name = repository or env.get("GITHUB_REPOSITORY")
-    if not name:
-        raise ManifestError(
-            "source_repository_unknown", "pass --repository owner/name or set GITHUB_REPOSITORY"
-        )
-    if repository_id is None:
-        raw_id = env.get("GITHUB_REPOSITORY_ID", "")
-        if not raw_id.isdecimal():
-            raise ManifestError(
-                "source_repository_unknown",
-                "pass --repository-id (GitHub's numeric id) or set GITHUB_REPOSITORY_ID",
-            )
-        repository_id = int(raw_id)
-    return name, repository_id
