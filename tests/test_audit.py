@@ -50,6 +50,7 @@ from herdr_mcp.runtime.services import Services
 from herdr_mcp.sim import SimConfig, SimulatorThread
 from tests.runtime_harness import RunningRuntime, call_tool, make_repo, mcp_client, running_runtime
 from tests.sim_helpers import run, short_tmp_dir
+from tests.waiting import wait_until, wait_until_async
 
 START = dt.datetime(2026, 12, 1, 9, 30, 0, 123456, tzinfo=dt.UTC)
 GITHUB_TOKEN = "ghp_" + "A1b2C3d4E5" * 3 + "f6G7h8"
@@ -90,14 +91,6 @@ def audit_cli(*args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=DEADLINE_S,
     )
-
-
-def wait_for(condition: Any, what: str, deadline_s: float = DEADLINE_S) -> None:
-    deadline = time.monotonic() + deadline_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 # --- what a record holds ----------------------------------------------------------------------
@@ -402,7 +395,7 @@ def test_two_processes_appending_at_once_keep_every_line_whole(tmp_path: Path) -
         for name in ("a", "b")
     ]
     try:
-        wait_for(lambda: all((tmp_path / f"ready-{n}").exists() for n in "ab"), "both writers to start")
+        wait_until(lambda: all((tmp_path / f"ready-{n}").exists() for n in "ab"), "both writers to start")
         (tmp_path / "go").touch()
         assert [child.wait(timeout=DEADLINE_S) for child in children] == [0, 0]
     finally:
@@ -698,9 +691,7 @@ def test_a_cancelled_call_is_recorded(quiet_login_shell: None) -> None:
                     dispatcher.call("herdr_exec", {"workspace": "w1", "command": f"touch {marker}; sleep 30"})
                 )
                 try:
-                    async with asyncio.timeout(DEADLINE_S):
-                        while not marker.exists():
-                            await asyncio.sleep(0.02)
+                    await wait_until_async(marker.exists, "the command to start", timeout=DEADLINE_S)
                     call.cancel()
                     with pytest.raises(asyncio.CancelledError):
                         await call
