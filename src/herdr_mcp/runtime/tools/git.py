@@ -15,18 +15,14 @@ Every call runs the `git` binary once or twice with an argv we build ourselves:
 - stdout is read while Git runs and only up to the cap (+1 byte to know it was exceeded); past
   the cap Git is killed. Every call has a deadline (`git_timeout`).
 
+Running Git itself (the argv, environment, caps and deadline above) is `runtime.git_command`.
 The functions block (up to the deadline); the runtime calls them from a worker thread.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import posixpath
-import selectors
-import signal
-import subprocess
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +30,7 @@ from typing import Any
 
 from herdr_mcp.errors import ToolError
 from herdr_mcp.runtime.boundary.secrets import is_secret_path
+from herdr_mcp.runtime.git_command import GitOutput, raise_for_failure, run_git
 
 __all__ = ["git_facts", "git_toplevel", "project_git_summary"]
 
@@ -48,37 +45,12 @@ MAX_MAX_BYTES = 262144
 GIT_TIMEOUT_SECONDS = 10.0
 # herdr_inspect asks this for every project; it must stay cheap.
 TOPLEVEL_TIMEOUT_SECONDS = 5.0
-# Only the first line of stderr is ever shown; keep enough for a long path in it.
-_STDERR_CAP = 16 * 1024
 # --numstat lines are short; a quarter MiB covers thousands of files.
 _NUMSTAT_CAP = 256 * 1024
 # herdr_inspect's summary needs a count and a few names, not every untracked file.
 _SUMMARY_STATUS_CAP = 1024 * 1024
-_READ_CHUNK = 65536
-
-# Variables that would make Git look at another repository or run another program.
-_FOREIGN_GIT_ENV = (
-    "GIT_DIR",
-    "GIT_WORK_TREE",
-    "GIT_INDEX_FILE",
-    "GIT_OBJECT_DIRECTORY",
-    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-    "GIT_COMMON_DIR",
-    "GIT_NAMESPACE",
-    "GIT_EXTERNAL_DIFF",
-    "GIT_PAGER",
-    "PAGER",
-)
 
 _ACTIONS = ("status", "diff", "log")
-
-
-@dataclass(frozen=True)
-class _GitOutput:
-    stdout: bytes
-    truncated: bool
-    stderr: str
-    returncode: int
 
 
 @dataclass
@@ -142,7 +114,7 @@ def git_toplevel(path: Path) -> Path | None:
     if not path.is_dir():
         return None
     try:
-        output = _run_git(
+        output = run_git(
             path, ["rev-parse", "--show-toplevel"], max_bytes=4096, timeout=TOPLEVEL_TIMEOUT_SECONDS
         )
     except ToolError:
@@ -232,8 +204,8 @@ def _pathspec(path: str | None) -> list[str]:
 
 def _status(root: Path, path: str | None, max_bytes: int, timeout: float) -> _Status:
     argv = ["status", "--porcelain=v2", "--branch", "-z", *_pathspec(path)]
-    output = _run_git(root, argv, max_bytes=max_bytes, timeout=timeout)
-    _raise_for_failure(output)
+    output = run_git(root, argv, max_bytes=max_bytes, timeout=timeout)
+    raise_for_failure(output)
     return _parse_status(output.stdout[:max_bytes], output.truncated)
 
 
@@ -315,8 +287,8 @@ def _diff(root: Path, path: str | None, staged: bool, max_bytes: int, timeout: f
         *(["--cached"] if staged else []),
     ]
     # 1. The patch and the list of changed files, for the caller's path.
-    patch = _run_git(root, ["diff", *common, *_pathspec(path)], max_bytes=max_bytes, timeout=timeout)
-    _raise_for_failure(patch)
+    patch = run_git(root, ["diff", *common, *_pathspec(path)], max_bytes=max_bytes, timeout=timeout)
+    raise_for_failure(patch)
     listing = _numstat(root, common, _pathspec(path), timeout)
     withheld = sorted({shown for change in listing.changes for shown in change.secret_paths()})
     if not withheld and not listing.truncated:
@@ -329,8 +301,8 @@ def _diff(root: Path, path: str | None, staged: bool, max_bytes: int, timeout: f
     pathspec = _withholding_pathspec(path, listing)
     if pathspec is None:  # everything listed was secret, and nothing is known past the cut
         return _diff_result(staged, None, max_bytes, _Numstat([], True), withheld, message=message)
-    patch = _run_git(root, ["diff", *common, *pathspec], max_bytes=max_bytes, timeout=timeout, magic=True)
-    _raise_for_failure(patch)
+    patch = run_git(root, ["diff", *common, *pathspec], max_bytes=max_bytes, timeout=timeout, magic=True)
+    raise_for_failure(patch)
     shown = _numstat(root, common, pathspec, timeout, magic=True)
     # 3. Check the second listing too: a path can change between two runs of Git, and a listed
     #    path that became a directory covers what is below it. It names only paths of the first
@@ -356,7 +328,7 @@ _LATE_MESSAGE = (
 
 def _diff_result(
     staged: bool,
-    patch: _GitOutput | None,
+    patch: GitOutput | None,
     max_bytes: int,
     listing: _Numstat,
     withheld: list[str],
@@ -438,8 +410,8 @@ def _numstat(
     root: Path, common: Sequence[str], pathspec: Sequence[str], timeout: float, *, magic: bool = False
 ) -> _Numstat:
     argv = ["diff", *common, "--numstat", "-z", *pathspec]
-    output = _run_git(root, argv, max_bytes=_NUMSTAT_CAP, timeout=timeout, magic=magic)
-    _raise_for_failure(output)
+    output = run_git(root, argv, max_bytes=_NUMSTAT_CAP, timeout=timeout, magic=magic)
+    raise_for_failure(output)
     return _Numstat(_parse_numstat(output.stdout[:_NUMSTAT_CAP]), output.truncated)
 
 
@@ -486,10 +458,10 @@ def _log(root: Path, path: str | None, max_count: int, max_bytes: int, timeout: 
         "-z",
         *_pathspec(path),
     ]
-    output = _run_git(root, argv, max_bytes=max_bytes, timeout=timeout)
+    output = run_git(root, argv, max_bytes=max_bytes, timeout=timeout)
     if output.returncode != 0 and "does not have any commits" in output.stderr:
         return {"commits": [], "truncated": False}
-    _raise_for_failure(output)
+    raise_for_failure(output)
     pieces = output.stdout[:max_bytes].split(b"\0")
     if output.truncated or pieces[-1] == b"":
         pieces.pop()  # cut off by the cap, or the empty piece after the last NUL
@@ -500,126 +472,6 @@ def _log(root: Path, path: str | None, max_count: int, max_bytes: int, timeout: 
             {"sha": sha, "author": author, "author_email": email, "date": date, "subject": subject}
         )
     return {"commits": commits, "truncated": output.truncated}
-
-
-# Running Git ----------------------------------------------------------------------------
-
-
-def _git_env() -> dict[str, str]:
-    env = {name: value for name, value in os.environ.items() if name not in _FOREIGN_GIT_ENV}
-    env.update(GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0", LC_ALL="C")
-    env.pop("LANGUAGE", None)
-    return env
-
-
-def _run_git(
-    root: Path, args: Sequence[str], *, max_bytes: int, timeout: float, magic: bool = False
-) -> _GitOutput:
-    """Run git in `root`, keeping at most max_bytes + 1 bytes of stdout; kill it past that.
-
-    Pathspecs are literal unless `magic` is set; then every pathspec in `args` must carry its
-    own magic (`:(literal)...`), since nothing else keeps a caller's path from being a pattern.
-    Git runs in its own process group so that a kill also reaches the helpers it started
-    (filters, hooks of a repository's config).
-    """
-    argv = [
-        "git",
-        "-C",
-        str(root),
-        "--no-optional-locks",
-        "--no-pager",
-        *([] if magic else ["--literal-pathspecs"]),
-        "-c",
-        "core.quotepath=off",
-        "-c",
-        "color.ui=false",
-        "-c",
-        "core.fsmonitor=false",
-        *args,
-    ]
-    deadline = time.monotonic() + timeout
-    try:
-        process = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=_git_env(),
-            start_new_session=True,
-        )
-    except FileNotFoundError as exc:
-        raise ToolError("git_unavailable", "git is not installed on this workstation; install Git.") from exc
-    with process:
-        try:
-            stdout, stderr, truncated = _collect(process, max_bytes + 1, deadline)
-            if truncated:
-                _kill_group(process)
-            returncode = process.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except (TimeoutError, subprocess.TimeoutExpired):
-            raise ToolError(
-                "git_timeout",
-                f"git did not answer within {timeout:g} s; try a narrower path or use herdr_exec.",
-            ) from None
-        finally:
-            if process.poll() is None:
-                _kill_group(process)
-    return _GitOutput(
-        stdout=stdout,
-        truncated=truncated,
-        stderr=stderr.decode("utf-8", errors="replace"),
-        returncode=returncode,
-    )
-
-
-def _kill_group(process: subprocess.Popen[bytes]) -> None:
-    # Not yet reaped, so the group id (== pid) cannot have been reused.
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-
-
-def _collect(process: subprocess.Popen[bytes], keep: int, deadline: float) -> tuple[bytes, bytes, bool]:
-    """Read stdout (up to `keep` bytes) and stderr (capped) until EOF, the cap, or the deadline."""
-    # Both are PIPE in _run_git.
-    assert process.stdout is not None
-    assert process.stderr is not None
-    stdout = bytearray()
-    stderr = bytearray()
-    with selectors.DefaultSelector() as selector:
-        selector.register(process.stdout, selectors.EVENT_READ, stdout)
-        selector.register(process.stderr, selectors.EVENT_READ, stderr)
-        while selector.get_map():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError
-            for key, _ in selector.select(remaining):
-                chunk = os.read(key.fd, _READ_CHUNK)
-                if not chunk:
-                    selector.unregister(key.fileobj)
-                    continue
-                buffer: bytearray = key.data
-                if buffer is stdout:
-                    stdout += chunk
-                    if len(stdout) >= keep:
-                        return bytes(stdout[:keep]), bytes(stderr), True
-                elif len(stderr) < _STDERR_CAP:
-                    stderr += chunk[: _STDERR_CAP - len(stderr)]
-    return bytes(stdout), bytes(stderr), False
-
-
-def _raise_for_failure(output: _GitOutput) -> None:
-    if output.returncode == 0 or output.truncated:
-        return
-    if "not a git repository" in output.stderr.lower():
-        raise ToolError(
-            "not_a_git_repository",
-            "This root is not inside a Git work tree; use herdr_fs_list or herdr_exec instead.",
-        )
-    first_line = (
-        output.stderr.strip().splitlines()[0] if output.stderr.strip() else f"exit {output.returncode}"
-    )
-    raise ToolError(
-        "git_failed", f"git failed: {first_line}. Check the arguments or inspect with herdr_exec."
-    )
 
 
 def _text(data: bytes) -> str:
