@@ -34,8 +34,7 @@ from herdr_mcp.release.bundle import (
     load_release_config,
     parse_bundle_filename,
 )
-from herdr_mcp.release.manifest import RuntimeManifest
-from herdr_mcp.release.manifest_build import AssetInput, build_manifest
+from herdr_mcp.release.manifest import AssetInput, RuntimeManifest, build_manifest
 from tests.release_builder import host_target
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -211,3 +211,29 @@ def test_verify_runs_the_sigstore_check_and_refuses_a_foreign_bundle(
     packaged = _release("verify", "--manifest", str(manifest), "--keys", str(keys), check=False)
     assert packaged.returncode == 2
     assert "error: attestation_untrusted_root:" in packaged.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "needle"),
+    [
+        ("herdr_mcp.whl", "not a valid wheel file name"),
+        ("herdr_mcp-0.1.0.whl", "not a valid wheel file name"),
+        ("herdr_mcp-notaversion-py3-none-any.whl", "not a valid wheel file name"),
+        ("other_project-0.1.0-py3-none-any.whl", "a wheel of other-project, not of herdr-mcp"),
+    ],
+)
+def test_manifest_refuses_a_badly_named_wheel(tmp_path: Path, name: str, needle: str) -> None:
+    """`release manifest` reads the wheel's name with packaging.utils: a bad one is `manifest_value`
+    on one line (it was an IndexError traceback, or another project's wheel taken as ours)."""
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    (dist / name).write_bytes(b"PK\x05\x06" + bytes(18))
+    result = _release(
+        "manifest", "--dist", str(dist), "--repository", "herdr-mcp/herdr-mcp", "--repository-id", "1",
+        "--out", str(tmp_path / "runtime-manifest.json"), check=False,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    assert "manifest_value" in result.stderr
+    assert needle in result.stderr
+    assert not (tmp_path / "runtime-manifest.json").exists()

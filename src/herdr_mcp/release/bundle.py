@@ -41,6 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
 from herdr_mcp.release.build import sha256_file
 
 #: Called with one line of progress (the CLI prints it on stderr).
@@ -59,11 +61,6 @@ _PYTHON_VERSION = re.compile(r"3\.[0-9]{1,2}")
 _PLATFORM_TAG = re.compile(r"[a-z0-9_]+")
 _RUNNER = re.compile(r"[a-z0-9][a-z0-9.-]*")
 _RUNNER_ARCHES = ("x64", "arm64")
-# A wheel file name (PEP 427): distribution-version(-build)?-python-abi-platform.whl
-_WHEEL_FILENAME = re.compile(
-    r"(?P<name>[A-Za-z0-9_.]+)-(?P<version>[A-Za-z0-9_.!+]+)(?:-[0-9][A-Za-z0-9_]*)?"
-    r"-[A-Za-z0-9_.]+-[A-Za-z0-9_.]+-[A-Za-z0-9_.]+\.whl"
-)
 # Markers of the interpreter that will run pip, in the order `_host_markers` prints them.
 _HOST_QUERY = (
     "import json, platform, sys; "
@@ -315,21 +312,29 @@ def _platform(name: str, table: object, where: str) -> Platform:
 # --- building ------------------------------------------------------------------------------------
 
 
-def _canonical(name: str) -> str:
-    """PEP 503 normalized project name."""
-    return re.sub(r"[-_.]+", "-", name).lower()
+def _wheel_name_and_version(filename: str) -> tuple[str, str] | None:
+    """(normalized project name, version) of a wheel file name, None when it is no valid one.
+
+    The name is read by `packaging` (the binary distribution format spec: name, PEP 440 version,
+    optional build number, tags), the way pip reads it.
+    """
+    try:
+        name, version, _build, _tags = parse_wheel_filename(filename)
+    except InvalidWheelFilename:
+        return None
+    return str(name), str(version)
 
 
 def _wheel_identity(wheel: Path) -> tuple[str, str]:
-    match = _WHEEL_FILENAME.fullmatch(wheel.name)
-    if match is None or not wheel.is_file():
+    identity = _wheel_name_and_version(wheel.name)
+    if identity is None or not wheel.is_file():
         raise BundleError("bundle_wheel_invalid", f"{wheel} is not a wheel file")
     try:
         with zipfile.ZipFile(wheel):
             pass
     except (zipfile.BadZipFile, OSError) as exc:
         raise BundleError("bundle_wheel_invalid", f"{wheel} is not a readable wheel: {exc}") from None
-    return _canonical(match["name"]), match["version"]
+    return identity
 
 
 def _check_host(python: str, target: Target) -> None:
@@ -392,13 +397,13 @@ def _pins(wheelhouse: Path) -> dict[str, tuple[str, str]]:
     """{canonical name: (version, sha256)} of every wheel; refuses anything else in the wheelhouse."""
     pins: dict[str, tuple[str, str]] = {}
     for path in sorted(wheelhouse.iterdir()):
-        match = _WHEEL_FILENAME.fullmatch(path.name)
-        if match is None or not path.is_file():
+        identity = _wheel_name_and_version(path.name)
+        if identity is None or not path.is_file():
             raise BundleError("bundle_wheelhouse_invalid", f"{path.name} in the wheelhouse is not a wheel")
-        name = _canonical(match["name"])
+        name, version = identity
         if name in pins:
             raise BundleError("bundle_wheelhouse_invalid", f"two wheels of {name} in the wheelhouse")
-        pins[name] = (match["version"], sha256_file(path))
+        pins[name] = (version, sha256_file(path))
     return pins
 
 
