@@ -11,7 +11,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,6 +24,7 @@ from herdr_mcp.generations.process import runtime_pid, runtimes_dir, start_runti
 from herdr_mcp.service.units import CommandResult, ServiceConfig
 from herdr_mcp.update.apply import UpdatePaths, start_and_activate
 from tests.runtime_harness import make_repo
+from tests.waiting import wait_until
 
 
 def _managed_executable(config: Path, generation: str) -> Path:
@@ -66,21 +66,21 @@ def _kill(runtime_dir: Path) -> None:
     pid = runtime_pid(runtime_dir)
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while sys.platform == "linux":
+
+    def exited() -> bool:
         try:
             state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except (OSError, IndexError):
-            break
+            return True
         if state == "Z":
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
-            break
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-    while runtime_pid(runtime_dir) is not None:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+            return True
+        return False
+
+    if sys.platform == "linux":
+        wait_until(exited, f"runtime {pid} to exit")
+    wait_until(lambda: runtime_pid(runtime_dir) is None, "the runtime's pid file to go")
 
 
 @pytest.fixture
@@ -180,10 +180,7 @@ def test_the_foreground_loop_restarts_and_sigterm_stops_what_it_keeps(managed: M
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         _kill(runtimes_dir(config) / "B")
-        deadline = time.monotonic() + 60
-        while not managed.healthy("B"):
-            assert time.monotonic() < deadline, "generation up did not restart B"
-            time.sleep(0.1)
+        wait_until(lambda: managed.healthy("B"), "generation up to restart B", timeout=60)
     finally:
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=60)
