@@ -17,7 +17,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -46,6 +45,7 @@ from tests.release_evidence import sigstore_flags
 from tests.repository_sim import ReleaseRepositorySimulator
 from tests.runtime_harness import make_repo, mcp_client
 from tests.sigstore_stack import SigstoreStack
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -276,11 +276,12 @@ def test_a_killed_update_leaves_v1_serving_and_the_next_one_cleans_up_and_resume
     process = subprocess.Popen(
         ws.update_command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env()
     )
-    deadline = time.monotonic() + 300
-    while ws.store.read_status().outcome != "observing":
+
+    def observing() -> bool:
         assert process.poll() is None, "the update ended before its activation was observed"
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+        return ws.store.read_status().outcome == "observing"
+
+    wait_until(observing, "the update's activation to be observed", timeout=300)
     candidate = ws.store.read_status().active
     assert candidate is not None
     process.send_signal(signal.SIGKILL)
