@@ -9,24 +9,17 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx2
 
+from herdr_mcp.errors import EXIT_LOCAL
 from herdr_mcp.herdr import HerdrClient
 from tests.runtime_harness import make_repo
 from tests.sim_helpers import short_tmp_dir
+from tests.waiting import wait_until
 
 CLI = [sys.executable, "-m", "herdr_mcp"]
-
-
-def _wait_for(path: Path, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{path} did not appear")
-        time.sleep(0.05)
 
 
 def test_sim_subcommand_serves_the_protocol_and_stops_on_sigterm() -> None:
@@ -36,7 +29,7 @@ def test_sim_subcommand_serves_the_protocol_and_stops_on_sigterm() -> None:
             [*CLI, "sim", "--socket", str(sock), "--root", str(tmp)], stdout=subprocess.PIPE, text=True
         )
         try:
-            _wait_for(sock)
+            wait_until(sock.exists, "the simulator's socket")
             pong = asyncio.run(HerdrClient(sock).call("ping", {}))
             assert (pong["type"], pong["protocol"]) == ("pong", 22)
             assert sock.stat().st_mode & 0o777 == 0o600
@@ -114,8 +107,8 @@ def test_serve_refuses_a_token_file_others_can_read() -> None:
             timeout=60,
             cwd=tmp / "repo",
         )
-        assert result.returncode == 2
-        assert "readable by other users" in result.stderr
+        assert result.returncode == EXIT_LOCAL
+        assert "error: token_unavailable: " in result.stderr and "readable by other users" in result.stderr
         assert token.read_text() == "x" * 40
 
 
@@ -158,8 +151,8 @@ def test_serve_refuses_a_state_database_from_a_newer_runtime() -> None:
             timeout=60,
             cwd=tmp / "repo",
         )
-        assert result.returncode == 2
-        assert "state schema 999" in result.stderr
+        assert result.returncode == EXIT_LOCAL
+        assert "error: state_schema_too_new: " in result.stderr and "state schema 999" in result.stderr
         assert database.read_bytes() == before
 
 

@@ -1,6 +1,7 @@
-"""Wrong input, as a newcomer types it, to the real `herdr-mcp` command: exit 2 and one line on
-stderr, `herdr-mcp...: error: <code>: <what, and what to do>`, never a traceback, nothing
-created on the way (the simulator used to create a missing socket directory).
+"""Wrong input, as a newcomer types it, to the real `herdr-mcp` command: one line on stderr,
+`herdr-mcp...: error: <code>: <what, and what to do>`, and the exit status of its fault (2 the
+input itself, 4 what it names on this machine: a busy port, a missing file), never a traceback,
+nothing created on the way (the simulator used to create a missing socket directory).
 
 `$T` in a case is a fresh private directory holding `afile` (a file), `adir` (a directory) and
 `bad.json`; `$T/missing` does not exist and must still not exist afterwards. `$BUSY` is a port
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from herdr_mcp.errors import EXIT_LOCAL, EXIT_USAGE
 from tests.sim_helpers import short_tmp_dir
 
 HERDR_MCP = Path(sys.executable).with_name("herdr-mcp")
@@ -26,6 +28,9 @@ RUN_TIMEOUT_S = 60
 
 SERVICE = "--platform systemd --config-dir $T/cfg --target-dir $T/units --state-dir $T/gens"
 GENERATION = "generation --state-dir $T/gens"
+
+#: The codes of the cases that name something missing or busy on this machine (exit 4).
+LOCAL_CODES = {"port_unavailable", "sim_socket_unavailable", "file_unreadable", "executable_not_found"}
 
 #: (command line, the code on the error line, words the line must contain)
 CASES = [
@@ -99,7 +104,9 @@ def busy_port() -> Iterator[int]:
 
 
 @pytest.mark.parametrize(("line", "code", "words"), CASES, ids=[case[0] for case in CASES])
-def test_wrong_input_gets_one_line_and_exit_2(line: str, code: str, words: list[str], busy_port: int) -> None:
+def test_wrong_input_gets_one_line_and_its_exit_status(
+    line: str, code: str, words: list[str], busy_port: int
+) -> None:
     assert HERDR_MCP.exists(), f"{HERDR_MCP} is missing: install the package into this venv"
     with short_tmp_dir() as tmp:
         (tmp / "afile").write_text("x")
@@ -120,7 +127,8 @@ def test_wrong_input_gets_one_line_and_exit_2(line: str, code: str, words: list[
         except subprocess.TimeoutExpired as exc:
             raise AssertionError(f"still running after {RUN_TIMEOUT_S} s: the input was accepted") from exc
         lines = done.stderr.splitlines()
-        assert (done.returncode, len(lines)) == (2, 1), done.stderr
+        status = EXIT_LOCAL if code in LOCAL_CODES else EXIT_USAGE
+        assert (done.returncode, len(lines)) == (status, 1), done.stderr
         assert re.match(rf"herdr-mcp[a-z ]*: error: {code}: ", lines[0]), lines[0]
         assert "Traceback" not in done.stderr
         for word in words:

@@ -24,7 +24,8 @@ from herdr_mcp.generations import (
     Validation,
 )
 from herdr_mcp.generations.cli import main
-from herdr_mcp.generations.control import atomic_write, check_endpoint
+from herdr_mcp.generations.control import check_endpoint
+from herdr_mcp.records import atomic_write
 
 
 def control_doc(**overrides: Any) -> dict[str, Any]:

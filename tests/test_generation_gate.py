@@ -15,7 +15,6 @@ import stat
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,6 +24,7 @@ import pytest
 
 from herdr_mcp import __version__
 from herdr_mcp.contract import CURRENT_EPOCH, ContractIdentity, contract_identity, identity_of, load_catalog
+from herdr_mcp.errors import EXIT_REFUSED
 from herdr_mcp.generations import (
     ActivationResult,
     ControlFile,
@@ -39,6 +39,7 @@ from herdr_mcp.generations.cli import main
 from tests.logging_proxy import LoggingProxy, closed_port_url, proxy_env
 from tests.runtime_harness import RunningRuntime, running_runtime, two_runtimes
 from tests.sim_helpers import short_tmp_dir
+from tests.waiting import wait_until
 
 
 @dataclass
@@ -233,10 +234,7 @@ def test_sigkill_during_observation_is_repaired(world: World, tmp_path: Path) ->
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 20
-        while store.read_status().outcome != "observing":
-            assert time.monotonic() < deadline, "the activation never reached its observation"
-            time.sleep(0.02)
+        wait_until(lambda: store.read_status().outcome == "observing", "the activation's observation")
         assert store.read_status().active == "B"
     finally:
         activator.send_signal(signal.SIGKILL)
@@ -267,7 +265,7 @@ def test_cli_activate_and_rollback(world: World, tmp_path: Path, capsys: pytest.
     assert main([*state, "activate", "B", "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert (shown["outcome"], shown["active"], shown["previous"]) == ("activated", "B", "A")
-    assert main([*state, "activate", "dead"]) == 2
+    assert main([*state, "activate", "dead"]) == EXIT_REFUSED
     assert capsys.readouterr().err.startswith("herdr-mcp: error: candidate_rejected:health_unreachable: ")
     assert main([*state, "remove", "B"]) == 2
     assert "generation_active" in capsys.readouterr().err

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from herdr_mcp.contract import contract_identity
+from herdr_mcp.errors import EXIT_LOCAL, EXIT_REFUSED
 from herdr_mcp.generations import ControlFile, Generation, GenerationStore, Observation, activate
 from herdr_mcp.service.cli import main, rollback_main
 from herdr_mcp.service.fence import read_fence, set_fence
@@ -428,7 +429,7 @@ def test_a_failed_load_restores_the_previous_definitions_and_keeps_the_fence(
     set_fence(tmp_path / "config", "test fence")
     capsys.readouterr()
 
-    assert _install(tmp_path, platform, Recorder(fail={failing: 5}), "--port", "9002") == 2
+    assert _install(tmp_path, platform, Recorder(fail={failing: 5}), "--port", "9002") == EXIT_LOCAL
     err = capsys.readouterr().err
     assert "_failed:" in err and "exited 5" in err
     after = {path.name: path.read_bytes() for path in (tmp_path / "agents").iterdir()}
@@ -583,7 +584,7 @@ def test_macos_install_records_a_rollback_that_rollback_revalidates_and_reactiva
     assert read_rollback(tmp_path / "config") is None  # consumed
 
     capsys.readouterr()
-    assert rollback_main(_args(tmp_path, "launchd"), runner=Recorder()) == 2
+    assert rollback_main(_args(tmp_path, "launchd"), runner=Recorder()) == EXIT_LOCAL
     assert "service_rollback_missing" in capsys.readouterr().err
 
 
@@ -612,7 +613,7 @@ def test_rollback_refuses_before_changing_anything(
         expected_revision=control.revision,
     )
     runner = Recorder()
-    assert rollback_main(_args(tmp_path, "launchd"), runner=runner) == 2
+    assert rollback_main(_args(tmp_path, "launchd"), runner=runner) == EXIT_REFUSED
     assert "rollback_refused" in capsys.readouterr().err
     assert runner.calls == []
     assert store.read_status().active == "B"
@@ -621,12 +622,12 @@ def test_rollback_refuses_before_changing_anything(
 
     # The previous program is gone: refused at re-validation, before the gate.
     (tmp_path / "v-A" / "herdr-mcp").unlink()
-    assert rollback_main(_args(tmp_path, "launchd"), runner=Recorder()) == 2
+    assert rollback_main(_args(tmp_path, "launchd"), runner=Recorder()) == EXIT_LOCAL
     assert "service_rollback_invalid" in capsys.readouterr().err
 
     # Fenced: refused first.
     set_fence(tmp_path / "config", "test fence")
-    assert rollback_main(_args(tmp_path, "launchd"), runner=Recorder()) == 2
+    assert rollback_main(_args(tmp_path, "launchd"), runner=Recorder()) == EXIT_REFUSED
     assert "update_fenced" in capsys.readouterr().err
 
 
@@ -651,7 +652,7 @@ def test_an_install_whose_generation_is_refused_restores_and_records_nothing(
     )
     set_fence(tmp_path / "config", "test fence")
     capsys.readouterr()
-    assert _install_generation(tmp_path, "B", Recorder()) == 2
+    assert _install_generation(tmp_path, "B", Recorder()) == EXIT_REFUSED
     assert "install_refused: candidate_rejected:health_unreachable" in capsys.readouterr().err
     assert _runtime_program(tmp_path) == _serves(tmp_path, "A", world.a)
     assert store.read_status().active == "A"

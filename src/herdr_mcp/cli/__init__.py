@@ -1,34 +1,33 @@
 """`herdr-mcp`: the one command-line entry point (the only module that knows every part).
 
-One top-level catch turns every expected failure into one diagnostic line and exit code 2;
-anything else is a bug and keeps its traceback.
+Every subcommand, its own parser's or one of this module's, runs inside the one catch
+(`arguments.run_guarded`): an expected failure is one diagnostic line (one JSON object under
+`--json`) and its fault's exit status (`errors.py`: 2 usage, 3 refused, 4 local environment);
+anything else is a bug and keeps its traceback (exit 1).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from herdr_mcp import __version__
-from herdr_mcp.cli.arguments import CommandParser, dir_path, existing_dir, fail, io_failure, port
-from herdr_mcp.contract import ContractError, contract_identity
+from herdr_mcp.cli.arguments import CommandParser, dir_path, existing_dir, port, run_guarded, with_json
+from herdr_mcp.contract import contract_identity
+from herdr_mcp.errors import UsageFault
+from herdr_mcp.layout import DEFAULT_PORT, Layout
 from herdr_mcp.loopback import stop_signals
-from herdr_mcp.runtime.auth import TokenFileError, load_or_create_token
-from herdr_mcp.runtime.config import DEFAULT_PORT, default_config_dir
 from herdr_mcp.state import STATE_SCHEMA
-from herdr_mcp.state.store import StateError
+from herdr_mcp.tokens import load_or_create_token
 
 
-class UsageError(Exception):
+class UsageError(UsageFault):
     """A command-line request that cannot be carried out as given: a stable `code` and a
     `message` saying what to do instead."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
 
 
 def version_info() -> dict[str, object]:
@@ -54,8 +53,7 @@ def _cmd_version(args: argparse.Namespace) -> int:
 
 
 def _cmd_token(args: argparse.Namespace) -> int:
-    config_dir = args.config_dir or default_config_dir()
-    path = config_dir / "token"
+    path = Layout.of(args.config_dir).token_file
     if args.path:
         print(path)
         return 0
@@ -81,92 +79,52 @@ def _add_connect(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     add_parser(commands)
 
 
-def _run_sim(argv: list[str]) -> int:
-    from herdr_mcp.sim.cli import main as sim_main
-
-    return sim_main(argv)
-
-
-def _run_handoff(argv: list[str]) -> int:
-    from herdr_mcp.cli.handoff import main as handoff_main
-
-    return handoff_main(argv)
-
-
-def _run_release(argv: list[str]) -> int:
-    from herdr_mcp.cli.release import main as release_main
-
-    return release_main(argv)
-
-
-def _run_update(argv: list[str]) -> int:
-    from herdr_mcp.cli.update import main as update_main
-
-    return update_main(argv)
-
-
-def _run_generation(argv: list[str]) -> int:
-    from herdr_mcp.generations.cli import main as generation_main
-
-    return generation_main(argv)
-
-
-def _run_service(argv: list[str]) -> int:
-    from herdr_mcp.service.cli import main as service_main
-
-    return service_main(argv)
-
-
-def _run_rollback(argv: list[str]) -> int:
-    from herdr_mcp.service.cli import rollback_main
-
-    return rollback_main(argv)
-
-
-def _run_dev(argv: list[str]) -> int:
-    from herdr_mcp.dev.cli import main as dev_main
-
-    return dev_main(argv)
-
-
-def _run_link(argv: list[str]) -> int:
-    from herdr_mcp.link.cli import main as link_main
-
-    return link_main(argv)
-
-
-def _run_audit(argv: list[str]) -> int:
-    from herdr_mcp.cli.audit import main as audit_main
-
-    return audit_main(argv)
-
-
 #: Subcommands with parsers of their own: main() hands them their arguments untouched.
-_DELEGATED = {
-    "link": _run_link,
-    "dev": _run_dev,
-    "service": _run_service,
-    "rollback": _run_rollback,
-    "sim": _run_sim,
-    "handoff": _run_handoff,
-    "release": _run_release,
-    "update": _run_update,
-    "generation": _run_generation,
-    "audit": _run_audit,
+#: name -> (module, its `run(argv)` that raises what the one catch reports, its parser factory).
+DELEGATED: dict[str, tuple[str, str, str]] = {
+    "link": ("herdr_mcp.link.cli", "run", "build_parser"),
+    "dev": ("herdr_mcp.dev.cli", "run", "build_parser"),
+    "service": ("herdr_mcp.service.cli", "run", "build_parser"),
+    "rollback": ("herdr_mcp.service.cli", "rollback_run", "build_rollback_parser"),
+    "sim": ("herdr_mcp.sim.cli", "run", "build_parser"),
+    "handoff": ("herdr_mcp.cli.handoff", "run", "build_parser"),
+    "release": ("herdr_mcp.cli.release", "run", "build_parser"),
+    "update": ("herdr_mcp.cli.update", "run", "build_parser"),
+    "generation": ("herdr_mcp.generations.cli", "run", "build_parser"),
+    "audit": ("herdr_mcp.cli.audit", "run", "build_parser"),
 }
+
+
+def _delegated(name: str, index: int) -> Callable[..., Any]:
+    """Import a delegated subcommand's module only when it runs (`serve` never loads the updater)."""
+    module = importlib.import_module(DELEGATED[name][0])
+    function: Callable[..., Any] = getattr(module, DELEGATED[name][index])
+    return function
+
+
+def subcommand_parser(name: str) -> argparse.ArgumentParser:
+    """The full parser of subcommand `name` (a delegated one's own, else this module's)."""
+    if name in DELEGATED:
+        parser: argparse.ArgumentParser = _delegated(name, 2)()
+        return parser
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    chosen: argparse.ArgumentParser = commands.choices[name]
+    return chosen
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = CommandParser(prog="herdr-mcp", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--version", action="version", version=f"herdr-mcp {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     version = commands.add_parser("version", help="print version, contract identity and state schema")
-    version.add_argument("--json", action="store_true", help="one JSON object")
     version.set_defaults(run=_cmd_version)
 
     token = commands.add_parser("token", help="print the local bearer token (created on first use)")
     token.add_argument("--path", action="store_true", help="print the token file's path instead")
-    token.add_argument("--config-dir", type=dir_path, default=None)
+    token.add_argument(
+        "--config-dir", type=dir_path, default=None, help="the config dir (default: user config)"
+    )
     token.set_defaults(run=_cmd_token)
 
     serve = commands.add_parser("serve", help="run the runtime (Streamable HTTP MCP on loopback)")
@@ -210,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "audit", help="the audit log of tool calls (--since 1h, --tool NAME, --json)", add_help=False
     )
-    return parser
+    return with_json(parser)
 
 
 def _runtime_options(parser: argparse.ArgumentParser) -> None:
@@ -242,7 +200,12 @@ def _runtime_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="allow writes only under this directory (repeatable)",
     )
-    parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    parser.add_argument(
+        "--log-level",
+        default="warning",
+        choices=["debug", "info", "warning", "error"],
+        help="default: warning",
+    )
 
 
 def _path(value: str) -> object:
@@ -257,24 +220,17 @@ _SERVING = {"serve", "stdio", "link", "sim"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """`herdr-mcp ...`: run one subcommand inside the one catch; its exit status."""
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments and arguments[0] in _SERVING:
         stop_signals()
-    if arguments and arguments[0] in _DELEGATED:
-        return _DELEGATED[arguments[0]](arguments[1:])
+    return run_guarded(lambda: _dispatch(arguments), arguments)
+
+
+def _dispatch(arguments: list[str]) -> int:
+    if arguments and arguments[0] in DELEGATED:
+        code: int = _delegated(arguments[0], 1)(arguments[1:])
+        return code
     args = build_parser().parse_args(arguments)
-    try:
-        code: int = args.run(args)
-    except UsageError as exc:
-        return fail("herdr-mcp", exc.code, exc.message)
-    except TokenFileError as exc:
-        return fail("herdr-mcp", "token_unavailable", str(exc))
-    except ContractError as exc:
-        return fail("herdr-mcp", "contract_unknown", str(exc))
-    except StateError as exc:
-        return fail("herdr-mcp", exc.code, str(exc))
-    except OSError as exc:
-        return io_failure("herdr-mcp", exc)
-    except KeyboardInterrupt:
-        return 130
+    code = args.run(args)
     return code

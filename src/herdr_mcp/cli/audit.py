@@ -10,7 +10,8 @@ Every value came from a remote caller, so text output shows control and invisibl
 as escapes, and JSON output is ASCII with `\\u` escapes. A line that is not a record (torn by a
 crash mid-write, or damaged) is skipped and reported on stderr.
 
-Exit codes: 0 success (also when there is no log yet); 2 bad arguments or an unreadable log.
+Exit codes: 0 success (also when there is no log yet); 2 bad arguments; 4 an unreadable log
+(`audit_unreadable`). Under `--json` a failure is one `{"error": {"code", "message"}}` on stdout.
 """
 
 from __future__ import annotations
@@ -18,30 +19,26 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
 import re
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from herdr_mcp.cli.arguments import run_guarded
+from herdr_mcp.errors import LocalFault, UsageFault
+from herdr_mcp.layout import default_config_dir
 from herdr_mcp.runtime.audit import IDENTIFIER_ARGUMENTS, Unreadable, audit_files, read_records
-from herdr_mcp.runtime.config import default_config_dir
 from herdr_mcp.terminal import printable
 
-EXIT_REFUSED = 2
 #: Skipped lines named one by one on stderr before only their count is given.
 MAX_SKIP_NOTES = 10
 _DURATION = re.compile(r"(\d{1,9})([smhdw])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
-class AuditUsageError(Exception):
+class AuditUsageError(UsageFault):
     """A bad argument to `herdr-mcp audit`; `code` is stable, the message names the fix."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 class _Parser(argparse.ArgumentParser):
@@ -51,7 +48,8 @@ class _Parser(argparse.ArgumentParser):
         raise AuditUsageError("invalid_arguments", f"{message}; see `herdr-mcp audit --help`")
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of `herdr-mcp audit` (its errors are `AuditUsageError`s)."""
     parser = _Parser(
         prog="herdr-mcp audit",
         description="Show the audit log of tool calls, oldest first.",
@@ -167,33 +165,25 @@ def _show(args: argparse.Namespace, config_dir: Path, since: dt.datetime | None)
     return 0
 
 
-def _refusal(json_output: bool, code: str, message: str) -> int:
-    if json_output:
-        print(json.dumps({"error": {"code": code, "message": message}}, ensure_ascii=True))
-    else:
-        print(printable(f"herdr-mcp audit: error: {code}: {message}"), file=sys.stderr)
-    return EXIT_REFUSED
-
-
 def main(argv: Sequence[str]) -> int:
-    """Run `herdr-mcp audit` with `argv` (the arguments after `audit`); returns the exit code."""
-    json_output = "--json" in argv
+    """Run `herdr-mcp audit` with `argv` (the arguments after `audit`) inside the CLI's one catch."""
+    return run_guarded(lambda: run(argv), argv)
+
+
+def run(argv: Sequence[str]) -> int:
+    """`herdr-mcp audit`; raises what the CLI's one catch reports."""
+    args = build_parser().parse_args(list(argv))
+    since = parse_since(args.since, dt.datetime.now(dt.UTC)) if args.since is not None else None
+    config_dir: Path = args.config_dir or default_config_dir()
+    if not config_dir.is_dir():
+        raise AuditUsageError(
+            "config_dir_not_found",
+            f"{config_dir} is not a directory; pass the runtime's --config-dir "
+            "(`herdr-mcp token --path` shows where the default one is)",
+        )
     try:
-        args = _parser().parse_args(list(argv))
-        since = parse_since(args.since, dt.datetime.now(dt.UTC)) if args.since is not None else None
-        config_dir: Path = args.config_dir or default_config_dir()
-        if not config_dir.is_dir():
-            raise AuditUsageError(
-                "config_dir_not_found",
-                f"{config_dir} is not a directory; pass the runtime's --config-dir "
-                "(`herdr-mcp token --path` shows where the default one is)",
-            )
         return _show(args, config_dir, since)
-    except AuditUsageError as exc:
-        return _refusal(json_output, exc.code, str(exc))
     except BrokenPipeError:
-        # The reader went away (`| head`): stop quietly, and keep Python's exit-time flush quiet.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+        raise
     except OSError as exc:
-        return _refusal(json_output, "audit_unreadable", f"cannot read the audit log: {exc}")
+        raise LocalFault("audit_unreadable", f"cannot read the audit log: {exc}") from exc

@@ -19,7 +19,8 @@ How a local coding agent uses it:
 4. Start the next session with the document, and re-inspect live state before changing anything.
 
 Exit codes: 0 success; 2 a refusal (unknown or ambiguous chain, fewer than two messages, an
-invalid document, no state.db). `--json` prints one JSON object on stdout in every case.
+invalid document, no state.db); 4 a state.db that cannot be used. `--json` prints one JSON
+object on stdout in every case (a refusal as `{"error": {"code", "message", ...}}`).
 """
 
 from __future__ import annotations
@@ -30,17 +31,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from herdr_mcp.cli.arguments import CommandParser
+from herdr_mcp.cli.arguments import CommandParser, run_guarded
 from herdr_mcp.errors import ToolError
 from herdr_mcp.layout import default_config_dir
 from herdr_mcp.state import continuity, continuity_identity, handoff, journal
-from herdr_mcp.state.store import STATE_FILE_NAME, StateError, StateStore
+from herdr_mcp.state.store import STATE_FILE_NAME, StateStore
 from herdr_mcp.terminal import printable
 
-EXIT_REFUSED = 2
 
-
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = CommandParser(
         prog="herdr-mcp handoff",
         description="Build a handoff document (Goal, Constraints & Preferences, Progress, Key Decisions, "
@@ -115,29 +114,31 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
         store.close()
 
 
-def _refusal(args: argparse.Namespace, code: str, message: str, details: dict[str, Any]) -> int:
-    if args.json:
-        print(json.dumps({"error": {"code": code, "message": message, **details}}))
-    else:
-        print(printable(f"herdr-mcp handoff: {code}: {message}"), file=sys.stderr)
-        for entry in details.get("candidates", []):
-            head = (
-                f"  {entry['continuity_id']}  {entry['title'] or '(untitled)'}  "
-                f"workspaces={','.join(entry['workspace_ids']) or '-'}  updated {entry['updated_at']}"
-            )
-            print(printable(head), printable(f"    {entry['recent_summary']}"), sep="\n", file=sys.stderr)
-    return EXIT_REFUSED
+def _candidate_notes(exc: ToolError) -> None:
+    """Name the chains an ambiguous selection matched under the error line (text output)."""
+    for entry in exc.details.get("candidates", []):
+        head = (
+            f"  {entry['continuity_id']}  {entry['title'] or '(untitled)'}  "
+            f"workspaces={','.join(entry['workspace_ids']) or '-'}  updated {entry['updated_at']}"
+        )
+        exc.add_note(head)
+        exc.add_note(f"    {entry['recent_summary']}")
 
 
 def main(argv: list[str]) -> int:
-    """Run `herdr-mcp handoff` with `argv` (the arguments after `handoff`); returns the exit code."""
-    args = _parser().parse_args(argv)
+    """Run `herdr-mcp handoff` with `argv` (the arguments after `handoff`) inside the CLI's one
+    catch; returns the exit code."""
+    return run_guarded(lambda: run(argv), argv)
+
+
+def run(argv: list[str]) -> int:
+    """`herdr-mcp handoff`; raises what the CLI's one catch reports."""
+    args = build_parser().parse_args(argv)
     try:
         result = _check(args.check) if args.check else _build(args)
     except ToolError as exc:
-        return _refusal(args, exc.code, exc.message, exc.details)
-    except StateError as exc:
-        return _refusal(args, exc.code, str(exc), {})
+        _candidate_notes(exc)
+        raise
     # Journal text comes from web conversations and Herdr output: escaped before a terminal
     # (JSON's default ASCII escaping covers --json).
     if args.json:

@@ -8,7 +8,11 @@
     sign                a minisign signature over the manifest's exact bytes
     verify              minisign, Sigstore and provenance (the verifier admission runs), asset files
 
-Every expected failure is one line `herdr-mcp: error: <code>: <message>` and exit code 2.
+Every expected failure is one line `herdr-mcp: error: <code>: <message>` (under `--json`, one
+`{"error": {"code", "message"}}` on stdout) and its fault's exit status: 2 a bad argument, 3 a
+release, signature or provenance that is refused, or a build that is not reproducible, 4 a file
+or a build step that failed on this machine. `verify` always prints JSON; under `--json` the
+others print one JSON object too.
 """
 
 from __future__ import annotations
@@ -26,21 +30,18 @@ from typing import Any
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-from herdr_mcp.cli.arguments import CommandParser
+from herdr_mcp.cli.arguments import CommandParser, run_guarded, with_json
+from herdr_mcp.errors import EXIT_REFUSED, LocalFault
 from herdr_mcp.release.attestation import (
     MAX_BUNDLE_BYTES,
-    AttestationError,
     IdentityPolicy,
     load_identity_policy,
 )
-from herdr_mcp.release.build import BuildError, build, check_reproducible, sha256_file
-from herdr_mcp.release.bundle import BundleError, bundle, load_release_config, parse_bundle_filename
-from herdr_mcp.release.manifest import (
-    MANIFEST_FILENAME,
-    MAX_MANIFEST_BYTES,
+from herdr_mcp.release.build import build, check_reproducible, sha256_file
+from herdr_mcp.release.bundle import bundle, load_release_config, parse_bundle_filename
+from herdr_mcp.release.manifest import MANIFEST_FILENAME, MAX_MANIFEST_BYTES, ManifestError, RuntimeManifest
+from herdr_mcp.release.manifest_build import (
     AssetInput,
-    ManifestError,
-    RuntimeManifest,
     build_manifest,
     contract_migration_from_file,
     resolve_repository,
@@ -49,7 +50,6 @@ from herdr_mcp.release.manifest import (
 from herdr_mcp.release.minisign import (
     MAX_SIGNATURE_FILE_BYTES,
     SECRET_KEY_ENV,
-    SignatureError,
     keygen,
     load_pinned_keys,
     load_secret_key,
@@ -61,38 +61,42 @@ from herdr_mcp.release.verification import (
     SIGSTORE_BUNDLE_NAME,
     PublishedRelease,
     ReleaseTrust,
-    ReleaseVerificationError,
     SigstoreTrust,
     UnsafeSkipSigstore,
     verify_release,
 )
-from herdr_mcp.terminal import error_line, printable
+from herdr_mcp.terminal import printable
 
 PROJECT = "herdr-mcp"
-_ERRORS = (AttestationError, BuildError, BundleError, ManifestError, ReleaseVerificationError, SignatureError)
 
 
 def _say(line: str) -> None:
     print(printable(line), file=sys.stderr, flush=True)
 
 
+def _print(args: argparse.Namespace, document: dict[str, Any], lines: list[str]) -> None:
+    """The command's answer: `document` under `--json`, else `lines`."""
+    print(json.dumps(document, sort_keys=True) if args.json else "\n".join(lines))
+
+
 def _cmd_build(args: argparse.Namespace) -> int:
-    for path in build(args.source, args.out, progress=_say):
-        print(path)
+    files = [str(path) for path in build(args.source, args.out, progress=_say)]
+    _print(args, {"files": files}, files)
     return 0
 
 
 def _cmd_check_reproducible(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="herdr-mcp-repro-") as scratch:
         report = check_reproducible(args.source, args.work or Path(scratch), progress=_say)
-    for line in report.describe():
-        print(line)
-    return 0 if report.reproducible else 1
+    lines = list(report.describe())
+    _print(args, {"reproducible": report.reproducible, "report": lines}, lines)
+    return 0 if report.reproducible else EXIT_REFUSED
 
 
 def _cmd_bundle(args: argparse.Namespace) -> int:
     config = load_release_config(args.config) if args.config else load_release_config()
-    print(bundle(args.wheel, args.out, target=config.target(args.target), progress=_say))
+    archive = bundle(args.wheel, args.out, target=config.target(args.target), progress=_say)
+    _print(args, {"bundle": str(archive)}, [str(archive)])
     return 0
 
 
@@ -154,14 +158,22 @@ def _cmd_manifest(args: argparse.Namespace) -> int:
         migrate_state_schema_from=state_schema_from,
     )
     args.out.write_bytes(manifest.to_bytes())
-    print(args.out)
+    _print(args, {"manifest": str(args.out)}, [str(args.out)])
     return 0
 
 
 def _cmd_keygen(args: argparse.Namespace) -> int:
     public = keygen(args.public_key, args.secret_key, overwrite=args.force)
-    print(f"public key {public.key_id_hex} written to {args.public_key}")
-    print(f"secret key written to {args.secret_key} (mode 0600); keep it out of every repository")
+    document = {
+        "key_id": public.key_id_hex,
+        "public_key": str(args.public_key),
+        "secret_key": str(args.secret_key),
+    }
+    lines = [
+        f"public key {public.key_id_hex} written to {args.public_key}",
+        f"secret key written to {args.secret_key} (mode 0600); keep it out of every repository",
+    ]
+    _print(args, document, lines)
     return 0
 
 
@@ -173,7 +185,7 @@ def _cmd_sign(args: argparse.Namespace) -> int:
     comment = f"timestamp:{int(time.time())}\tfile:{MANIFEST_FILENAME}\ttag:{manifest.tag}"
     out = args.out or args.manifest.with_name(args.manifest.name + ".minisig")
     out.write_text(sign(data, secret, trusted_comment=comment), encoding="utf-8")
-    print(out)
+    _print(args, {"signature": str(out)}, [str(out)])
     return 0
 
 
@@ -263,51 +275,56 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     p = commands.add_parser("build", help="wheel + sdist, reproducibly")
-    p.add_argument("--source", type=Path, default=Path.cwd())
-    p.add_argument("--out", type=Path, default=Path("dist"))
+    p.add_argument("--source", type=Path, default=Path.cwd(), help="the checkout (default: here)")
+    p.add_argument("--out", type=Path, default=Path("dist"), help="where the files go (default: dist)")
     p.set_defaults(run=_cmd_build)
 
     p = commands.add_parser("check-reproducible", help="build HEAD twice in clean trees and compare")
-    p.add_argument("--source", type=Path, default=Path.cwd())
+    p.add_argument("--source", type=Path, default=Path.cwd(), help="the checkout (default: here)")
     p.add_argument(
         "--work", type=Path, default=None, help="keep both builds here (default: a temporary dir, removed)"
     )
     p.set_defaults(run=_cmd_check_reproducible)
 
     p = commands.add_parser("bundle", help="the offline wheelhouse of one target")
-    p.add_argument("--wheel", type=Path, required=True)
+    p.add_argument("--wheel", type=Path, required=True, help="the wheel to bundle")
     p.add_argument("--target", required=True, help="a target of release/config.toml, e.g. linux-x86_64-cp311")
-    p.add_argument("--out", type=Path, default=Path("dist"))
+    p.add_argument("--out", type=Path, default=Path("dist"), help="where the bundle goes (default: dist)")
     p.add_argument(
         "--config", type=Path, default=None, help="release configuration (default: release/config.toml)"
     )
     p.set_defaults(run=_cmd_bundle)
 
     p = commands.add_parser("manifest", help="runtime-manifest.json from the tree and --dist")
-    p.add_argument("--dist", type=Path, required=True)
-    p.add_argument("--source", type=Path, default=Path.cwd())
+    p.add_argument("--dist", type=Path, required=True, help="the built files (one wheel, sdist, bundles)")
+    p.add_argument("--source", type=Path, default=Path.cwd(), help="the checkout (default: here)")
     p.add_argument("--repository", default=None, help="owner/name (default: $GITHUB_REPOSITORY)")
     p.add_argument("--repository-id", type=int, default=None, help="(default: $GITHUB_REPOSITORY_ID)")
     p.add_argument("--published-at", default=None, help="RFC 3339 UTC time (default: now)")
     p.add_argument("--migrate-from", type=Path, default=None, help="previous manifest or contract catalog")
-    p.add_argument("--out", type=Path, default=Path(MANIFEST_FILENAME))
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path(MANIFEST_FILENAME),
+        help=f"the manifest to write (default {MANIFEST_FILENAME})",
+    )
     p.set_defaults(run=_cmd_manifest)
 
     p = commands.add_parser("keygen", help="a release key pair (minisign-compatible, unencrypted secret)")
-    p.add_argument("--public-key", type=Path, required=True)
-    p.add_argument("--secret-key", type=Path, required=True)
+    p.add_argument("--public-key", type=Path, required=True, help="the public key file to write")
+    p.add_argument("--secret-key", type=Path, required=True, help="the secret key file to write (0600)")
     p.add_argument("--force", action="store_true", help="overwrite existing files")
     p.set_defaults(run=_cmd_keygen)
 
     p = commands.add_parser("sign", help="minisign signature over the manifest's exact bytes")
-    p.add_argument("--manifest", type=Path, required=True)
+    p.add_argument("--manifest", type=Path, required=True, help="the runtime-manifest.json to sign")
     p.add_argument("--secret-key", type=Path, default=None, help=f"key file (else ${SECRET_KEY_ENV})")
     p.add_argument("--secret-key-env", default=None, help="name of an environment variable holding the key")
     p.add_argument("--out", type=Path, default=None, help="default: <manifest>.minisig")
     p.set_defaults(run=_cmd_sign)
 
     p = commands.add_parser("verify", help="verify a manifest, its signatures and its assets")
-    p.add_argument("--manifest", type=Path, required=True)
+    p.add_argument("--manifest", type=Path, required=True, help="the runtime-manifest.json to verify")
     p.add_argument("--signature", type=Path, default=None, help="default: <manifest>.minisig")
     p.add_argument("--keys", type=Path, default=None, help="pinned public keys (default: packaged)")
     p.add_argument(
@@ -328,17 +345,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dist", type=Path, default=None, help="check these asset files against the manifest")
     p.set_defaults(run=_cmd_verify)
-    return parser
+    return with_json(parser)
 
 
 def main(argv: Sequence[str]) -> int:
+    """`herdr-mcp release ...` inside the CLI's one catch; the exit status."""
+    return run_guarded(lambda: run(argv), argv)
+
+
+def run(argv: Sequence[str]) -> int:
+    """Run one `release` subcommand; raises what the CLI's one catch reports."""
     args = build_parser().parse_args(list(argv))
     try:
         code: int = args.run(args)
-    except _ERRORS as exc:
-        print(error_line(exc.code, exc.message), file=sys.stderr)
-        return 2
     except OSError as exc:
-        print(error_line("file_unreadable", f"{exc.filename or ''}: {exc.strerror or exc}"), file=sys.stderr)
-        return 2
+        # A maintainer's input file that is not there is named as such, not as a generic io_error.
+        raise LocalFault("file_unreadable", f"{exc.filename or ''}: {exc.strerror or exc}") from exc
     return code

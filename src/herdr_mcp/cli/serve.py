@@ -23,13 +23,15 @@ from pathlib import Path
 
 import uvicorn
 
+from herdr_mcp.errors import LocalFault
 from herdr_mcp.herdr import HerdrClient, HerdrError, default_socket_path
+from herdr_mcp.layout import LOOPBACK_HOSTS, Layout
 from herdr_mcp.loopback import StopSignals, bind_loopback, freeze_startup_heap, stop_signals
 from herdr_mcp.runtime.app import build_app
-from herdr_mcp.runtime.auth import load_or_create_token
-from herdr_mcp.runtime.config import LOOPBACK_HOSTS, RuntimeConfig, default_config_dir
-from herdr_mcp.runtime.grep import stop_searches
+from herdr_mcp.runtime.config import RuntimeConfig
+from herdr_mcp.runtime.grep.children import stop_searches
 from herdr_mcp.runtime.services import Services
+from herdr_mcp.tokens import load_or_create_token
 
 #: How long `serve` waits for an existing Herdr to answer before embedding the simulator.
 PROBE_TIMEOUT_SECONDS = 1.0
@@ -73,7 +75,6 @@ async def herdr_connection(args: argparse.Namespace) -> AsyncIterator[tuple[Path
     if args.sim == "off" or (args.sim == "auto" and await _herdr_answers(path)):
         yield path, f"Herdr at {path}"
         return
-    from herdr_mcp.cli import UsageError
     from herdr_mcp.sim import SimConfig, Simulator, SimulatorError
 
     roots = [root.resolve() for root in (args.sim_root or [Path.cwd()])]
@@ -83,7 +84,7 @@ async def herdr_connection(args: argparse.Namespace) -> AsyncIterator[tuple[Path
             simulator = Simulator(SimConfig.for_roots(roots), sim_socket)
             await simulator.start()
         except SimulatorError as exc:
-            raise UsageError("simulator_unavailable", f"{exc}; or pass --no-sim to use Herdr") from None
+            raise LocalFault("simulator_unavailable", f"{exc}; or pass --no-sim to use Herdr") from None
         try:
             yield sim_socket, f"embedded Herdr simulator rooted at {', '.join(map(str, roots))}"
         finally:
@@ -91,8 +92,9 @@ async def herdr_connection(args: argparse.Namespace) -> AsyncIterator[tuple[Path
 
 
 async def _serve(args: argparse.Namespace, stop: StopSignals) -> int:
-    config_dir: Path = args.config_dir or default_config_dir()
-    token = load_or_create_token(config_dir / "token")
+    layout = Layout.of(args.config_dir)
+    config_dir = layout.config_dir
+    token = load_or_create_token(layout.token_file)
     async with herdr_connection(args) as (herdr_socket, herdr_source):
         if stop.is_set():  # asked to stop while starting: leave before serving anything
             return 0
@@ -131,12 +133,10 @@ async def _serve(args: argparse.Namespace, stop: StopSignals) -> int:
 
 
 def _bind(host: str, port: int) -> socket.socket:
-    from herdr_mcp.cli import UsageError
-
     try:
         return bind_loopback(host, port)
     except OSError as exc:
-        raise UsageError(
+        raise LocalFault(
             "port_unavailable",
             f"cannot listen on {host}:{port} ({exc.strerror or exc}); stop what uses that port, "
             "or pass --port 0 for a free one",

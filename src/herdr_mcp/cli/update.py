@@ -28,15 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from herdr_mcp import __version__
-from herdr_mcp.cli.arguments import CommandParser
-from herdr_mcp.generations.control import GenerationError
+from herdr_mcp.cli.arguments import CommandParser, run_guarded, with_json
+from herdr_mcp.errors import EXIT_REFUSED
 from herdr_mcp.generations.process import check_serve_args
-from herdr_mcp.release.attestation import AttestationError
-from herdr_mcp.release.manifest import ManifestError
-from herdr_mcp.release.minisign import SignatureError
-from herdr_mcp.release.verification import ReleaseVerificationError
-from herdr_mcp.runtime.config import default_config_dir
-from herdr_mcp.service.fence import FenceSet, check_fence
+from herdr_mcp.layout import SETTINGS_FILE, default_config_dir
+from herdr_mcp.service.fence import check_fence
 from herdr_mcp.terminal import error_line, printable
 from herdr_mcp.update.admission import AlreadyCurrent, LocalIdentity, TrustedRelease
 from herdr_mcp.update.apply import (
@@ -47,10 +43,10 @@ from herdr_mcp.update.apply import (
     local_identity,
     run_update,
 )
-from herdr_mcp.update.auto import SETTINGS_FILE, run_update_auto
+from herdr_mcp.update.auto import run_update_auto
 from herdr_mcp.update.check import CheckResult, check_for_update, fetch_and_admit, pinned_release_files
 from herdr_mcp.update.discovery import CHANNELS, GITHUB_API_BASE_URL, NoCandidate
-from herdr_mcp.update.errors import UpdateError, UpdateUsageError
+from herdr_mcp.update.errors import UpdateUsageError
 from herdr_mcp.update.options import (
     REPOSITORY_ENV,
     REPOSITORY_ID_ENV,
@@ -103,12 +99,17 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="UNSAFE: do not require the keyless signature and the build provenance (not with auto)",
     )
-    parser.add_argument("--config-dir", type=Path, default=None)
-    parser.add_argument("--json", action="store_true")
-    return parser
+    parser.add_argument("--config-dir", type=Path, default=None, help="the config dir (default: user config)")
+    return with_json(parser)
 
 
 def main(argv: Sequence[str]) -> int:
+    """`herdr-mcp update ...` inside the CLI's one catch; the exit status."""
+    return run_guarded(lambda: run(argv), argv)
+
+
+def run(argv: Sequence[str]) -> int:
+    """Run `update`, `update --check` or `update auto`; raises what the CLI's one catch reports."""
     parser = build_parser()
     args = parser.parse_args(list(argv))
     if args.mode == "auto" and (args.check or args.manifest_url):
@@ -124,35 +125,26 @@ def main(argv: Sequence[str]) -> int:
         )
     config_dir: Path = args.config_dir or default_config_dir()
     failed = False
-    try:
-        if args.mode == "auto":
-            decision = run_update_auto(config_dir, lambda: _update(args, config_dir), channel=args.channel)
-            answer: dict[str, Any] = decision.to_dict()
-            answer["summary"] = decision.message
-            failed = decision.action == "refused"
-        elif args.check:
-            check_fence(config_dir)
-            answer = _describe(_check(args, config_dir))
-        else:
-            report = _update(args, config_dir)
-            answer = report.to_dict()
-            failed = not report.ok
-    except (
-        UpdateError,
-        ManifestError,
-        SignatureError,
-        AttestationError,
-        ReleaseVerificationError,
-        FenceSet,
-        GenerationError,
-    ) as exc:
-        print(error_line(exc.code, exc.message), file=sys.stderr)
-        return 2
-    if failed and not args.json:
-        print(error_line(answer.get("outcome") or "refused", answer["summary"]), file=sys.stderr)
-        return 2
+    if args.mode == "auto":
+        decision = run_update_auto(config_dir, lambda: _update(args, config_dir), channel=args.channel)
+        answer: dict[str, Any] = decision.to_dict()
+        answer["summary"] = decision.message
+        failed = decision.action == "refused"
+    elif args.check:
+        check_fence(config_dir)
+        answer = _describe(_check(args, config_dir))
+    else:
+        report = _update(args, config_dir)
+        answer = report.to_dict()
+        failed = not report.ok
+    if failed:
+        code = answer.get("outcome") or answer.get("reason") or "refused"
+        if not args.json:
+            print(error_line(code, answer["summary"]), file=sys.stderr)
+            return EXIT_REFUSED
+        answer["error"] = {"code": code, "message": answer["summary"]}
     print(json.dumps(answer, sort_keys=True, default=str) if args.json else printable(answer["summary"]))
-    return 2 if failed else 0
+    return EXIT_REFUSED if failed else 0
 
 
 def _say(line: str) -> None:

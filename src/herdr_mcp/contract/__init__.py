@@ -19,14 +19,24 @@ from typing import Any
 
 import rfc8785
 
+from herdr_mcp.errors import LocalFault
+
 #: The epoch this runtime serves.
 CURRENT_EPOCH = 5
 #: Epochs whose catalogs are kept frozen (the current one and its rollback baseline).
 FROZEN_EPOCHS = (4, 5)
 
 
-class ContractError(Exception):
+class ContractError(LocalFault):
     """A catalog is missing or malformed (duplicate names, wrong epoch, not a tool array)."""
+
+    code = "contract_unknown"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(self.code, message)
+
+    def __str__(self) -> str:
+        return self.message
 
 
 @dataclass(frozen=True)

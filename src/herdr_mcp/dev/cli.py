@@ -1,7 +1,10 @@
 """`herdr-mcp dev status|sync|rollback`: run a generation built from this checkout, and go back.
 
-Exit 0 on success; 2 with one line `herdr-mcp: error: <code>: <message>` on any refusal (the
-gate's outcome code when it did not activate: the generation active before stays active).
+Exit 0 on success; 3 when the gate or the plane refused (the gate's outcome code when it did not
+activate: the generation active before stays active); otherwise the failure's fault's exit
+status (2 a bad argument, 4 the local environment: a build, the disk). A refusal is one line
+`herdr-mcp: error: <code>: <message>`, or under `--json` the answer with
+`{"error": {"code", "message"}}` on stdout.
 """
 
 from __future__ import annotations
@@ -12,24 +15,21 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from herdr_mcp.cli.arguments import CommandParser, dir_path, existing_dir
-from herdr_mcp.dev.plane import DevPlaneError, rollback, status, sync
-from herdr_mcp.generations.control import GenerationError
+from herdr_mcp.cli.arguments import CommandParser, dir_path, existing_dir, run_guarded, with_json
+from herdr_mcp.dev.plane import rollback, status, sync
+from herdr_mcp.errors import EXIT_REFUSED
 from herdr_mcp.generations.gate import ActivationResult
 from herdr_mcp.generations.process import check_serve_args
-from herdr_mcp.release.build import BuildError
-from herdr_mcp.release.bundle import BundleError
-from herdr_mcp.runtime.config import default_config_dir
-from herdr_mcp.service.fence import FenceSet
+from herdr_mcp.layout import default_config_dir
 from herdr_mcp.terminal import error_line
 from herdr_mcp.update.apply import UpdatePaths
-from herdr_mcp.update.errors import UpdateError
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = CommandParser(prog="herdr-mcp dev", description="the DEV plane over the pinned PROD")
-    parser.add_argument("--config-dir", type=dir_path, default=None)
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--config-dir", type=dir_path, default=None, help="the config dir (default: user config)"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("status", help="the plane, the pinned PROD generation and the active one")
     sync_cmd = commands.add_parser("sync", help="build this checkout and activate it as the DEV generation")
@@ -43,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
         help="a `serve` argument (default: the active generation's)",
     )
     commands.add_parser("rollback", help="re-activate the pinned PROD generation (nothing is rebuilt)")
-    return parser
+    return with_json(parser)
 
 
 def _say(line: str) -> None:
@@ -51,31 +51,35 @@ def _say(line: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    """`herdr-mcp dev ...` inside the CLI's one catch; the exit status."""
+    return run_guarded(lambda: run(argv), argv)
+
+
+def run(argv: list[str]) -> int:
+    """Run one `dev` subcommand; raises what the CLI's one catch reports."""
+    args = build_parser().parse_args(argv)
     paths = UpdatePaths(args.config_dir or default_config_dir())
-    try:
-        if args.command == "status":
-            answer: dict[str, Any] = status(paths)
-            summary = f"plane {answer['plane']}, active generation {answer['active']}"
-            if answer["plane"] == "dev":
-                pin = answer["pinned_prod"]
-                summary += f", pinned PROD {pin['generation']} ({pin['version']})"
-            answer["summary"] = summary
-            result: ActivationResult | None = None
-        elif args.command == "sync":
-            serve_args = check_serve_args(args.serve_arg) if args.serve_arg is not None else None
-            result, plane = sync(paths, args.source, serve_args=serve_args, say=_say)
-            answer = {**result.to_dict(), "plane": plane.to_dict(), "summary": result.message}
-        else:
-            result, pin = rollback(paths, say=_say)
-            answer = {**result.to_dict(), "pinned_prod": pin.to_dict(), "summary": result.message}
-    except (DevPlaneError, GenerationError, UpdateError, FenceSet, BuildError, BundleError) as exc:
-        print(error_line(exc.code, exc.message), file=sys.stderr)
-        return 2
+    if args.command == "status":
+        answer: dict[str, Any] = status(paths)
+        summary = f"plane {answer['plane']}, active generation {answer['active']}"
+        if answer["plane"] == "dev":
+            pin = answer["pinned_prod"]
+            summary += f", pinned PROD {pin['generation']} ({pin['version']})"
+        answer["summary"] = summary
+        result: ActivationResult | None = None
+    elif args.command == "sync":
+        serve_args = check_serve_args(args.serve_arg) if args.serve_arg is not None else None
+        result, plane = sync(paths, args.source, serve_args=serve_args, say=_say)
+        answer = {**result.to_dict(), "plane": plane.to_dict(), "summary": result.message}
+    else:
+        result, pin = rollback(paths, say=_say)
+        answer = {**result.to_dict(), "pinned_prod": pin.to_dict(), "summary": result.message}
     if result is not None and not result.ok:
         if args.json:
+            answer["error"] = {"code": result.outcome, "message": result.message}
             print(json.dumps(answer, sort_keys=True))
-        print(error_line(result.outcome, result.message), file=sys.stderr)
-        return 2
+        else:
+            print(error_line(result.outcome, result.message), file=sys.stderr)
+        return EXIT_REFUSED
     print(json.dumps(answer, sort_keys=True) if args.json else answer["summary"])
     return 0

@@ -54,14 +54,10 @@ from pathlib import Path
 from typing import Any
 
 from herdr_mcp.contract import ContractIdentity
-from herdr_mcp.generations.control import (
-    Generation,
-    GenerationError,
-    atomic_write,
-    parse_contract,
-    read_capped,
-)
+from herdr_mcp.errors import RefusedFault
+from herdr_mcp.generations.control import Generation, GenerationError, parse_contract
 from herdr_mcp.generations.gate import ActivationResult
+from herdr_mcp.records import atomic_write, load_strict, read_capped
 from herdr_mcp.release.build import build, commit_time
 from herdr_mcp.release.bundle import bundle, load_release_config
 from herdr_mcp.service.fence import check_fence
@@ -83,11 +79,9 @@ SCHEMA_VERSION = 1
 MAX_MARKER_BYTES = 64 * 1024
 
 
-class DevPlaneError(Exception):
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
+class DevPlaneError(RefusedFault):
+    """The DEV plane refuses what was asked (not on the plane it needs, a pin that does not
+    match, a contract change): a stable `code` and an actionable `message`."""
 
 
 @dataclass(frozen=True)
@@ -141,7 +135,7 @@ def read_plane(config_dir: Path) -> DevPlane | None:
     if data is None:
         return None
     try:
-        document = json.loads(data) if len(data) <= MAX_MARKER_BYTES else None
+        document = load_strict(data) if len(data) <= MAX_MARKER_BYTES else None
         if not isinstance(document, dict) or document.get("schema_version") != SCHEMA_VERSION:
             raise ValueError("not a schema 1 object")
         if set(document) != {"schema_version", "pinned_prod", "dev_generation", "source", "synced_at"}:

@@ -1,7 +1,10 @@
 """`herdr-mcp generation status|register|activate|rollback|remove`.
 
 The state dir is `--state-dir`, else `<config dir>/generations`. Exit 0 on success (`activated`,
-`active_unchanged`), 2 on any refusal with one line `herdr-mcp: error: <code>: <message>`.
+`active_unchanged`); 3 when the gate refused the generation (the one active before stays
+active); otherwise the exit status of the failure's fault (`errors.py`: 2 a bad request, 4 the
+local state), with one line `herdr-mcp: error: <code>: <message>` (one JSON object on stdout
+under `--json`).
 """
 
 from __future__ import annotations
@@ -12,8 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from herdr_mcp.cli.arguments import CommandParser, dir_path, seconds
+from herdr_mcp.cli.arguments import CommandParser, dir_path, run_guarded, seconds, with_json
 from herdr_mcp.contract import ContractError, ContractIdentity, contract_identity, identity_of
+from herdr_mcp.errors import EXIT_REFUSED
 from herdr_mcp.generations.control import (
     Generation,
     GenerationError,
@@ -24,26 +28,25 @@ from herdr_mcp.generations.control import (
 from herdr_mcp.generations.gate import ActivationResult, activate, rollback
 from herdr_mcp.generations.registry import register, remove
 from herdr_mcp.generations.supervisor import DEFAULT_INTERVAL_S, ensure_running, supervise
+from herdr_mcp.layout import Layout
 from herdr_mcp.loopback import stop_signals
-from herdr_mcp.runtime.config import default_config_dir
 from herdr_mcp.terminal import error_line, printable
 
 #: A frozen catalog file is ~40 KiB; this is far above it and far below a memory problem.
 MAX_CONTRACT_FILE_BYTES = 4 * 1024 * 1024
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = CommandParser(prog="herdr-mcp generation", description="runtime A/B generations")
     parser.add_argument(
         "--state-dir", type=dir_path, help="generations state dir (default <config dir>/generations)"
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
-    status = commands.add_parser("status", help="show the generations, the active one and the last outcome")
-    status.add_argument("--json", action="store_true", help="print control and status as JSON")
+    commands.add_parser("status", help="show the generations, the active one and the last outcome")
 
     register = commands.add_parser("register", help="record a running generation (does not activate it)")
-    register.add_argument("--id", required=True, dest="generation")
+    register.add_argument("--id", required=True, dest="generation", help="the generation's id")
     register.add_argument("--endpoint", required=True, help="http://127.0.0.1:<port> or http://[::1]:<port>")
     register.add_argument("--expected-version", help="the runtime version it must report")
     expected = register.add_mutually_exclusive_group()
@@ -53,44 +56,41 @@ def _parser() -> argparse.ArgumentParser:
     register.add_argument("--token-file", help="its bearer token file (default <state dir>/../token)")
 
     activate_cmd = commands.add_parser("activate", help="validate a generation and switch traffic to it")
-    activate_cmd.add_argument("generation")
-    activate_cmd.add_argument("--json", action="store_true")
+    activate_cmd.add_argument("generation", help="the registered generation to activate")
 
-    rollback_cmd = commands.add_parser(
-        "rollback", help="re-activate the previous generation through the gate"
-    )
-    rollback_cmd.add_argument("--json", action="store_true")
+    commands.add_parser("rollback", help="re-activate the previous generation through the gate")
 
     remove = commands.add_parser("remove", help="forget a generation that is not active")
-    remove.add_argument("generation")
+    remove.add_argument("generation", help="the generation to forget")
 
     up = commands.add_parser(
         "up", help="keep the active and previous generations' runtimes running (the runtime service)"
     )
     up.add_argument("--once", action="store_true", help="one pass, then exit")
     up.add_argument("--interval", type=seconds, default=DEFAULT_INTERVAL_S, help="seconds between passes")
-    return parser
+    return with_json(parser)
 
 
 def main(argv: list[str]) -> int:
-    """Run one `generation` subcommand; the only catch of expected errors for this command."""
-    args = _parser().parse_args(argv)
-    store = GenerationStore.in_dir(args.state_dir or default_config_dir() / "generations")
-    try:
-        if args.command == "status":
-            return _status(store, as_json=args.json)
-        if args.command == "register":
-            return _register(store, args)
-        if args.command == "activate":
-            return _report(activate(store, check_generation_id(args.generation)), as_json=args.json)
-        if args.command == "rollback":
-            return _report(rollback(store), as_json=args.json)
-        if args.command == "up":
-            return _up(store, once=args.once, interval_s=args.interval)
-        return _remove(store, check_generation_id(args.generation))
-    except GenerationError as exc:
-        print(error_line(exc.code, exc.message), file=sys.stderr)
-        return 2
+    """`herdr-mcp generation ...` inside the CLI's one catch; the exit status."""
+    return run_guarded(lambda: run(argv), argv)
+
+
+def run(argv: list[str]) -> int:
+    """Run one `generation` subcommand; raises what the CLI's one catch reports."""
+    args = build_parser().parse_args(argv)
+    store = GenerationStore.in_dir(args.state_dir or Layout.default().generations_dir)
+    if args.command == "status":
+        return _status(store, as_json=args.json)
+    if args.command == "register":
+        return _register(store, args, as_json=args.json)
+    if args.command == "activate":
+        return _report(activate(store, check_generation_id(args.generation)), as_json=args.json)
+    if args.command == "rollback":
+        return _report(rollback(store), as_json=args.json)
+    if args.command == "up":
+        return _up(store, once=args.once, interval_s=args.interval)
+    return _remove(store, check_generation_id(args.generation), as_json=args.json)
 
 
 def _up(store: GenerationStore, *, once: bool, interval_s: float) -> int:
@@ -153,7 +153,7 @@ def _expected_contract(args: argparse.Namespace) -> ContractIdentity | None:
         ) from exc
 
 
-def _register(store: GenerationStore, args: argparse.Namespace) -> int:
+def _register(store: GenerationStore, args: argparse.Namespace, *, as_json: bool) -> int:
     spec = Generation(
         generation=check_generation_id(args.generation),
         endpoint=check_endpoint(args.endpoint),
@@ -163,23 +163,38 @@ def _register(store: GenerationStore, args: argparse.Namespace) -> int:
         token_file=args.token_file,
     )
     written = register(store, spec)
-    print(f"registered {spec.generation} at {spec.endpoint} (control revision {written.revision})")
+    if as_json:
+        print(
+            json.dumps(
+                {"registered": spec.generation, "endpoint": spec.endpoint, "revision": written.revision}
+            )
+        )
+    else:
+        print(f"registered {spec.generation} at {spec.endpoint} (control revision {written.revision})")
     return 0
 
 
-def _remove(store: GenerationStore, generation: str) -> int:
+def _remove(store: GenerationStore, generation: str, *, as_json: bool) -> int:
     written = remove(store, generation)
-    print(f"removed {generation} (control revision {written.revision})")
+    if as_json:
+        print(json.dumps({"removed": generation, "revision": written.revision}))
+    else:
+        print(f"removed {generation} (control revision {written.revision})")
     return 0
 
 
 def _report(result: ActivationResult, *, as_json: bool) -> int:
+    """Print the gate's result: 0 when it activated (or nothing was to change), else
+    `EXIT_REFUSED` (under `--json` the result then carries `{"error": {"code", "message"}}`)."""
     if as_json:
         document: dict[str, Any] = result.to_dict()
+        if not result.ok:
+            document["error"] = {"code": result.outcome, "message": result.message}
         print(json.dumps(document, indent=2, sort_keys=True))
     if result.ok:
         if not as_json:
             print(printable(f"{result.outcome}: {result.message}"))
         return 0
-    print(error_line(result.outcome, result.message), file=sys.stderr)
-    return 2
+    if not as_json:
+        print(error_line(result.outcome, result.message), file=sys.stderr)
+    return EXIT_REFUSED

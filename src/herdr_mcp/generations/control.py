@@ -21,7 +21,6 @@ import ipaddress
 import json
 import os
 import re
-import secrets
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -30,6 +29,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from herdr_mcp.contract import ContractIdentity
+from herdr_mcp.errors import LocalFault, UsageFault
+from herdr_mcp.records import RecordInvalid, atomic_write, load_strict, read_capped
 
 SCHEMA_VERSION = 1
 CONTROL_FILE = "runtime-control.json"
@@ -50,13 +51,14 @@ GENERATION_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 PHASES = ("registered", "active", "standby", "rejected", "failed")
 
 
-class GenerationError(Exception):
-    """A generation command cannot be carried out: a stable `code` and an actionable `message`."""
+class GenerationError(UsageFault):
+    """A generation command cannot be carried out as asked (an unknown or active generation, a
+    bad id or endpoint): a stable `code` and an actionable `message`."""
 
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
+
+class GenerationStateError(LocalFault, GenerationError):
+    """The generations state on this workstation is unusable (an unreadable or corrupt control
+    or status file, the lock held, a token file or runtime that cannot be used)."""
 
 
 def check_generation_id(value: object) -> str:
@@ -169,7 +171,7 @@ class ControlFile:
             return _parse_control(_load_object(data))
         except (_Invalid, GenerationError) as exc:
             detail = exc.message if isinstance(exc, GenerationError) else str(exc)
-            raise GenerationError("control_invalid", f"{CONTROL_FILE}: {detail}") from exc
+            raise GenerationStateError("control_invalid", f"{CONTROL_FILE}: {detail}") from exc
 
 
 @dataclass(frozen=True)
@@ -250,7 +252,7 @@ class StatusFile:
             return _parse_status(_load_object(data))
         except (_Invalid, GenerationError) as exc:
             detail = exc.message if isinstance(exc, GenerationError) else str(exc)
-            raise GenerationError("status_invalid", f"{STATUS_FILE}: {detail}") from exc
+            raise GenerationStateError("status_invalid", f"{STATUS_FILE}: {detail}") from exc
 
 
 # -- parsing ---------------------------------------------------------------------------------
@@ -264,10 +266,9 @@ def _load_object(data: bytes) -> dict[str, Any]:
     if len(data) > MAX_FILE_BYTES:
         raise _Invalid(f"larger than {MAX_FILE_BYTES} bytes")
     try:
-        document = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise _Invalid(f"not JSON ({exc})") from exc
-    return _object(document, "document")
+        return load_strict(data)
+    except RecordInvalid as exc:
+        raise _Invalid(str(exc)) from exc
 
 
 def _object(value: object, where: str) -> dict[str, Any]:
@@ -488,7 +489,7 @@ class GenerationStore:
                     break
                 except BlockingIOError:
                     if time.monotonic() >= deadline:
-                        raise GenerationError(
+                        raise GenerationStateError(
                             "control_locked",
                             "another generation command (an activation?) holds the lock; retry when done",
                         ) from None
@@ -536,37 +537,4 @@ def _read_capped(path: Path) -> bytes | None:
     try:
         return read_capped(path, MAX_FILE_BYTES)
     except OSError as exc:
-        raise GenerationError("state_unreadable", f"cannot open {path}: {exc.strerror}") from exc
-
-
-def read_capped(path: Path, cap: int) -> bytes | None:
-    """At most `cap` + 1 bytes of `path` (more than `cap` tells the caller it is too large),
-    never through a symlink; None when there is no such file. Other failures raise `OSError`."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        return None
-    with os.fdopen(fd, "rb") as handle:
-        return handle.read(cap + 1)
-
-
-def atomic_write(path: Path, payload: bytes) -> None:
-    """Write `payload` to `path` as 0600: temp file in the same dir, fsync, `os.replace`, fsync dir."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(payload)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            temp.unlink()
-        raise
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+        raise GenerationStateError("state_unreadable", f"cannot open {path}: {exc.strerror}") from exc

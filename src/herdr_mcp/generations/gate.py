@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
-import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -47,14 +45,17 @@ from herdr_mcp.generations.control import (
     ControlFile,
     Generation,
     GenerationError,
+    GenerationStateError,
     GenerationStatus,
     GenerationStore,
     StatusFile,
     Validation,
     parse_contract,
 )
+from herdr_mcp.layout import Layout
 from herdr_mcp.local_http import local_client
 from herdr_mcp.strict_json import unique_keys
+from herdr_mcp.tokens import TokenFileError, read_token
 
 #: /health is local and answers without touching Herdr for long (the runtime caps its ping at 1 s).
 HEALTH_TIMEOUT_S = 3.0
@@ -118,28 +119,18 @@ def default_token_reader(store: GenerationStore) -> TokenReader:
     """
 
     def read(spec: Generation) -> str:
-        path = Path(spec.token_file) if spec.token_file else store.state_dir.parent / "token"
+        path = Path(spec.token_file) if spec.token_file else Layout(store.state_dir.parent).token_file
         return read_token_file(path)
 
     return read
 
 
 def read_token_file(path: Path) -> str:
-    """The token in `path` (0600, a regular file); `GenerationError("token_unavailable")` else."""
+    """The token in `path` (0600, a regular file); `GenerationStateError("token_unavailable")` else."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError as exc:
-        raise GenerationError("token_unavailable", f"cannot open token file {path}: {exc.strerror}") from exc
-    with os.fdopen(fd, "r", encoding="utf-8") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode) or info.st_mode & 0o077:
-            raise GenerationError(
-                "token_unavailable", f"token file {path} must be a regular file with mode 0600"
-            )
-        token = handle.read(4096).strip()
-    if len(token) < 16:
-        raise GenerationError("token_unavailable", f"token file {path} holds no usable token")
-    return token
+        return read_token(path)
+    except TokenFileError as exc:
+        raise GenerationStateError(exc.code, exc.message) from exc
 
 
 # -- probing one generation --------------------------------------------------------------------

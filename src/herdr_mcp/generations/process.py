@@ -34,9 +34,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from herdr_mcp.generations.control import Generation, GenerationError, atomic_write, check_endpoint
+from herdr_mcp.generations.control import Generation, GenerationError, GenerationStateError, check_endpoint
+from herdr_mcp.layout import RUNTIMES_DIR
+from herdr_mcp.records import atomic_write
 
-RUNTIMES_DIR = "runtimes"
 LAUNCH_FILE = "launch.json"
 PID_FILE = "runtime.pid"
 LOG_FILE = "runtime.log"
@@ -82,14 +83,14 @@ def read_serve_args(runtime_dir: Path) -> tuple[str, ...] | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise GenerationError("runtime_dir_invalid", f"cannot read {path}: {exc.strerror}") from None
+        raise GenerationStateError("runtime_dir_invalid", f"cannot read {path}: {exc.strerror}") from None
     try:
         document = json.loads(data) if len(data) <= MAX_LAUNCH_BYTES else None
     except ValueError:
         document = None
     args = document.get("serve_args") if isinstance(document, dict) else None
     if not isinstance(args, list) or not all(isinstance(arg, str) for arg in args):
-        raise GenerationError("runtime_dir_invalid", f'{path} is not {{"serve_args": [strings]}}')
+        raise GenerationStateError("runtime_dir_invalid", f'{path} is not {{"serve_args": [strings]}}')
     return check_serve_args(args)
 
 
@@ -133,7 +134,7 @@ def start_runtime(
         try:
             pid = _spawn(executable, command, env, fd)
         except OSError as exc:
-            raise GenerationError(
+            raise GenerationStateError(
                 "runtime_start_failed", f"cannot run {executable}: {exc.strerror}"
             ) from None
     finally:
@@ -151,7 +152,7 @@ def start_runtime(
         if code is not None or time.monotonic() > deadline:
             if code is None:
                 _terminate(pid)
-            raise GenerationError(
+            raise GenerationStateError(
                 "runtime_start_failed",
                 f"{executable} serve "
                 + (f"exited with {code}" if code is not None else f"did not listen within {timeout_s:.0f} s")

@@ -18,15 +18,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from herdr_mcp.errors import LocalFault
 
-class HerdrError(Exception):
+
+class HerdrError(LocalFault):
     """Base of every Herdr client error: a stable `code` and an actionable `message`."""
 
     code: str = "herdr_error"
 
     def __init__(self, message: str, *, method: str | None = None, request_sent: bool = False) -> None:
-        super().__init__(message)
-        self.message = message
+        super().__init__(self.code, message)
         self.method = method
         self.request_sent = request_sent
 

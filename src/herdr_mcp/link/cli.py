@@ -6,7 +6,8 @@ At start an activation interrupted by a dead process is undone first (`recover_i
 the link never follows a generation the gate did not finish proving.
 
 The first line on stdout is `herdr-mcp link serving http://<host>:<port>/mcp` (with the real port
-when `--port 0`). Exit 2 with one line `herdr-mcp: error: <code>: <message>` when it cannot start.
+when `--port 0`). When it cannot start: one line `herdr-mcp: error: <code>: <message>` and the
+exit status of the failure's fault (2 a bad argument, 4 a busy port or an unusable token file).
 """
 
 from __future__ import annotations
@@ -16,20 +17,20 @@ import logging
 import sys
 from pathlib import Path
 
-from herdr_mcp.cli.arguments import CommandParser, dir_path, fail, file_path, io_failure, port
-from herdr_mcp.generations import GenerationError, GenerationStore, recover_interrupted
+from herdr_mcp.cli.arguments import CommandParser, dir_path, file_path, port, run_guarded, with_json
+from herdr_mcp.errors import LocalFault, UsageFault
+from herdr_mcp.generations import GenerationStore, recover_interrupted
+from herdr_mcp.layout import DEFAULT_LINK_PORT, LOOPBACK_HOSTS, Layout
 from herdr_mcp.link.router import LinkConfig, LinkHandler
 from herdr_mcp.link.server import LinkServer
 from herdr_mcp.loopback import StopSignals, bind_loopback, freeze_startup_heap, stop_signals
-from herdr_mcp.runtime.auth import TokenFileError, load_or_create_token
-from herdr_mcp.runtime.config import LOOPBACK_HOSTS, default_config_dir
+from herdr_mcp.tokens import load_or_create_token
 
-DEFAULT_LINK_PORT = 8771
 #: In-flight requests get this long to finish on SIGTERM before the link closes their connections.
 GRACEFUL_SHUTDOWN_S = 30
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = CommandParser(
         prog="herdr-mcp link", description="the stable local MCP endpoint in front of the active generation"
     )
@@ -41,15 +42,25 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--token-file", type=file_path, help="the link's bearer (default <state dir>/../link-token)"
     )
-    parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
-    return parser
+    parser.add_argument(
+        "--log-level",
+        default="warning",
+        choices=["debug", "info", "warning", "error"],
+        help="default: warning",
+    )
+    return with_json(parser)
 
 
 def main(argv: list[str]) -> int:
-    """Run the link until SIGTERM/SIGINT; the only catch of expected errors for this command."""
+    """`herdr-mcp link ...` inside the CLI's one catch; the exit status."""
+    return run_guarded(lambda: run(argv), argv)
+
+
+def run(argv: list[str]) -> int:
+    """Run the link until SIGTERM/SIGINT; raises what the CLI's one catch reports."""
     stop = stop_signals()
     try:
-        return _run(_parser().parse_args(argv), stop)
+        return _run(build_parser().parse_args(argv), stop)
     finally:
         stop.exiting()
 
@@ -57,19 +68,12 @@ def main(argv: list[str]) -> int:
 def _run(args: argparse.Namespace, stop: StopSignals) -> int:
     if args.host not in LOOPBACK_HOSTS:
         hosts = ", ".join(LOOPBACK_HOSTS)
-        return fail("herdr-mcp", "host_not_loopback", f"--host {args.host}: pass one of {hosts}")
-    state_dir: Path = args.state_dir or default_config_dir() / "generations"
-    token_file: Path = args.token_file or state_dir.parent / "link-token"
+        raise UsageFault("host_not_loopback", f"--host {args.host}: pass one of {hosts}")
+    state_dir: Path = args.state_dir or Layout.default().generations_dir
+    token_file: Path = args.token_file or Layout(state_dir.parent).link_token_file
     store = GenerationStore.in_dir(state_dir)
-    try:
-        token = load_or_create_token(token_file)
-        recovered = recover_interrupted(store)
-    except TokenFileError as exc:
-        return fail("herdr-mcp", "token_unavailable", str(exc))
-    except GenerationError as exc:
-        return fail("herdr-mcp", exc.code, exc.message)
-    except OSError as exc:
-        return io_failure("herdr-mcp", exc)
+    token = load_or_create_token(token_file)
+    recovered = recover_interrupted(store)
     if recovered is not None:
         print(f"  undid an interrupted activation; active is {recovered.active}", file=sys.stderr)
     logging.basicConfig(
@@ -79,12 +83,11 @@ def _run(args: argparse.Namespace, stop: StopSignals) -> int:
     try:
         sock = bind_loopback(args.host, args.port)
     except OSError as exc:
-        return fail(
-            "herdr-mcp",
+        raise LocalFault(
             "port_unavailable",
             f"cannot listen on {args.host}:{args.port} ({exc.strerror or exc}); stop what uses that port, "
             "or pass --port 0 for a free one",
-        )
+        ) from None
     if stop.is_set():  # asked to stop while starting: leave before serving anything
         sock.close()
         link.close()

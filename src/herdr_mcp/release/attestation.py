@@ -51,6 +51,8 @@ from sigstore.verify.policy import (
     VerificationPolicy,
 )
 
+from herdr_mcp.errors import RefusedFault
+
 AttestationErrorCode = Literal[
     "attestation_bundle_malformed",
     "attestation_trusted_root_invalid",
@@ -103,11 +105,11 @@ _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 _T = TypeVar("_T")
 
 
-class AttestationError(Exception):
+class AttestationError(RefusedFault):
     """A Sigstore bundle, trust root or identity policy was refused; `code` is stable."""
 
     def __init__(self, code: AttestationErrorCode, message: str) -> None:
-        super().__init__(f"{code}: {message}")
+        super().__init__(code, message)
         self.code: AttestationErrorCode = code
         self.message = message
 

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from herdr_mcp.errors import LocalFault
+
 #: Called with one line of progress (the CLI prints it on stderr).
 Progress = Callable[[str], None]
 #: Called on each clean tree before it is built (tree, 0 or 1); tests use it to make a difference.
@@ -55,13 +57,13 @@ _HOOK_TIMEOUT_SECONDS = 300
 _GIT_TIMEOUT_SECONDS = 120
 
 
-class BuildError(Exception):
+class BuildError(LocalFault):
     """A build that cannot be carried out as asked; `code` is stable, `message` says what to do."""
 
     def __init__(self, code: str, message: str) -> None:
         self.code = code
         self.message = message
-        super().__init__(f"{code}: {message}")
+        super().__init__(code, message)
 
     def to_dict(self) -> dict[str, str]:
         return {"code": self.code, "message": self.message}

@@ -43,6 +43,7 @@ from typing import Any
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
+from herdr_mcp.errors import LocalFault
 from herdr_mcp.release.build import sha256_file
 
 #: Called with one line of progress (the CLI prints it on stderr).
@@ -69,13 +70,13 @@ _HOST_QUERY = (
 )
 
 
-class BundleError(Exception):
+class BundleError(LocalFault):
     """A bundle (or release configuration) that cannot be made as asked; `code` is stable."""
 
     def __init__(self, code: str, message: str) -> None:
         self.code = code
         self.message = message
-        super().__init__(f"{code}: {message}")
+        super().__init__(code, message)
 
     def to_dict(self) -> dict[str, str]:
         return {"code": self.code, "message": self.message}

@@ -49,6 +49,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
 
+from herdr_mcp.errors import RefusedFault
+
 #: The environment variable that may hold the release secret key file's text (GitHub secret).
 SECRET_KEY_ENV = "HERDR_MCP_RELEASE_SECRET_KEY"  # noqa: S105 (a variable name, not a secret)
 #: Default untrusted comment of our signatures (informational only; nothing verifies it).
@@ -74,11 +76,11 @@ MAX_TRUSTED_COMMENT_BYTES = 8000
 MAX_SIGNATURE_FILE_BYTES = 16 * 1024
 
 
-class SignatureError(Exception):
+class SignatureError(RefusedFault):
     """A signature, key or key file that cannot be used; `code` is stable (see the module docstring)."""
 
     def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
+        super().__init__(code, message)
         self.code = code
         self.message = message
 

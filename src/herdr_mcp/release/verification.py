@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from herdr_mcp.errors import RefusedFault
 from herdr_mcp.release.attestation import (
     AttestationError,
     IdentityPolicy,
@@ -59,7 +60,7 @@ SIGSTORE_BUNDLE_NAME = MANIFEST_FILENAME + ".sigstore.json"
 PROVENANCE_BUNDLE_NAME = "runtime-provenance.sigstore.json"
 
 
-class ReleaseVerificationError(Exception):
+class ReleaseVerificationError(RefusedFault):
     """A published release failed verification; `code` is stable, `message` says what to do.
 
     `manifest` is the parsed manifest when the failure came after its signature held and it
@@ -67,9 +68,7 @@ class ReleaseVerificationError(Exception):
     """
 
     def __init__(self, code: str, message: str, manifest: RuntimeManifest | None = None) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
+        super().__init__(code, message)
         self.manifest = manifest
 
 

@@ -43,6 +43,7 @@ from typing import Any
 
 import rfc8785
 
+from herdr_mcp.errors import LocalFault
 from herdr_mcp.runtime.tools.patch import ADD, DELETE, MOVE, UPDATE
 
 AUDIT_FILE_NAME = "audit.jsonl"
@@ -81,10 +82,16 @@ PATCH_HEADERS = (ADD, DELETE, UPDATE, MOVE)
 REDACTED = "[redacted]"
 
 
-class AuditUnavailable(Exception):
+class AuditUnavailable(LocalFault):
     """The audit log cannot be written; `code` is stable, the message says what to do."""
 
     code = "audit_unavailable"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(self.code, message)
+
+    def __str__(self) -> str:
+        return self.message
 
 
 # --- what a record says about a call ---------------------------------------------------------

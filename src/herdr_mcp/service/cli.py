@@ -13,11 +13,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from herdr_mcp.cli.arguments import CommandParser, dir_path, fail, fixed_port, io_failure
-from herdr_mcp.generations import GenerationError
+from herdr_mcp.cli.arguments import CommandParser, dir_path, fixed_port, run_guarded, with_json
+from herdr_mcp.errors import UsageFault
 from herdr_mcp.generations.control import check_generation_id
-from herdr_mcp.runtime.config import DEFAULT_PORT, default_config_dir
-from herdr_mcp.service.fence import FenceSet
+from herdr_mcp.layout import DEFAULT_PORT, default_config_dir
 from herdr_mcp.service.install import (
     ServiceHost,
     install_services,
@@ -27,18 +26,19 @@ from herdr_mcp.service.install import (
     uninstall_services,
 )
 from herdr_mcp.service.rollback import rollback_service
-from herdr_mcp.service.units import PLATFORMS, Runner, ServiceError, run_command
+from herdr_mcp.service.units import PLATFORMS, Runner, run_command
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--platform", choices=PLATFORMS, default=None, help="default: this OS's")
-    parser.add_argument("--config-dir", type=dir_path, default=None)
+    parser.add_argument(
+        "--config-dir", type=dir_path, default=None, help="the config dir (default: user config)"
+    )
     parser.add_argument("--target-dir", type=dir_path, default=None, help="where the unit/plist files go")
     parser.add_argument("--state-dir", type=dir_path, default=None, help="generations state dir")
-    parser.add_argument("--json", action="store_true")
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = CommandParser(prog="herdr-mcp service", description="launchd / systemd --user services")
     commands = parser.add_subparsers(dest="command", required=True)
     install = commands.add_parser("install", help="install and load the services; clears the update fence")
@@ -59,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     _common(uninstall)
     status = commands.add_parser("status", help="show the services, the fence and the recorded rollback")
     _common(status)
-    return parser
+    return with_json(parser)
 
 
 def _host(args: argparse.Namespace, runner: Runner) -> ServiceHost:
@@ -73,35 +73,33 @@ def _host(args: argparse.Namespace, runner: Runner) -> ServiceHost:
 
 
 def main(argv: list[str], *, runner: Runner = run_command) -> int:
-    """`herdr-mcp service ...`; the one catch of expected errors for this command."""
-    args = _parser().parse_args(argv)
-    try:
-        host = _host(args, runner)
-        if args.command == "install":
-            generation = None if args.generation is None else check_generation_id(args.generation)
-            config = service_config(
-                host, executable=args.executable, port=args.port, log_dir=args.log_dir, generation=generation
-            )
-            result = install_services(host, config, generation=generation)
-            document: dict[str, Any] = result.to_dict()
-            summary = f"installed {len(result.written)} {host.platform} jobs into {host.target_dir}"
-            if result.fence_cleared:
-                summary += "; update fence cleared"
-            if result.rollback_recorded:
-                summary += "; service rollback recorded"
-        elif args.command == "uninstall":
-            removed = uninstall_services(host)
-            document = {"removed": [str(path) for path in removed], "update_fence": "set"}
-            summary = (
-                f"removed {len(removed)} {host.platform} jobs; updates are fenced until `service install`"
-            )
-        else:
-            document = service_status(host)
-            summary = _status_text(document)
-    except (ServiceError, GenerationError, FenceSet) as exc:
-        return fail("herdr-mcp", exc.code, exc.message)
-    except OSError as exc:
-        return io_failure("herdr-mcp", exc)
+    """`herdr-mcp service ...` inside the CLI's one catch; the exit status."""
+    return run_guarded(lambda: run(argv, runner=runner), argv)
+
+
+def run(argv: list[str], *, runner: Runner = run_command) -> int:
+    """Run one `service` subcommand; raises what the CLI's one catch reports."""
+    args = build_parser().parse_args(argv)
+    host = _host(args, runner)
+    if args.command == "install":
+        generation = None if args.generation is None else check_generation_id(args.generation)
+        config = service_config(
+            host, executable=args.executable, port=args.port, log_dir=args.log_dir, generation=generation
+        )
+        result = install_services(host, config, generation=generation)
+        document: dict[str, Any] = result.to_dict()
+        summary = f"installed {len(result.written)} {host.platform} jobs into {host.target_dir}"
+        if result.fence_cleared:
+            summary += "; update fence cleared"
+        if result.rollback_recorded:
+            summary += "; service rollback recorded"
+    elif args.command == "uninstall":
+        removed = uninstall_services(host)
+        document = {"removed": [str(path) for path in removed], "update_fence": "set"}
+        summary = f"removed {len(removed)} {host.platform} jobs; updates are fenced until `service install`"
+    else:
+        document = service_status(host)
+        summary = _status_text(document)
     print(json.dumps(document, indent=2, sort_keys=True) if args.json else summary)
     return 0
 
@@ -121,33 +119,37 @@ def _status_text(document: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def rollback_main(argv: list[str], *, runner: Runner = run_command) -> int:
-    """`herdr-mcp rollback`: re-validate and re-activate the recorded service rollback (macOS)."""
+def build_rollback_parser() -> argparse.ArgumentParser:
     parser = CommandParser(
         prog="herdr-mcp rollback", description="re-activate the service rollback recorded by the last install"
     )
     _common(parser)
-    args = parser.parse_args(argv)
-    try:
-        host = _host(args, runner)
-        if host.platform != "launchd":
-            raise ServiceError(
-                "rollback_unsupported_platform",
-                "only macOS records a service rollback; on Linux use `herdr-mcp generation rollback`",
-            )
-        result = rollback_service(
-            host.config_dir,
-            host.generations(),
-            host.target_dir,
-            host.uid,
-            host.runner,
-            token_reader=host.token_reader,
-            sleep=host.sleep,
+    return with_json(parser)
+
+
+def rollback_main(argv: list[str], *, runner: Runner = run_command) -> int:
+    """`herdr-mcp rollback` inside the CLI's one catch; the exit status."""
+    return run_guarded(lambda: rollback_run(argv, runner=runner), argv)
+
+
+def rollback_run(argv: list[str], *, runner: Runner = run_command) -> int:
+    """`herdr-mcp rollback`: re-validate and re-activate the recorded service rollback (macOS)."""
+    args = build_rollback_parser().parse_args(argv)
+    host = _host(args, runner)
+    if host.platform != "launchd":
+        raise UsageFault(
+            "rollback_unsupported_platform",
+            "only macOS records a service rollback; on Linux use `herdr-mcp generation rollback`",
         )
-    except (ServiceError, GenerationError, FenceSet) as exc:
-        return fail("herdr-mcp", exc.code, exc.message)
-    except OSError as exc:
-        return io_failure("herdr-mcp", exc)
+    result = rollback_service(
+        host.config_dir,
+        host.generations(),
+        host.target_dir,
+        host.uid,
+        host.runner,
+        token_reader=host.token_reader,
+        sleep=host.sleep,
+    )
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, sort_keys=True))
     else:

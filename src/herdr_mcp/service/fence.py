@@ -6,38 +6,36 @@ refuses with `FenceSet` (code `update_fenced`), naming the reason and when it wa
 
 The fence is `<config dir>/update-fence.json`, 0600, written atomically:
 `{"schema_version": 1, "reason": "...", "set_at": "2026-11-29T19:00:00.000Z"}`. A fence file that
-exists but cannot be read or parsed still fences (fail closed): its reason then says so.
+exists but cannot be read or parsed still fences (`FailRule.CLOSED`): its reason then says so.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from herdr_mcp.generations.control import atomic_write, read_capped
+from herdr_mcp.errors import RefusedFault
+from herdr_mcp.layout import FENCE_FILE, Layout
+from herdr_mcp.records import FailRule, RecordInvalid, RecordKind
 
-FENCE_FILE = "update-fence.json"
 SCHEMA_VERSION = 1
 #: A fence file is one short line; anything larger is not ours (and still fences).
 MAX_FENCE_BYTES = 16 * 1024
+FENCE_RECORD = RecordKind(FENCE_FILE, MAX_FENCE_BYTES, FailRule.CLOSED, SCHEMA_VERSION)
 
 
-class FenceSet(Exception):
+class FenceSet(RefusedFault):
     """An update was refused because the update fence is set (code `update_fenced`)."""
-
-    code = "update_fenced"
 
     def __init__(self, fence: Fence) -> None:
         self.fence = fence
-        self.message = (
+        super().__init__(
+            "update_fenced",
             f"updates are fenced since {fence.set_at or 'an unknown time'} ({fence.reason}); "
-            "run `herdr-mcp service install` to clear the fence"
+            "run `herdr-mcp service install` to clear the fence",
         )
-        super().__init__(f"{self.code}: {self.message}")
 
 
 @dataclass(frozen=True)
@@ -52,15 +50,14 @@ class Fence:
 
 
 def fence_path(config_dir: Path) -> Path:
-    return config_dir / FENCE_FILE
+    return Layout(config_dir).fence_file
 
 
 def set_fence(config_dir: Path, reason: str, *, now: datetime.datetime | None = None) -> Fence:
     """Fence updates with `reason` (replacing any earlier fence); returns the fence written."""
     moment = now or datetime.datetime.now(datetime.UTC)
     fence = Fence(reason=reason, set_at=_timestamp(moment))
-    document = {"schema_version": SCHEMA_VERSION, **fence.to_dict()}
-    atomic_write(fence_path(config_dir), (json.dumps(document, sort_keys=True) + "\n").encode())
+    FENCE_RECORD.write(fence_path(config_dir), fence.to_dict())
     return fence
 
 
@@ -78,12 +75,14 @@ def read_fence(config_dir: Path) -> Fence | None:
     unreadable or malformed one is a fence whose reason says what is wrong with it."""
     path = fence_path(config_dir)
     try:
-        data = read_capped(path, MAX_FENCE_BYTES)
-    except OSError as exc:
-        return Fence(reason=f"fence file {path} is unreadable ({exc.strerror})", set_at=None)
-    if data is None:
+        document = FENCE_RECORD.read(path)
+    except RecordInvalid as exc:
+        if isinstance(exc.__cause__, OSError):
+            return Fence(reason=f"fence file {path} is unreadable ({exc.__cause__.strerror})", set_at=None)
+        return Fence(reason=f"fence file {path} is malformed", set_at=None)
+    if document is None:
         return None
-    return _parse(data) or Fence(reason=f"fence file {path} is malformed", set_at=None)
+    return _parse(document) or Fence(reason=f"fence file {path} is malformed", set_at=None)
 
 
 def check_fence(config_dir: Path) -> None:
@@ -93,16 +92,11 @@ def check_fence(config_dir: Path) -> None:
         raise FenceSet(fence)
 
 
-def _parse(data: bytes) -> Fence | None:
-    if len(data) > MAX_FENCE_BYTES:
-        return None
-    document: object = None
-    with contextlib.suppress(ValueError, UnicodeDecodeError):
-        document = json.loads(data)
-    if not isinstance(document, dict) or set(document) != {"schema_version", "reason", "set_at"}:
+def _parse(document: dict[str, Any]) -> Fence | None:
+    if set(document) != {"schema_version", "reason", "set_at"}:
         return None
     reason, set_at = document["reason"], document["set_at"]
-    if document["schema_version"] != SCHEMA_VERSION or not isinstance(reason, str) or not reason:
+    if not isinstance(reason, str) or not reason:
         return None
     if not isinstance(set_at, str):
         return None

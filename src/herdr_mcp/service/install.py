@@ -44,6 +44,7 @@ from herdr_mcp.service.units import (
     Runner,
     ServiceConfig,
     ServiceError,
+    ServiceRefused,
     default_target_dir,
     detect_platform,
     launchd_bootout,
@@ -245,7 +246,7 @@ def install_services(
             result = activate(store, generation, token_reader=host.token_reader, **extra)
             activation = result.outcome
             if not result.ok:
-                raise ServiceError("install_refused", f"{result.outcome}: {result.message}")
+                raise ServiceRefused("install_refused", f"{result.outcome}: {result.message}")
     except (ServiceError, GenerationError):
         _restore(host, files, before)
         raise

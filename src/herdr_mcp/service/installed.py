@@ -4,34 +4,52 @@ Written by `service install` after the jobs loaded, removed by `service uninstal
 reads it so that it never retires the generation whose venv holds that executable: the link,
 the runtime job (`generation up`) and the daily update job run from it, and would fail at their
 next start if that venv were deleted. No secrets; 0600 like every file herdr-mcp writes there.
+
+The record fails closed (`records.FailRule.CLOSED`): a file that is present but unreadable or
+malformed raises `ServiceError("services_record_invalid")`, so an update or a DEV sync refuses
+before it retires anything, instead of reading "no services" and deleting the venv they run from.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from herdr_mcp.generations.control import atomic_write
+from herdr_mcp.layout import SERVICES_FILE, Layout
+from herdr_mcp.records import FailRule, RecordInvalid, RecordKind
+from herdr_mcp.service.units import ServiceError
 
-SERVICES_FILE = "services.json"
-MAX_BYTES = 16 * 1024
+SERVICES_RECORD = RecordKind(SERVICES_FILE, max_bytes=16 * 1024, fail=FailRule.CLOSED)
 
 
 def record_services_executable(config_dir: Path, executable: Path) -> None:
-    atomic_write(config_dir / SERVICES_FILE, json.dumps({"executable": str(executable)}).encode() + b"\n")
+    SERVICES_RECORD.write(Layout(config_dir).services_file, {"executable": str(executable)})
 
 
 def clear_services_executable(config_dir: Path) -> None:
-    (config_dir / SERVICES_FILE).unlink(missing_ok=True)
+    Layout(config_dir).services_file.unlink(missing_ok=True)
 
 
 def services_executable(config_dir: Path) -> Path | None:
-    """The executable the installed services run, or None (no services, or an unreadable file:
-    then nothing is protected by it, and the updater keeps only active and previous)."""
+    """The executable the installed services run, or None when no services are recorded.
+
+    Raises `ServiceError("services_record_invalid")` for a file that is there but unreadable or
+    not `{"executable": "<path>"}` (fail closed: see the module docstring)."""
+    path = Layout(config_dir).services_file
     try:
-        data = (config_dir / SERVICES_FILE).read_bytes()[: MAX_BYTES + 1]
-        document = json.loads(data) if len(data) <= MAX_BYTES else None
-    except (OSError, ValueError):
+        document = SERVICES_RECORD.read(path)
+    except RecordInvalid as exc:
+        raise _invalid(path, str(exc)) from exc
+    if document is None:
         return None
-    value = document.get("executable") if isinstance(document, dict) else None
-    return Path(value) if isinstance(value, str) and value else None
+    value = document.get("executable")
+    if set(document) != {"executable"} or not isinstance(value, str) or not value:
+        raise _invalid(path, 'not {"executable": "<path>"}')
+    return Path(value)
+
+
+def _invalid(path: Path, detail: str) -> ServiceError:
+    return ServiceError(
+        "services_record_invalid",
+        f"{detail}; nothing is retired while it is unreadable: run `herdr-mcp service install` to "
+        f"rewrite it (or remove {path} if no services are installed)",
+    )

@@ -34,23 +34,28 @@ from pathlib import Path
 from typing import Any
 
 from herdr_mcp.generations import ActivationResult, GenerationError, GenerationStore, TokenReader, activate
-from herdr_mcp.generations.control import atomic_write, check_generation_id, read_capped
+from herdr_mcp.generations.control import check_generation_id
+from herdr_mcp.layout import SERVICE_ROLLBACK_FILE, Layout
+from herdr_mcp.records import FailRule, RecordKind, atomic_write, read_capped
 from herdr_mcp.service.fence import check_fence
 from herdr_mcp.service.units import (
     JOBS,
     LABEL_PREFIX,
     Runner,
     ServiceError,
+    ServiceRefused,
     launchd_bootout,
     launchd_bootstrap,
     launchd_label,
     write_files,
 )
 
-ROLLBACK_FILE = "service-rollback.json"
+ROLLBACK_FILE = SERVICE_ROLLBACK_FILE
 SCHEMA_VERSION = 1
 #: Three plists of ~1 KiB each; anything much larger is not a record we wrote.
 MAX_RECORD_BYTES = 256 * 1024
+#: A bad record fails closed: `rollback` refuses (`service_rollback_invalid`) rather than guess.
+ROLLBACK_RECORD = RecordKind(SERVICE_ROLLBACK_FILE, MAX_RECORD_BYTES, FailRule.CLOSED, SCHEMA_VERSION)
 _PLIST_NAMES = frozenset(f"{launchd_label(job)}.plist" for job in JOBS)
 
 
@@ -87,11 +92,7 @@ class ServiceRollback:
 
 
 def _parse(data: bytes) -> ServiceRollback:
-    if len(data) > MAX_RECORD_BYTES:
-        raise ValueError(f"larger than {MAX_RECORD_BYTES} bytes")
-    document = json.loads(data)
-    if not isinstance(document, dict):
-        raise TypeError("not an object")
+    document = ROLLBACK_RECORD.parse(data)
     fields = {
         "schema_version", "platform", "recorded_at", "previous_generation", "installed_generation",
         "previous_plists",
@@ -120,7 +121,7 @@ def _parse(data: bytes) -> ServiceRollback:
 
 
 def record_path(config_dir: Path) -> Path:
-    return config_dir / ROLLBACK_FILE
+    return Layout(config_dir).service_rollback_file
 
 
 def record_rollback(
@@ -212,7 +213,7 @@ def rollback_service(
     extra: dict[str, Any] = {} if sleep is None else {"sleep": sleep}
     result = activate(store, record.previous_generation, token_reader=token_reader, **extra)
     if not result.ok:
-        raise ServiceError(
+        raise ServiceRefused(
             "rollback_refused",
             f"the previous generation {record.previous_generation} did not pass the gate "
             f"({result.outcome}); the services and the active generation are unchanged: {result.message}",

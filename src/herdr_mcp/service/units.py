@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from herdr_mcp.generations.control import atomic_write
-from herdr_mcp.runtime.config import DEFAULT_PORT
+from herdr_mcp.errors import LocalFault, RefusedFault
+from herdr_mcp.layout import DEFAULT_PORT
+from herdr_mcp.records import atomic_write
 
 Platform = Literal["launchd", "systemd"]
 PLATFORMS: tuple[Platform, ...] = ("launchd", "systemd")
@@ -44,13 +45,13 @@ RESTART_DELAY_S = 5
 COMMAND_TIMEOUT_S = 60.0
 
 
-class ServiceError(Exception):
-    """A service command cannot be carried out: a stable `code` and an actionable `message`."""
+class ServiceError(LocalFault):
+    """A service command cannot be carried out on this workstation (a service manager command
+    failed, no executable, an unsupported platform): a stable `code` and an actionable `message`."""
 
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
+
+class ServiceRefused(RefusedFault, ServiceError):
+    """The gate refused the generation a service install or rollback would run."""
 
 
 class CommandResult(NamedTuple):

@@ -1,9 +1,9 @@
 """`herdr-mcp sim`: run the Herdr simulator on a socket until SIGINT or SIGTERM.
 
 Prints the socket path as the first line of stdout (for scripts), a summary on stderr, and
-removes the socket file on exit. Exit status: 0 after a signal (SIGTERM, SIGINT), 2 with one line
-`herdr-mcp sim: error: <code>: <message>` for bad arguments or config (`sim_config_invalid`) or
-a socket it cannot serve (`sim_socket_unavailable`). The socket's directory must exist.
+removes the socket file on exit. Exit status: 0 after a signal (SIGTERM, SIGINT); with one line
+`herdr-mcp: error: <code>: <message>`, 2 for bad arguments or config (`sim_config_invalid`) and
+4 for a socket it cannot serve (`sim_socket_unavailable`). The socket's directory must exist.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import asyncio
 import sys
 from pathlib import Path
 
-from herdr_mcp.cli.arguments import CommandParser, existing_dir, fail, socket_path
+from herdr_mcp.cli.arguments import CommandParser, existing_dir, run_guarded, socket_path, with_json
+from herdr_mcp.errors import LocalFault
 from herdr_mcp.loopback import StopSignals, stop_signals
 from herdr_mcp.sim.config import SimConfig, SimulatorError
 from herdr_mcp.sim.server import Simulator
@@ -44,21 +45,24 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="METHOD[=CODE]",
         help="make METHOD fail with Herdr error CODE (default internal_error), e.g. session.snapshot",
     )
-    return parser
+    return with_json(parser)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of `herdr-mcp sim` and `python -m herdr_mcp.sim`."""
+    """Entry point of `herdr-mcp sim` and `python -m herdr_mcp.sim`, inside the CLI's one catch."""
+    arguments = sys.argv[1:] if argv is None else argv
+    return run_guarded(lambda: run(arguments), arguments)
+
+
+def run(argv: list[str]) -> int:
+    """Run the simulator until a signal; raises what the CLI's one catch reports."""
     stop = stop_signals()
     args = build_parser().parse_args(argv)
-    try:
-        config = _config(args.config, args.root)
-        faults = [_fault(spec) for spec in args.fault]
-        simulator = Simulator(config, args.socket)
-        for method, code in faults:
-            simulator.inject_fault(method, code=code)
-    except SimulatorError as exc:
-        return fail(PROG, "sim_config_invalid", str(exc))
+    config = _config(args.config, args.root)
+    faults = [_fault(spec) for spec in args.fault]
+    simulator = Simulator(config, args.socket)
+    for method, code in faults:
+        simulator.inject_fault(method, code=code)
     try:
         return asyncio.run(_serve(simulator, stop))
     finally:
@@ -86,7 +90,7 @@ async def _serve(simulator: Simulator, stop: StopSignals) -> int:
     try:
         await simulator.start()
     except SimulatorError as exc:
-        return fail(PROG, "sim_socket_unavailable", str(exc))
+        raise LocalFault("sim_socket_unavailable", str(exc)) from exc
     try:
         print(simulator.socket_path, flush=True)
         _describe(simulator)

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from herdr_mcp.errors import UsageFault
+
 HERDR_VERSION = "0.9.2"
 HERDR_PROTOCOL = 22
 
@@ -23,8 +25,16 @@ MAX_STEP_DELAY_MS = 3_600_000
 """An hour: longer delays are surely a typo for seconds."""
 
 
-class SimulatorError(Exception):
+class SimulatorError(UsageFault):
     """The simulator cannot do what was asked; the message says why and what to change."""
+
+    code = "sim_config_invalid"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(self.code, message)
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class SimConfigError(SimulatorError):

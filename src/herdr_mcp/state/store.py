@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
+from herdr_mcp.errors import LocalFault
 from herdr_mcp.state.migrations import MIGRATIONS, Migration
 
 #: Milliseconds a writer waits for another writer before SQLite gives up with "database is locked".
@@ -41,10 +42,16 @@ BUSY_TIMEOUT_MS = 10_000
 STATE_FILE_NAME = "state.db"
 
 
-class StateError(Exception):
+class StateError(LocalFault):
     """The state database cannot be used; `code` is stable, the message says what to do."""
 
     code = "state_unavailable"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(self.code, message)
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class StateSchemaTooNew(StateError):

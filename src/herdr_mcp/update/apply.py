@@ -57,6 +57,7 @@ from herdr_mcp.generations.process import (
     stop_runtime,
 )
 from herdr_mcp.generations.registry import register, remove
+from herdr_mcp.layout import DEV_PLANE_FILE, Layout
 from herdr_mcp.service.fence import check_fence
 from herdr_mcp.service.installed import services_executable
 from herdr_mcp.update.admission import AdmissionPolicy, AlreadyCurrent, LocalIdentity, TrustedRelease
@@ -72,20 +73,20 @@ from herdr_mcp.update.staging import JOB_PREFIX, DownloadConfig, stage
 PROBE_TIMEOUT_S = 60.0
 FAILPOINT_ENV = "HERDR_MCP_UPDATE_FAILPOINT"
 #: Present while a DEV generation (built from a checkout by `herdr-mcp dev sync`) is in charge.
-DEV_PLANE_MARKER = "dev-plane.json"
+DEV_PLANE_MARKER = DEV_PLANE_FILE
 #: Provenance keys of a generation this updater installed from a release.
 SOURCE_RELEASE = "release"
 
 
 @dataclass(frozen=True)
 class UpdatePaths:
-    """Where an update keeps its files, all under the config dir."""
+    """Where an update keeps its files, all under the config dir (`layout.py`)."""
 
     config_dir: Path
 
     @property
     def generations(self) -> GenerationStore:
-        return GenerationStore.in_dir(self.config_dir / "generations")
+        return GenerationStore.in_dir(Layout(self.config_dir).generations_dir)
 
     @property
     def runtimes(self) -> Path:
@@ -93,15 +94,15 @@ class UpdatePaths:
 
     @property
     def jobs(self) -> Path:
-        return self.config_dir / "update" / "jobs"
+        return Layout(self.config_dir).update_dir / "jobs"
 
     @property
     def lock(self) -> Path:
-        return self.config_dir / "update" / "update.lock"
+        return Layout(self.config_dir).update_dir / "update.lock"
 
     @property
     def highest_seen(self) -> Path:
-        return self.config_dir / "highest-seen.json"
+        return Layout(self.config_dir).highest_seen_file
 
 
 @dataclass(frozen=True)

@@ -30,25 +30,26 @@ cannot be configured here: only the interactive `--unsafe-skip-sigstore` does it
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from herdr_mcp.generations.control import read_capped
+from herdr_mcp.errors import UsageFault
+from herdr_mcp.layout import SETTINGS_FILE, Layout
+from herdr_mcp.records import FailRule, RecordInvalid, RecordKind
 from herdr_mcp.service.fence import read_fence
 from herdr_mcp.update.admission import AlreadyCurrent, TrustedRelease
 from herdr_mcp.update.apply import DEV_PLANE_MARKER, UpdateReport
 from herdr_mcp.update.check import CheckResult
 from herdr_mcp.update.discovery import CHANNELS, NoCandidate
 
-SETTINGS_FILE = "update-settings.json"
 AUTO_CHANNEL = "stable"
 _REPOSITORY = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}")
 #: A settings file is two fields.
 MAX_SETTINGS_BYTES = 16 * 1024
+SETTINGS_RECORD = RecordKind(SETTINGS_FILE, MAX_SETTINGS_BYTES, FailRule.CLOSED)
 
 Action = Literal["skipped", "no_release", "current", "admitted", "activated", "refused"]
 
@@ -64,8 +65,16 @@ class UpdateSettings:
     identity_policy: str | None = None
 
 
-class SettingsInvalid(ValueError):
+class SettingsInvalid(UsageFault):
     """`update-settings.json` breaks its schema (the message says how)."""
+
+    code = "update_settings_invalid"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(self.code, message)
+
+    def __str__(self) -> str:
+        return self.message
 
 
 @dataclass(frozen=True)
@@ -94,19 +103,14 @@ class AutoDecision:
 
 
 def read_settings(config_dir: Path) -> UpdateSettings:
-    """The settings file, or the defaults when there is none; raises `SettingsInvalid`."""
+    """The settings file, or the defaults when there is none; raises `SettingsInvalid` (the
+    record fails closed: a bad file is never read as the defaults)."""
     try:
-        data = read_capped(config_dir / SETTINGS_FILE, MAX_SETTINGS_BYTES)
-    except OSError as exc:
-        raise SettingsInvalid(f"cannot open {SETTINGS_FILE}: {exc.strerror}") from exc
-    if data is None:
+        document = SETTINGS_RECORD.read(Layout(config_dir).settings_file)
+    except RecordInvalid as exc:
+        raise SettingsInvalid(f"{SETTINGS_FILE} is unusable ({exc})") from exc
+    if document is None:
         return UpdateSettings()
-    try:
-        document = json.loads(data) if len(data) <= MAX_SETTINGS_BYTES else None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise SettingsInvalid(f"{SETTINGS_FILE} is not JSON") from exc
-    if not isinstance(document, dict):
-        raise SettingsInvalid(f"{SETTINGS_FILE} must be a JSON object")
     unknown = set(document) - {"auto_update", "channel", "repository", "repository_id", "identity_policy"}
     if unknown:
         raise SettingsInvalid(f"unknown field(s) in {SETTINGS_FILE}: {', '.join(sorted(unknown))}")

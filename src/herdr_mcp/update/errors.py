@@ -19,34 +19,28 @@ The same `code` may appear under two classes when the same rule is broken by dif
 
 from __future__ import annotations
 
-
-class UpdateError(Exception):
-    """Base of every updater error: a stable `code` and an actionable `message`."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-
-    def to_dict(self) -> dict[str, str]:
-        """The JSON form printed by `--json` commands: `{"code", "message"}`."""
-        return {"code": self.code, "message": self.message}
+from herdr_mcp.errors import HerdrMcpError, LocalFault, RefusedFault, UsageFault
 
 
-class ReleaseDataError(UpdateError):
+class UpdateError(HerdrMcpError):
+    """Base of every updater error: a stable `code` and an actionable `message`; each subclass
+    is also the fault class (`errors.py`) that says whose fault it is."""
+
+
+class ReleaseDataError(RefusedFault, UpdateError):
     """The remote data (releases index, release, manifest) is malformed or breaks a rule."""
 
 
-class UpdateTransportError(UpdateError):
+class UpdateTransportError(LocalFault, UpdateError):
     """A transfer failed: connection, TLS, HTTP status, timeout or a refused redirect."""
 
     #: The HTTP status of a non-200 answer (`*_http_error`), else None.
     http_status: int | None = None
 
 
-class UpdateUsageError(UpdateError):
+class UpdateUsageError(UsageFault, UpdateError):
     """The caller passed an invalid argument or configuration."""
 
 
-class LocalStateError(UpdateError):
+class LocalStateError(LocalFault, UpdateError):
     """The local disk or the local updater state is unusable."""

@@ -2,12 +2,13 @@
 
 A small JSON file, `{"version": "1.2.3"}`, mode 0600. It is raised only by `record_admitted`,
 which takes a `TrustedRelease` (so only a release that passed admission can raise it), and never
-lowered. Writes are atomic (temp file in the same directory, fsync, `os.replace`, fsync of the
-directory) and serialized by an exclusive `flock` on a sibling `.lock` file, so two updaters
-racing cannot lower it either.
+lowered. Writes are atomic (`records.atomic_write`: temp file in the same directory, fsync,
+`os.replace`, fsync of the directory) and serialized by an exclusive `flock` on a sibling
+`.lock` file, so two updaters racing cannot lower it either.
 
 A missing file means nothing was recorded yet (None). A file that exists but cannot be read or
-parsed is an error, never None: silently forgetting the floor would re-open downgrades.
+parsed is an error, never None (`FailRule.CLOSED`): silently forgetting the floor would re-open
+downgrades.
 
 Errors are the local disk's fault: `HighestSeenError` (a `LocalStateError`) with the codes
 `highest_seen_unreadable`, `highest_seen_corrupt` and `highest_seen_unwritable`.
@@ -18,20 +19,20 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from herdr_mcp.layout import HIGHEST_SEEN_FILE
+from herdr_mcp.records import FailRule, RecordInvalid, RecordKind, atomic_write
 from herdr_mcp.update.admission import TrustedRelease
 from herdr_mcp.update.errors import LocalStateError
 
-#: The file's name inside the updater's state directory.
-HIGHEST_SEEN_FILENAME = "highest-seen.json"
 #: The file holds one short version string; anything larger is not ours.
 MAX_HIGHEST_SEEN_BYTES = 4096
+HIGHEST_SEEN_RECORD = RecordKind(HIGHEST_SEEN_FILE, MAX_HIGHEST_SEEN_BYTES, FailRule.CLOSED)
 
 
 class HighestSeenError(LocalStateError):
@@ -74,19 +75,11 @@ def record_admitted(path: Path, release: TrustedRelease) -> Version:
 
 
 def _parse(data: bytes, path: Path) -> Version:
-    if len(data) > MAX_HIGHEST_SEEN_BYTES:
-        raise HighestSeenError(
-            "highest_seen_corrupt", f"{path} is larger than {MAX_HIGHEST_SEEN_BYTES} bytes"
-        )
     try:
-        document = json.loads(data)
-    except (ValueError, RecursionError):
-        raise HighestSeenError("highest_seen_corrupt", f"{path} is not JSON") from None
-    if (
-        not isinstance(document, dict)
-        or set(document) != {"version"}
-        or not isinstance(document["version"], str)
-    ):
+        document = HIGHEST_SEEN_RECORD.parse(data)
+    except RecordInvalid as exc:
+        raise HighestSeenError("highest_seen_corrupt", f"{path}: {exc}") from None
+    if set(document) != {"version"} or not isinstance(document["version"], str):
         raise HighestSeenError("highest_seen_corrupt", f'{path} is not {{"version": "<version>"}}')
     try:
         return Version(document["version"])
@@ -112,26 +105,6 @@ def _exclusive(path: Path) -> Iterator[None]:
 
 def _write_atomically(path: Path, data: bytes) -> None:
     try:
-        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        atomic_write(path, data)
     except OSError as exc:
-        raise HighestSeenError(
-            "highest_seen_unwritable", f"cannot write in {path.parent}: {exc.strerror}"
-        ) from None
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            os.fchmod(stream.fileno(), 0o600)
-            stream.write(data)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-        directory = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
-    except OSError as exc:
-        Path(temporary).unlink(missing_ok=True)
         raise HighestSeenError("highest_seen_unwritable", f"cannot write {path}: {exc.strerror}") from None
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise

@@ -30,11 +30,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from herdr_mcp.layout import SETTINGS_FILE
 from herdr_mcp.release.attestation import IdentityPolicy, load_identity_policy
 from herdr_mcp.release.minisign import load_pinned_keys
 from herdr_mcp.release.verification import SigstoreTrust, UnsafeSkipSigstore
 from herdr_mcp.update.admission import AdmissionPolicy
-from herdr_mcp.update.auto import SETTINGS_FILE, SettingsInvalid, UpdateSettings, read_settings
+from herdr_mcp.update.auto import SettingsInvalid, UpdateSettings, read_settings
 from herdr_mcp.update.discovery import CHANNELS, GITHUB_API_BASE_URL, GITHUB_HOSTS, DiscoveryConfig
 from herdr_mcp.update.errors import UpdateUsageError
 from herdr_mcp.update.staging import DownloadConfig
