@@ -1,8 +1,9 @@
 """Shell sessions for herdr_exec, herdr_exec_start, herdr_exec_read and herdr_exec_kill.
 
-A session is one `bash -lc <command>` run as the workstation user, in a given working
-directory, in its own process group (so a kill reaches the whole tree), with stdin from
-/dev/null. This is a real shell with the user's full rights; nothing here is a sandbox.
+A session is one `bash -c <command>` run as the workstation user, in the environment their
+login profile sets up (captured once, see `login_environment`), in a given working directory,
+in its own process group (so a kill reaches the whole tree), with stdin from /dev/null. This
+is a real shell with the user's full rights; nothing here is a sandbox.
 
 Capture design
 --------------
@@ -100,9 +101,12 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 from herdr_mcp.errors import ToolError
+from herdr_mcp.runtime.login_environment import LoginEnvironment, ShellLaunch
 from herdr_mcp.runtime.session_processes import (
     SESSION_ENV,
     ProcessTable,
+    exit_fd,
+    exited_status,
     group_alive,
     orphan_group_status,
     process_identity,
@@ -148,6 +152,8 @@ _POLL_SECONDS = 0.02
 _DESCENDANT_POLL_SECONDS = 1.0
 # One read per readiness callback; asyncio's own pipe transports use the same size.
 _PIPE_CHUNK = 256 * 1024
+# What a session directory holds.
+_SPOOL_FILES = ("stdout", "stderr", "metadata.json", ".metadata.json.tmp")
 # The longest UTF-8 sequence, minus one: how far a chunk end may have to move.
 _UTF8_LOOKAHEAD = 3
 
@@ -372,9 +378,21 @@ class _Session:
             spool.pipe = pipe
             os.set_blocking(pipe.fileno(), False)
             self.loop.add_reader(pipe.fileno(), self.on_readable, spool)
-        threading.Thread(
-            target=self._wait_for_exit, args=(process,), name=f"exec-wait-{self.session_id}", daemon=True
-        ).start()
+        pidfd = exit_fd(process.pid)
+        if pidfd is None:
+            threading.Thread(
+                target=self._wait_for_exit, args=(process,), name=f"exec-wait-{self.session_id}", daemon=True
+            ).start()
+        else:
+            self.loop.add_reader(pidfd, self._on_exit_fd, pidfd, process.pid)
+
+    def _on_exit_fd(self, pidfd: int, pid: int) -> None:
+        returncode = exited_status(pid)
+        if returncode is None:
+            return
+        self.loop.remove_reader(pidfd)
+        os.close(pidfd)
+        self.on_exit(returncode)
 
     def _wait_for_exit(self, process: subprocess.Popen[bytes]) -> None:
         returncode = wait_keeping_zombie(process)
@@ -717,10 +735,12 @@ class ExecSessions:
         max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
         retention_seconds: float = DEFAULT_RETENTION_SECONDS,
         max_sessions: int = DEFAULT_MAX_SESSIONS,
+        login_environment: LoginEnvironment | None = None,
     ) -> None:
         """With `store`, sessions are recorded in `state.db` under `runtime_instance` (a fresh
         name when not given) and sessions of earlier runtimes stay readable; sessions other
-        instances left running are marked lost now."""
+        instances left running are marked lost now. Commands run in `login_environment` (one
+        of its own when not given)."""
         if max_output_bytes < 0 or max_sessions < 1 or retention_seconds < 0:
             raise ValueError("max_output_bytes, retention_seconds must be >= 0 and max_sessions >= 1")
         self._spool_dir = spool_dir
@@ -728,6 +748,7 @@ class ExecSessions:
         self._retention_seconds = retention_seconds
         self._max_sessions = max_sessions
         self._sessions: dict[str, _Session] = {}
+        self._login = login_environment if login_environment is not None else LoginEnvironment((SESSION_ENV,))
         self._watcher: asyncio.Task[None] | None = None
         self.runtime_instance = runtime_instance if runtime_instance is not None else new_runtime_instance()
         self._records = None if store is None else _SessionRecords(store, self.runtime_instance, spool_dir)
@@ -736,11 +757,13 @@ class ExecSessions:
             self._prune_records()
 
     def start(self, cwd: Path, command: str, *, op_id: str | None = None) -> dict[str, Any]:
-        """Start `bash -lc command` in `cwd` as a background session.
+        """Start `bash -c command` in `cwd` as a background session.
 
         Synchronous, but must be called on the running event loop that will drain the
-        output. `op_id` links the session to the ledger operation it carries out (it must
-        exist in `state.db`). Returns `{"session_id", "pid", "running": True, "started_at"}`.
+        output; await `prepare` first so that a capture of the login environment, when one is
+        due, does not block the loop. `op_id` links the session to the ledger operation it
+        carries out (it must exist in `state.db`). Returns `{"session_id", "pid", "running":
+        True, "started_at"}`.
         Raises ToolError `cwd_not_found`, `too_many_sessions`, `shell_unavailable` or `exec_failed`.
         """
         session = self._spawn(cwd, command, op_id)
@@ -776,7 +799,9 @@ class ExecSessions:
         if timeout_ms < 1:
             raise ToolError("invalid_arguments", "timeout_ms must be at least 1; pass a positive timeout.")
         _check_read_bytes(max_bytes)
-        session = self._spawn(cwd, command, op_id)
+        bash = shutil.which("bash")
+        shell = None if bash is None else await self._login.shell_async(bash)
+        session = self._spawn(cwd, command, op_id, shell)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(session.settled.wait(), timeout_ms / 1000)
         end = session.finished_monotonic if session.finished_monotonic is not None else time.monotonic()
@@ -898,6 +923,13 @@ class ExecSessions:
         answer = _completed_answer(stored.state_answer(), stored.view, max_bytes, duration_ms)
         return answer | stored.descendants_answer()
 
+    async def prepare(self) -> None:
+        """Capture the login environment in a worker thread if the next command would need a
+        capture (the first one, or the profile changed); see `login_environment`."""
+        bash = shutil.which("bash")
+        if bash is not None:
+            await self._login.shell_async(bash)
+
     def session_of_operation(self, op_id: str) -> str | None:
         """The session that carries out ledger operation `op_id`, if one was started (needs a
         store; used to reconcile operations after a restart). Raises ToolError `state_unavailable`."""
@@ -919,7 +951,9 @@ class ExecSessions:
         for session in sessions:
             session.reap()
 
-    def _spawn(self, cwd: Path, command: str, op_id: str | None) -> _Session:
+    def _spawn(
+        self, cwd: Path, command: str, op_id: str | None, shell: ShellLaunch | None = None
+    ) -> _Session:
         loop = asyncio.get_running_loop()
         self._prune()
         self._make_room()
@@ -950,15 +984,18 @@ class ExecSessions:
             on_settle=self._on_settle,
             on_exited=self._on_exited,
         )
+        if shell is None or shell.bash != bash:
+            shell = self._login.shell(bash)
         try:
             process = subprocess.Popen(
-                [bash, "-lc", command],
+                shell.argv(command),
                 cwd=cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
-                env={**os.environ, SESSION_ENV: session_id},
+                env={**shell.env, SESSION_ENV: session_id},
+                umask=-1 if shell.umask is None else shell.umask,
             )
         except (OSError, ValueError) as exc:
             for spool in session.spools():
@@ -1069,7 +1106,7 @@ class ExecSessions:
             return
         self._records.delete(expired)
         for session_id in expired:
-            shutil.rmtree(self._spool_dir / session_id, ignore_errors=True)
+            _remove_spool(self._spool_dir / session_id)
 
     def _make_room(self) -> None:
         while len(self._sessions) >= self._max_sessions:
@@ -1084,9 +1121,24 @@ class ExecSessions:
 
     def _discard(self, session: _Session) -> None:
         del self._sessions[session.session_id]
-        shutil.rmtree(session.directory, ignore_errors=True)
+        _remove_spool(session.directory)
         if self._records is not None:
             self._records.delete([session.session_id])
+
+
+def _remove_spool(directory: Path) -> None:
+    """Remove a session's spool directory: the files a session writes, then the directory (what
+    else was put there falls back to rmtree). Runs on the loop at every new session once the
+    limit is reached; rmtree's generic walk cost four times as much."""
+    try:
+        for name in _SPOOL_FILES:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(directory / name)
+        os.rmdir(directory)
+    except FileNotFoundError:
+        return
+    except OSError:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 async def _kill_stored(session: _StoredSession, grace_ms: int) -> dict[str, Any]:
