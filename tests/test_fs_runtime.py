@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx2
 
-from herdr_mcp.runtime.grep import GREP_TIMEOUT_S
+from herdr_mcp.runtime.grep.query import GREP_TIMEOUT_S
 from herdr_mcp.sim import SimConfig, SimulatorThread
 from tests.runtime_harness import call_tool, make_repo, running_runtime
 from tests.sim_helpers import run, short_tmp_dir
@@ -111,8 +111,7 @@ def test_sigterm_during_a_grep_stops_the_runtime_long_before_the_grep_deadline()
                     assert (await http.get(f"{runtime.base}/health")).status_code == 200
                     signalled = time.monotonic()
                     runtime.process.terminate()
-                    while runtime.process.poll() is None:
-                        await asyncio.sleep(0.05)
+                    await asyncio.to_thread(runtime.process.wait)
                     grep.cancel()
                     return time.monotonic() - signalled
 

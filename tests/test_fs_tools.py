@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 from herdr_mcp.errors import ToolError
-from herdr_mcp.runtime import grep
 from herdr_mcp.runtime.boundary import Policy, RootCandidate, RootSet
+from herdr_mcp.runtime.grep.query import GREP_LINE_MAX_BYTES, GrepEngine, glob_match
 from herdr_mcp.runtime.tools.fs import access, editing, patching, reading
 from herdr_mcp.runtime.tools.fs.image import IMAGE_DEFAULT_MAX_BYTES, fs_image
 from tests.git_trees import git, make_repo, snapshot
@@ -673,7 +673,7 @@ def test_list_glob_and_cap(listing: tuple[RootSet, Path]) -> None:
     ],
 )
 def test_glob_match(pattern: str, path: str, expected: bool) -> None:
-    assert grep.glob_match(pattern, path) is expected
+    assert glob_match(pattern, path) is expected
 
 
 # --- fs_grep ------------------------------------------------------------------------------------
@@ -713,7 +713,7 @@ def grep_tree(tmp_path_factory: pytest.TempPathFactory) -> tuple[RootSet, Path]:
     return RootSet.build([RootCandidate(root, "operational")], home=home), root
 
 
-def _grep(roots: RootSet, root: Path, engine: grep.GrepEngine, **args: Any) -> dict[str, Any]:
+def _grep(roots: RootSet, root: Path, engine: GrepEngine, **args: Any) -> dict[str, Any]:
     return reading.fs_grep(roots, Policy(), {"root": str(root), "pattern": "needle", **args}, engine=engine)
 
 
@@ -746,7 +746,7 @@ def test_rg_and_python_agree(grep_tree: tuple[RootSet, Path], variant: dict[str,
 
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("engine", ENGINES)
-def test_grep_skips_what_it_must_and_caps(grep_tree: tuple[RootSet, Path], engine: grep.GrepEngine) -> None:
+def test_grep_skips_what_it_must_and_caps(grep_tree: tuple[RootSet, Path], engine: GrepEngine) -> None:
     roots, root = grep_tree
     result = _grep(roots, root, engine, max_matches=1000)
     paths = sorted({match["path"] for match in result["matches"]})
@@ -767,7 +767,7 @@ def test_grep_skips_what_it_must_and_caps(grep_tree: tuple[RootSet, Path], engin
     assert {"path": "b.txt", "line": 4, "text": "needle at the end"} in result["matches"]
     assert {"path": "bad.txt", "line": 1, "text": "needle \ufffd"} in result["matches"]
     long_line = next(m for m in result["matches"] if m["path"] == "long.txt")
-    assert len(long_line["text"]) == grep.GREP_LINE_MAX_BYTES
+    assert len(long_line["text"]) == GREP_LINE_MAX_BYTES
     capped = _grep(roots, root, engine, max_matches=2)
     assert (len(capped["matches"]), capped["truncated"]) == (2, True)
     tiny = _grep(roots, root, engine, max_bytes=5)
@@ -776,7 +776,7 @@ def test_grep_skips_what_it_must_and_caps(grep_tree: tuple[RootSet, Path], engin
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_grep_paths_stay_relative_to_the_named_root_across_nested_roots(
-    tmp_path: Path, engine: grep.GrepEngine
+    tmp_path: Path, engine: GrepEngine
 ) -> None:
     outer = Path(os.path.realpath(tmp_path)) / "outer"
     (outer / "inner" / "pkg").mkdir(parents=True)
@@ -804,7 +804,7 @@ def slow_tree(tmp_path: Path) -> tuple[RootSet, Path]:
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_grep_ends_at_its_deadline_with_a_timeout_code(
-    slow_tree: tuple[RootSet, Path], engine: grep.GrepEngine
+    slow_tree: tuple[RootSet, Path], engine: GrepEngine
 ) -> None:
     # Found: without rg, `(a+)+$` on one 100,000-character line never returned and held the GIL,
     # so no other thread of the runtime (its event loop included) ran again.

@@ -22,7 +22,8 @@ from herdr_mcp import __version__
 from herdr_mcp.contract import contract_identity
 from herdr_mcp.herdr import HerdrError
 from herdr_mcp.runtime.auth import BearerGate
-from herdr_mcp.runtime.grep import engine_in_use, stop_searches
+from herdr_mcp.runtime.grep.children import stop_searches
+from herdr_mcp.runtime.grep.search import engine_in_use
 from herdr_mcp.runtime.server import ToolDispatcher, build_mcp_server
 from herdr_mcp.runtime.services import Services
 from herdr_mcp.state import STATE_SCHEMA

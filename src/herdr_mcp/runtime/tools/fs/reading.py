@@ -16,7 +16,8 @@ from typing import Any
 
 from herdr_mcp.errors import ToolError
 from herdr_mcp.runtime.boundary import Policy, RootSet, open_directory, open_regular, utf8_boundary, walk
-from herdr_mcp.runtime.grep import GREP_TIMEOUT_S, GrepEngine, GrepQuery, Matches, glob_match, search
+from herdr_mcp.runtime.grep.query import GREP_TIMEOUT_S, GrepEngine, GrepQuery, Matches, glob_match
+from herdr_mcp.runtime.grep.search import search
 from herdr_mcp.runtime.tools.fs.access import READ_CHUNK_BYTES, decode_text, not_utf8, refuse_secret
 from herdr_mcp.runtime.tools.fs.arguments import bool_arg, int_arg, opt_str_arg, str_arg
 
