@@ -115,8 +115,13 @@ def test_progress_is_drawn_on_a_terminal(sim: ReleaseRepositorySimulator, keys: 
     terminal = FakeTerminal()
     run_stage(published, tmp_path / "jobs", terminal)
     drawn = terminal.getvalue()
-    assert drawn.startswith(f"\r{NAME}  [") and drawn.endswith("\n")
-    assert "1.0/1.0 MiB  100%" in drawn
+    # rich's bar: the asset's name, the bar, bytes of the total and the share; the last frame drawn.
+    frames = [frame for frame in re.split(r"[\r\n]", re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", drawn)) if frame]
+    last = frames[-1]
+    assert last.startswith(NAME[:24])  # the name gives way to the figures on 80 columns
+    assert "━" in last
+    assert re.search(r"1\.0/1\.0 MiB\s+100%", last), repr(last)
+    assert drawn.endswith("\n\x1b[?25h")  # left on its own line, the cursor shown again
 
 
 def test_an_oversized_chunked_body_stops_at_the_cap(

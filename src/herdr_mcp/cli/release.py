@@ -18,12 +18,13 @@ others print one JSON object too.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from herdr_mcp.cli.arguments import CommandParser, run_guarded, with_json
 from herdr_mcp.errors import EXIT_REFUSED, LocalFault
+from herdr_mcp.progress import steps
 from herdr_mcp.release.attestation import (
     MAX_BUNDLE_BYTES,
     IdentityPolicy,
@@ -70,8 +72,12 @@ from herdr_mcp.terminal import printable
 PROJECT = "herdr-mcp"
 
 
-def _say(line: str) -> None:
-    print(printable(line), file=sys.stderr, flush=True)
+@contextlib.contextmanager
+def _steps() -> Iterator[Callable[[str], None]]:
+    """The steps of a build or bundle on stderr: rich's spinner on a terminal, else one line each;
+    text from elsewhere (paths, pip's words) escaped before it reaches the terminal."""
+    with steps(sys.stderr) as say:
+        yield lambda line: say(printable(line))
 
 
 def _print(args: argparse.Namespace, document: dict[str, Any], lines: list[str]) -> None:
@@ -80,14 +86,15 @@ def _print(args: argparse.Namespace, document: dict[str, Any], lines: list[str])
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    files = [str(path) for path in build(args.source, args.out, progress=_say)]
+    with _steps() as say:
+        files = [str(path) for path in build(args.source, args.out, progress=say)]
     _print(args, {"files": files}, files)
     return 0
 
 
 def _cmd_check_reproducible(args: argparse.Namespace) -> int:
-    with tempfile.TemporaryDirectory(prefix="herdr-mcp-repro-") as scratch:
-        report = check_reproducible(args.source, args.work or Path(scratch), progress=_say)
+    with tempfile.TemporaryDirectory(prefix="herdr-mcp-repro-") as scratch, _steps() as say:
+        report = check_reproducible(args.source, args.work or Path(scratch), progress=say)
     lines = list(report.describe())
     _print(args, {"reproducible": report.reproducible, "report": lines}, lines)
     return 0 if report.reproducible else EXIT_REFUSED
@@ -95,7 +102,8 @@ def _cmd_check_reproducible(args: argparse.Namespace) -> int:
 
 def _cmd_bundle(args: argparse.Namespace) -> int:
     config = load_release_config(args.config) if args.config else load_release_config()
-    archive = bundle(args.wheel, args.out, target=config.target(args.target), progress=_say)
+    with _steps() as say:
+        archive = bundle(args.wheel, args.out, target=config.target(args.target), progress=say)
     _print(args, {"bundle": str(archive)}, [str(archive)])
     return 0
 

@@ -39,6 +39,7 @@ from typing import BinaryIO, TextIO
 
 import httpx2
 
+from herdr_mcp.progress import download_bar
 from herdr_mcp.update.admission import TrustedRelease
 from herdr_mcp.update.discovery import GITHUB_HOSTS
 from herdr_mcp.update.errors import LocalStateError, ReleaseDataError, UpdateTransportError, UpdateUsageError
@@ -60,8 +61,6 @@ DEFAULT_READ_TIMEOUT = 30.0
 DEFAULT_DEADLINE = 1800.0
 #: Bytes read per chunk; also how often the progress bar and the deadline are checked at least.
 DEFAULT_CHUNK_SIZE = 64 * 1024
-#: Progress redraws at most this often (seconds), so a fast download is not slowed by the terminal.
-_PROGRESS_INTERVAL = 0.1
 JOB_PREFIX = "upd-"
 
 
@@ -168,7 +167,7 @@ def _download(
     partial = job_dir / f".{name}.partial"
     digest = hashlib.sha256()
     received = 0
-    bar = _ProgressBar(name, size, stream) if stream.isatty() else None
+    bar = download_bar(name, size, stream)
     try:
         with (
             open_client(rules) as client,
@@ -248,36 +247,3 @@ def _too_large(url: str, size: int, what: str) -> ReleaseDataError:
         f"GET {url} sent more than the {size} bytes the signed manifest lists ({what}); "
         "refused while reading",
     )
-
-
-class _ProgressBar:
-    """`name  [#####.....]  12.3/45.6 MiB  27%` redrawn in place on a terminal."""
-
-    _WIDTH = 30
-
-    def __init__(self, name: str, total: int, stream: TextIO) -> None:
-        self._name, self._total, self._stream = name, total, stream
-        self._last = 0.0
-        self._done = 0
-
-    def update(self, done: int) -> None:
-        self._done = done
-        now = time.monotonic()
-        if now - self._last >= _PROGRESS_INTERVAL or done == self._total:
-            self._last = now
-            self._draw()
-
-    def finish(self) -> None:
-        self._draw()
-        self._stream.write("\n")
-        self._stream.flush()
-
-    def _draw(self) -> None:
-        fraction = min(self._done / self._total, 1.0)
-        filled = int(fraction * self._WIDTH)
-        mib = 1024 * 1024
-        self._stream.write(
-            f"\r{self._name}  [{'#' * filled}{'.' * (self._WIDTH - filled)}]  "
-            f"{self._done / mib:.1f}/{self._total / mib:.1f} MiB  {fraction:4.0%}"
-        )
-        self._stream.flush()
