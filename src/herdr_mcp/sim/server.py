@@ -2,14 +2,14 @@
 
 One request per connection, newline-delimited JSON, 1 MiB line limit and a 5 s read timeout,
 exactly as Herdr. Params are validated against `herdr_mcp.herdr.methods.NATIVE_METHODS`, so the
-table and the simulator cannot drift apart.
+table and the simulator cannot drift apart. The lines themselves (requests, answers, event
+subscribers) are `sim.wire`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import socket
@@ -20,9 +20,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
 
-from herdr_mcp.herdr.methods import AGENT_STATUS_SUBSCRIPTION, NATIVE_METHODS
+from herdr_mcp.herdr.methods import NATIVE_METHODS
 from herdr_mcp.sim.agents import INTERRUPT_KEYS, AgentRunner
 from herdr_mcp.sim.config import (
     SCRIPT_STATES,
@@ -34,6 +33,7 @@ from herdr_mcp.sim.config import (
     TabConfig,
     WorkspaceConfig,
 )
+from herdr_mcp.sim.wire import BadRequest, Subscriber, encode, error_answer, parse_request, send
 from herdr_mcp.sim.world import Agent, HerdrFailure, Pane, Tab, Workspace, World
 
 log = logging.getLogger(__name__)
@@ -43,9 +43,6 @@ MAX_LINE_BYTES = 1 << 20
 
 READ_TIMEOUT_S = 5.0
 """Herdr drops a connection that has not sent its request line within 5 s."""
-
-SUBSCRIBER_BACKLOG = 10_000
-"""Events queued for one slow subscriber before it is disconnected."""
 
 MAX_UNIX_PATH_BYTES = 107
 """sun_path is 108 bytes on Linux including the terminating NUL."""
@@ -64,29 +61,6 @@ class Fault:
     message: str
 
 
-class _Subscriber:
-    def __init__(self, subscriptions: list[dict[str, Any]], writer: asyncio.StreamWriter) -> None:
-        self.lifecycle = {
-            s["type"].replace(".", "_") for s in subscriptions if s["type"] != AGENT_STATUS_SUBSCRIPTION
-        }
-        self.status_filters = [
-            (s["pane_id"], s.get("agent_status"))
-            for s in subscriptions
-            if s["type"] == AGENT_STATUS_SUBSCRIPTION
-        ]
-        self.queue: asyncio.Queue[bytes] = asyncio.Queue(maxsize=SUBSCRIBER_BACKLOG)
-        self.writer = writer
-        self.overflowed = False
-
-    def wants(self, event: str, data: dict[str, Any]) -> bool:
-        if event == AGENT_STATUS_SUBSCRIPTION:
-            return any(
-                pane_id == data["pane_id"] and status in (None, data["agent_status"])
-                for pane_id, status in self.status_filters
-            )
-        return event in self.lifecycle
-
-
 class Simulator:
     """A Herdr server on a Unix socket, with real directories and scripted fake agents.
 
@@ -100,7 +74,7 @@ class Simulator:
         self._socket_path = Path(socket_path)
         self._world = World(config.version, config.protocol, self._publish)
         self._runners: dict[str, AgentRunner] = {}
-        self._subscribers: set[_Subscriber] = set()
+        self._subscribers: set[Subscriber] = set()
         self._faults: dict[str, Fault] = {}
         self._server: asyncio.Server | None = None
         self._socket_identity: tuple[int, int] | None = None
@@ -363,60 +337,40 @@ class Simulator:
         except TimeoutError:
             return
         except ValueError:  # the line is over the limit
-            await _send(writer, _error("", "invalid_request", f"request line exceeds {MAX_LINE_BYTES} bytes"))
+            await send(
+                writer, error_answer("", "invalid_request", f"request line exceeds {MAX_LINE_BYTES} bytes")
+            )
             return
         if not line.strip():
             return
         try:
-            request_id, method, params = self._parse(line)
-        except _BadRequest as bad:
-            await _send(writer, _error(bad.request_id, bad.code, bad.message))
+            request_id, method, params = parse_request(line, self._validators, self.supported_methods())
+        except BadRequest as bad:
+            await send(writer, error_answer(bad.request_id, bad.code, bad.message))
             return
         fault = self._faults.get(method)
         if fault is not None and fault.code is None:
             await asyncio.Event().wait()  # a hung Herdr: the connection stays open, unanswered
         elif fault is not None and fault.code is not None:
-            await _send(writer, _error(request_id, fault.code, fault.message))
+            await send(writer, error_answer(request_id, fault.code, fault.message))
         elif method == "events.subscribe":
             await self._stream_events(request_id, params, writer)
         else:
-            await _send(writer, await self._answer(request_id, method, params))
-
-    def _parse(self, line: bytes) -> tuple[str, str, dict[str, Any]]:
-        try:
-            request = json.loads(line)
-        except (ValueError, RecursionError):
-            raise _BadRequest("", "invalid_request", "request is not valid JSON") from None
-        if not isinstance(request, dict) or not isinstance(request.get("id"), str):
-            raise _BadRequest("", "invalid_request", "request must be an object with a string id")
-        request_id = request["id"]
-        method = request.get("method")
-        if not isinstance(method, str):
-            raise _BadRequest(request_id, "invalid_request", "request needs a string method")
-        if method not in self._validators or method not in self.supported_methods():
-            raise _BadRequest(request_id, "invalid_request", f"unknown method {method!r}")
-        if "params" not in request:
-            raise _BadRequest(request_id, "invalid_request", "request needs params (use {} for none)")
-        params = request["params"]
-        error = best_match(self._validators[method].iter_errors(params))
-        if error is not None:
-            where = "/".join(str(p) for p in error.absolute_path)
-            raise _BadRequest(request_id, "invalid_params", f"{where or 'params'}: {error.message}")
-        return request_id, method, params
+            await send(writer, await self._answer(request_id, method, params))
 
     async def _answer(self, request_id: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
         try:
             return {"id": request_id, "result": await self._handlers[method](params)}
         except HerdrFailure as failure:
-            return _error(request_id, failure.code, failure.message)
+            return error_answer(request_id, failure.code, failure.message)
 
     async def _stream_events(
         self, request_id: str, params: dict[str, Any], writer: asyncio.StreamWriter
     ) -> None:
-        subscriber = _Subscriber(params["subscriptions"], writer)
+        subscriber = Subscriber(params["subscriptions"], writer)
         self._subscribers.add(subscriber)
         try:
-            await _send(writer, {"id": request_id, "result": {"type": "subscription_started"}})
+            await send(writer, {"id": request_id, "result": {"type": "subscription_started"}})
             while not subscriber.overflowed:
                 line = await subscriber.queue.get()
                 writer.write(line)
@@ -429,7 +383,7 @@ class Simulator:
         for subscriber in list(self._subscribers):
             if subscriber.overflowed or not subscriber.wants(event, data):
                 continue
-            line = line or _encode({"event": event, "data": data})
+            line = line or encode({"event": event, "data": data})
             try:
                 subscriber.queue.put_nowait(line)
             except asyncio.QueueFull:
@@ -606,31 +560,10 @@ class Simulator:
             agent.listeners.remove(on_change)
 
 
-class _BadRequest(Exception):
-    def __init__(self, request_id: str, code: str, message: str) -> None:
-        super().__init__(message)
-        self.request_id = request_id
-        self.code = code
-        self.message = message
-
-
 def _agent_of(pane: Pane) -> Agent:
     if pane.agent is None:
         raise HerdrFailure("agent_not_found", f"pane {pane.pane_id} has no agent")
     return pane.agent
-
-
-def _error(request_id: str, code: str, message: str) -> dict[str, Any]:
-    return {"id": request_id, "error": {"code": code, "message": message}}
-
-
-def _encode(message: dict[str, Any]) -> bytes:
-    return (json.dumps(message, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
-
-
-async def _send(writer: asyncio.StreamWriter, message: dict[str, Any]) -> None:
-    writer.write(_encode(message))
-    await writer.drain()
 
 
 def _socket_is_live(path: Path) -> bool:
