@@ -19,6 +19,14 @@ Every refusal is an `AttestationError` with a stable code:
 - `attestation_predicate_unexpected`: the attestation is not the SLSA provenance we expect.
 - `attestation_subject_mismatch`: the attestation does not cover an expected asset digest.
 - `attestation_policy_invalid`: an identity policy is malformed.
+
+Why one module of over 600 lines: it is one verification, read top to bottom in the order it
+runs (bundle, trust root, signer identity, statement, provenance, subjects), and its three
+inputs (the identity policy, the vendored trust root and its age) raise the same
+`AttestationError` whose codes are listed above. Moving the policy or the trust root into
+modules of their own would have them import that error back from here (a cycle) or put the
+error type apart from the checks that define its codes. The policy and the trust root are
+here to feed the verification; the updater and `release verify` only load them and pass them in.
 """
 
 from __future__ import annotations
