@@ -11,7 +11,6 @@ release workflow does. `publish` puts a release into the repository simulator.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -27,8 +26,7 @@ from herdr_mcp.generations.process import stop_runtime
 from herdr_mcp.release.build import BuildEnvironment, BuildSystem, build
 from herdr_mcp.release.bundle import Target, bundle, load_release_config
 from herdr_mcp.update.apply import UpdatePaths, start_and_activate
-from herdr_mcp.update.install import install_generation
-from herdr_mcp.update.staging import StagedAsset
+from herdr_mcp.update.install import UnsafeLocalBundle, install_unsafe_local_bundle
 from tests.release_evidence import write_evidence
 from tests.repository_sim import ReleaseRepositorySimulator
 from tests.sigstore_stack import SigstoreStack
@@ -180,9 +178,10 @@ def install_active(
     `serve_args`, registered and activated through the gate (what a first install does)."""
     assert release.bundle is not None
     job.mkdir()
-    data = release.bundle.read_bytes()
-    staged = StagedAsset(release.bundle, hashlib.sha256(data).hexdigest(), len(data), job)
-    installed = install_generation(staged, paths.runtimes, generation)
+    # The test's own bundle, not staged from a release: the unsafe install, as `dev sync` does.
+    installed = install_unsafe_local_bundle(
+        UnsafeLocalBundle(release.bundle, job), paths.runtimes, generation
+    )
     spec = Generation(
         generation,
         "http://127.0.0.1:1",  # replaced by the endpoint the runtime announces

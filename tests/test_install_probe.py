@@ -7,6 +7,8 @@ install itself runs in a network namespace with no interfaces.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import io
 import json
 import stat
@@ -25,9 +27,15 @@ from herdr_mcp.release.bundle import Target, bundle
 from herdr_mcp.update import install
 from herdr_mcp.update.admission import TrustedRelease
 from herdr_mcp.update.errors import LocalStateError, ReleaseDataError, UpdateUsageError
-from herdr_mcp.update.install import install_generation, offline_prefix, unpack_bundle
+from herdr_mcp.update.install import (
+    UnsafeLocalBundle,
+    install_generation,
+    install_unsafe_local_bundle,
+    offline_prefix,
+    unpack_bundle,
+)
 from herdr_mcp.update.probe import parse_version_output, probe
-from herdr_mcp.update.staging import DownloadConfig, StagedAsset, stage
+from herdr_mcp.update.staging import DownloadConfig, StagedAsset, StagedRelease, stage
 from tests.admitted_release import REPOSITORY, Keys, admitted
 from tests.admitted_release import keys as keys  # the module-scoped signing keys fixture
 from tests.release_builder import host_target
@@ -65,7 +73,7 @@ def sim() -> Iterator[ReleaseRepositorySimulator]:
 
 def served_and_staged(
     sim: ReleaseRepositorySimulator, release: TrustedRelease, archive: Path, target: str, jobs: Path
-) -> StagedAsset:
+) -> StagedRelease:
     sim_release = sim.add_release(release.manifest.tag)
     sim_release.add_asset(archive.name, archive)
     url = sim.url(sim_release.download_path(archive.name), host=sim.download_host)
@@ -211,11 +219,49 @@ def test_a_bundle_without_requirements_is_malformed(tmp_path: Path) -> None:
     assert caught.value.code == "bundle_malformed"
 
 
+def test_install_refuses_a_staged_asset_that_stage_did_not_make(tmp_path: Path) -> None:
+    """A StagedAsset built by hand (any bundle, its own digest) never reaches a venv."""
+    archive = _tarball(tmp_path / f"{TOP}.tar.gz", _good_members())
+    data = archive.read_bytes()
+    job = tmp_path / "job"
+    job.mkdir()
+    hand_built = StagedAsset(archive, hashlib.sha256(data).hexdigest(), len(data), job)
+    generations = tmp_path / "generations"
+    with pytest.raises(UpdateUsageError) as refused:
+        install_generation(hand_built, generations, "g-hand")  # type: ignore[arg-type]
+    assert refused.value.code == "install_unverified"
+    assert not generations.exists()
+
+
+def test_install_refuses_a_staged_release_made_by_hand_or_whose_bytes_changed(
+    keys: Keys, sim: ReleaseRepositorySimulator, tmp_path: Path
+) -> None:
+    archive = _tarball(tmp_path / f"{TOP}.tar.gz", _good_members())
+    release = admitted(archive, keys)
+    staged = served_and_staged(sim, release, archive, "linux-x86_64-cp311", tmp_path / "jobs")
+    (tmp_path / "other").mkdir()
+    other = _tarball(tmp_path / "other" / f"{TOP}.tar.gz", [*_good_members(), (f"{TOP}/x", None, b"x")])
+    # Made by hand with the real release and asset, or copied with another file: refused at once.
+    with pytest.raises(UpdateUsageError) as by_hand:
+        StagedRelease(other, staged.sha256, staged.size, staged.job_dir, release, staged.asset)
+    with pytest.raises(UpdateUsageError) as copied:
+        dataclasses.replace(staged, path=other)
+    assert by_hand.value.code == copied.value.code == "install_unverified"
+    # The staged file replaced after stage() checked it: refused before anything is written.
+    staged.path.write_bytes(other.read_bytes())
+    generations = tmp_path / "generations"
+    with pytest.raises(LocalStateError) as changed:
+        install_generation(staged, generations, "g-changed")
+    assert changed.value.code == "install_bundle_changed"
+    assert not generations.exists()
+
+
 @pytest.mark.parametrize("generation_id", ["", ".", "..", "a/b", "x" * 65, "ünïcode", "a b"])
 def test_a_malformed_generation_id_is_refused(tmp_path: Path, generation_id: str) -> None:
-    staged = StagedAsset(path=tmp_path / "x.tar.gz", sha256="0" * 64, size=1, job_dir=tmp_path)
+    # The id rule is the same for both install entries; the unsafe one needs no signed release.
+    bundle = UnsafeLocalBundle(path=tmp_path / "x.tar.gz", job_dir=tmp_path)
     with pytest.raises(UpdateUsageError) as caught:
-        install_generation(staged, tmp_path / "generations", generation_id)
+        install_unsafe_local_bundle(bundle, tmp_path / "generations", generation_id)
     assert caught.value.code == "generation_id_invalid"
     assert not (tmp_path / "generations").exists()
 

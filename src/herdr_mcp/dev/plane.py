@@ -22,7 +22,8 @@ status files, the activation gate); the plane is a fact recorded next to them:
    file with its own hash) as its checksum; a later sync keeps the existing pin;
 3. builds the checkout's wheel (the release toolchain's `build`, SOURCE_DATE_EPOCH from its HEAD
    commit), bundles it for this machine and installs it into a new generation venv with no
-   network, exactly as an update installs a release;
+   network as an update installs a release, but as an `UnsafeLocalBundle`: no release signed it,
+   so only `install_unsafe_local_bundle` takes it;
 4. probes it (`version --json`); its contract must be the pinned PROD contract (`dev_contract_changed`
    otherwise: a contract change goes through a release with a contract_migration);
 5. writes the marker, then starts the generation and activates it through the same gate. If the
@@ -71,9 +72,8 @@ from herdr_mcp.update.apply import (
     update_lock,
 )
 from herdr_mcp.update.errors import UpdateError
-from herdr_mcp.update.install import install_generation
+from herdr_mcp.update.install import UnsafeLocalBundle, install_unsafe_local_bundle
 from herdr_mcp.update.probe import ProbeResult, ask_version
-from herdr_mcp.update.staging import StagedAsset
 
 SCHEMA_VERSION = 1
 MAX_MARKER_BYTES = 64 * 1024
@@ -278,10 +278,11 @@ def sync(
             _, wheel = build(top, scratch / "dist")
             say(f"bundling {wheel.name} for {target_name}")
             archive = bundle(wheel, scratch / "bundle", target=target)
-            data = archive.read_bytes()
-            staged = StagedAsset(archive, hashlib.sha256(data).hexdigest(), len(data), scratch)
             say(f"installing it as generation {generation_id}")
-            installed = install_generation(staged, paths.runtimes, generation_id)
+            # Built here from the checkout, signed by no release: the explicitly unsafe install.
+            installed = install_unsafe_local_bundle(
+                UnsafeLocalBundle(archive, scratch), paths.runtimes, generation_id
+            )
             wheel_sha256 = hashlib.sha256(wheel.read_bytes()).hexdigest()
         try:
             found = _probe_build(installed.herdr_mcp)

@@ -2,6 +2,9 @@
 
 `install_generation(staged, generations_dir, generation_id)` runs, in this order:
 
+0. what is installed is a `StagedRelease`, which only `stage` makes from an admitted release
+   (`install_unverified` for anything else, checked here at run time, not only by the type), and
+   its file still has the size and sha256 the release signed (`install_bundle_changed`);
 1. the generation id is `^[A-Za-z0-9_.-]{1,64}$` and not "." or ".." (`generation_id_invalid`);
 2. `generations_dir/<id>` is claimed with an exclusive mkdir, so an existing generation, even a
    half-made one, is refused (`generation_exists`) and never touched;
@@ -16,16 +19,22 @@
    runs with `--no-index` and its proxies pointed at a closed loopback port, so a stray index
    lookup fails instead of reaching out; `Generation.network_isolation` says which one was used.
 
+`install_unsafe_local_bundle(bundle, generations_dir, generation_id)` is the one way to install a
+bundle no release signed: an `UnsafeLocalBundle`, which the DEV plane builds from a checkout
+(`herdr-mcp dev sync`). It runs steps 1 to 5; step 0 has nothing to check it against.
+
 On any failure the generation directory this call created is removed; the unpacked bundle stays in
 the job directory of the stage (its owner cleans it).
 
-Errors: `UpdateUsageError` (`generation_id_invalid`, `generation_exists`), `ReleaseDataError`
-(`bundle_unsafe_member`, `bundle_malformed`, `install_hash_mismatch`: the signed bundle itself is
-wrong) and `LocalStateError` (`install_venv_failed`, `install_failed`, `install_unwritable`).
+Errors: `UpdateUsageError` (`install_unverified`, `generation_id_invalid`, `generation_exists`),
+`ReleaseDataError` (`bundle_unsafe_member`, `bundle_malformed`, `install_hash_mismatch`: the signed
+bundle itself is wrong) and `LocalStateError` (`install_bundle_changed`, `install_venv_failed`,
+`install_failed`, `install_unwritable`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -38,7 +47,7 @@ from pathlib import Path, PurePosixPath
 
 from herdr_mcp.release.bundle import BUNDLE_SUFFIX, REQUIREMENTS_FILE, WHEELHOUSE_DIR
 from herdr_mcp.update.errors import LocalStateError, ReleaseDataError, UpdateUsageError
-from herdr_mcp.update.staging import StagedAsset
+from herdr_mcp.update.staging import StagedRelease
 
 GENERATION_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 #: A bundle holds about thirty wheels plus two entries: ten thousand members is far beyond any.
@@ -64,12 +73,65 @@ class Generation:
     network_isolation: str
 
 
+@dataclass(frozen=True)
+class UnsafeLocalBundle:
+    """UNSAFE: a bundle built on this machine (the DEV plane's, from a checkout) that no release
+    signed and nothing verified; unpacked into `job_dir`. Only `install_unsafe_local_bundle`
+    takes it."""
+
+    path: Path
+    job_dir: Path
+
+
 def install_generation(
-    staged: StagedAsset, generations_dir: Path, generation_id: str, *, python: str = sys.executable
+    staged: StagedRelease, generations_dir: Path, generation_id: str, *, python: str = sys.executable
 ) -> Generation:
-    """Install the staged bundle into the new generation `generation_id` (steps in the module
-    docstring). `python` makes the venv and must be the target's interpreter. Raises the errors of
-    the module docstring."""
+    """Install the bundle `stage` verified into the new generation `generation_id` (steps 0 to 5
+    of the module docstring). `python` makes the venv and must be the target's interpreter.
+    Raises the errors of the module docstring."""
+    # 0. Only what stage() verified against an admitted release, and still those bytes.
+    if not isinstance(staged, StagedRelease):
+        raise UpdateUsageError(
+            "install_unverified",
+            f"install_generation takes the StagedRelease stage() made from an admitted release, "
+            f"not a {type(staged).__name__}; a local, unverified bundle goes through "
+            "install_unsafe_local_bundle()",
+        )
+    _check_unchanged(staged)
+    return _install(staged.path, staged.job_dir, generations_dir, generation_id, python)
+
+
+def install_unsafe_local_bundle(
+    bundle: UnsafeLocalBundle, generations_dir: Path, generation_id: str, *, python: str = sys.executable
+) -> Generation:
+    """UNSAFE: install a bundle no release signed (the DEV plane's build of a checkout) into the
+    new generation `generation_id`: steps 1 to 5 of the module docstring, with the same
+    isolation. Raises the errors of the module docstring but `install_unverified` and
+    `install_bundle_changed`."""
+    return _install(bundle.path, bundle.job_dir, generations_dir, generation_id, python)
+
+
+def _check_unchanged(staged: StagedRelease) -> None:
+    """The staged file is still the one `stage` checked: the signed size and sha256."""
+    try:
+        with staged.path.open("rb") as file:
+            digest = hashlib.file_digest(file, "sha256").hexdigest()
+        size = staged.path.stat().st_size
+    except OSError as exc:
+        raise LocalStateError(
+            "install_bundle_changed", f"cannot read the staged {staged.path}: {exc}"
+        ) from None
+    if (size, digest) != (staged.asset.size, staged.asset.sha256):
+        raise LocalStateError(
+            "install_bundle_changed",
+            f"{staged.path} is no longer the bundle release {staged.release.manifest.tag} signed "
+            f"(size {size}, sha256 {digest}); nothing was installed: run the update again",
+        )
+
+
+def _install(
+    archive: Path, job_dir: Path, generations_dir: Path, generation_id: str, python: str
+) -> Generation:
     # 1. The id.
     if GENERATION_ID.fullmatch(generation_id) is None or generation_id in (".", ".."):
         raise UpdateUsageError(
@@ -89,11 +151,11 @@ def install_generation(
         raise LocalStateError("install_unwritable", f"cannot create {path}: {exc}") from None
     try:
         # 3. Unpack.
-        top = unpack_bundle(staged.path, staged.job_dir / f"unpacked-{generation_id}")
+        top = unpack_bundle(archive, job_dir / f"unpacked-{generation_id}")
         # 4, 5. Venv, then pip with no network.
         venv = path / "venv"
         prefix, isolation = offline_prefix()
-        env = _pip_env(staged.job_dir, offline=bool(prefix))
+        env = _pip_env(job_dir, offline=bool(prefix))
         _run([*prefix, python, "-m", "venv", str(venv)], env, top, "install_venv_failed", VENV_TIMEOUT)
         _pip_install(prefix, venv, env, top)
     except BaseException:

@@ -13,6 +13,10 @@ once it is verified (python-tuf: write to disk only after verifying, atomically)
    manifest's (`download_digest_mismatch`);
 5. fsync, then `os.replace` to the final name, then fsync the directory.
 
+It returns a `StagedRelease`: the file bound to the admitted release whose manifest it matched.
+Only `stage` makes one (a hand-made one is refused: `install_unverified`), and `install_generation`
+takes nothing else, so what is installed is always bytes a verified release signed.
+
 Decision on failure: the job directory is removed entirely, so a failed stage leaves nothing
 behind, final or partial. (A job directory whose process was killed keeps only its `.partial`
 file; `upd-*` directories without a final file belong to no running process once their pid is gone.)
@@ -33,13 +37,14 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
 import httpx2
 
 from herdr_mcp.progress import download_bar
+from herdr_mcp.release.manifest import Asset
 from herdr_mcp.update.admission import TrustedRelease
 from herdr_mcp.update.discovery import GITHUB_HOSTS
 from herdr_mcp.update.errors import LocalStateError, ReleaseDataError, UpdateTransportError, UpdateUsageError
@@ -103,12 +108,35 @@ class DownloadConfig:
 
 @dataclass(frozen=True)
 class StagedAsset:
-    """A downloaded asset whose size and sha256 are the manifest's, under its own name in `job_dir`."""
+    """A file under its own name in the job directory `job_dir`, with its size and sha256."""
 
     path: Path
     sha256: str
     size: int
     job_dir: Path
+
+
+_STAGED = object()
+
+
+@dataclass(frozen=True)
+class StagedRelease(StagedAsset):
+    """The asset `asset` of the admitted release `release`, downloaded and checked against it by
+    `stage`, which alone makes one (as only `admit` makes a `TrustedRelease`); what
+    `install_generation` takes. Raises `UpdateUsageError("install_unverified")` when made by
+    hand or by `dataclasses.replace`."""
+
+    release: TrustedRelease
+    asset: Asset
+    _staged: InitVar[object] = None
+
+    def __post_init__(self, _staged: object) -> None:
+        if _staged is not _STAGED:
+            raise UpdateUsageError(
+                "install_unverified",
+                "a staged release is made by stage() from an admitted release only; "
+                "a local, unverified bundle is installed with install_unsafe_local_bundle()",
+            )
 
 
 def stage(
@@ -119,7 +147,7 @@ def stage(
     *,
     url: str | None = None,
     progress: TextIO | None = None,
-) -> StagedAsset:
+) -> StagedRelease:
     """Download the release's bundle for `target` into a new job directory under `jobs_dir`.
 
     `url` is where to fetch it (the discovered `browser_download_url` of the asset of the same
@@ -143,7 +171,7 @@ def stage(
     except BaseException:
         shutil.rmtree(job_dir, ignore_errors=True)
         raise
-    return StagedAsset(path=path, sha256=asset.sha256, size=asset.size, job_dir=job_dir)
+    return StagedRelease(path, asset.sha256, asset.size, job_dir, release, asset, _STAGED)
 
 
 def _make_job_dir(jobs_dir: Path, sha256: str) -> Path:
