@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from herdr_mcp.runtime.exec_sessions import ExecSessions
-from herdr_mcp.runtime.login_environment import LoginEnvironment
-from herdr_mcp.runtime.session_processes import SESSION_ENV
+from herdr_mcp.runtime.exec_sessions.login_environment import LoginEnvironment
+from herdr_mcp.runtime.exec_sessions.processes import SESSION_ENV
 
 Body = Callable[[ExecSessions], Awaitable[None]]
 

@@ -14,7 +14,7 @@ A process-group id is a pid, and a pid can be handed out again once nothing uses
 the runtime keeps an exited shell as an unreaped zombie while anything of its session is left
 (`wait_keeping_zombie`), and the kernel never reuses the pid of a zombie, so the group id
 cannot name someone else's group when it is signalled. Elsewhere the shell is reaped at once,
-and the group is watched until it is seen empty (see exec_sessions).
+and the group is watched until it is seen empty (see `live` and `sessions`).
 
 Processes found by their variable are signalled through a pidfd after the variable was checked
 again, so a pid that was reused between the look and the signal is never hit.

@@ -1,0 +1,333 @@
+"""A session this runtime started: the shell process, its pipes drained into the spool, its
+exit, and the processes it leaves behind.
+
+Capture design
+--------------
+`attach` runs right after the process is spawned: it registers both pipes (made non-blocking)
+with the event loop's `add_reader`. Each time a pipe is readable the loop reads one chunk and
+writes it at once, with `os.write`, to the session's spool file. The shell's exit is watched
+the same way through a pidfd where the kernel has them (Linux 5.3), else by a daemon thread that
+blocks in `wait()` and hands the exit status to the loop with `call_soon_threadsafe` (the same
+thing asyncio's own child watchers do). Consequences:
+
+- No deadlock on full pipes: the event loop drains both pipes continuously, whatever the
+  reader of the session does, and nothing accumulates in memory.
+- Nothing written before exit is lost: a session only settles (stops `running`) when the
+  process has exited *and* both pipes have reached end-of-file, so stderr written just before
+  `exit 3` is on disk before anybody can see the exit code.
+- Reads of a running session see everything received so far (writes are unbuffered).
+
+A consequence of "settled = exited and both pipes closed": a background child that keeps the
+pipes open (`server &` without redirection) keeps the session running until it exits or the
+session is killed, and its output stays readable. A child that redirects its output elsewhere
+does not hold the session.
+
+Descendants
+-----------
+A session owns every process it starts (see `processes` for how they are found: the process
+group everywhere, plus, on Linux, every process still carrying the session's
+`HERDR_MCP_EXEC_SESSION` variable). When the shell exits, the session looks for processes it
+left behind; answers carry `descendants_running` (null while the shell runs, then true or false)
+and, where they can be listed, `descendant_pids`. On Linux the shell stays an unreaped zombie
+until they are gone, so the group id is never someone else's when it is signalled.
+
+Each session directory also holds `metadata.json` (command, cwd, pid, times, exit status),
+replaced atomically on start and on finish, so a person can find old sessions on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from herdr_mcp.runtime.exec_sessions.output import Spool, StreamName, StreamView
+from herdr_mcp.runtime.exec_sessions.processes import (
+    ProcessTable,
+    exit_fd,
+    exited_status,
+    group_alive,
+    signal_group,
+    signal_marked,
+    wait_keeping_zombie,
+)
+
+__all__ = ["LiveSession", "descendants_fields", "epoch_ms", "iso_from_ms"]
+
+_log = logging.getLogger(__name__)
+
+# One read per readiness callback; asyncio's own pipe transports use the same size.
+_PIPE_CHUNK = 256 * 1024
+
+
+def epoch_ms() -> int:
+    """Now, in Unix epoch milliseconds."""
+    return int(time.time() * 1000)
+
+
+def iso_from_ms(epoch_ms: int) -> str:
+    """An epoch-milliseconds time as ISO 8601 UTC with milliseconds (`...Z`)."""
+    return (
+        datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    )
+
+
+@dataclass
+class LiveSession:
+    """A session this runtime started and drains, on its event loop (a thread that waits for the
+    exit, where there is one, only hands the status over)."""
+
+    session_id: str
+    command: str
+    cwd: Path
+    directory: Path
+    stdout: Spool
+    stderr: Spool
+    started_at: str
+    started_monotonic: float
+    started_epoch_ms: int
+    loop: asyncio.AbstractEventLoop
+    on_settle: Callable[[LiveSession], None] | None = None
+    on_exited: Callable[[LiveSession], None] | None = None
+    process: subprocess.Popen[bytes] | None = None
+    # The shell's kernel start time (clock ticks): none of its processes started earlier.
+    since: int | None = None
+    # Set once nothing but (maybe) the shell is left: final, see check_descendants.
+    descendants_gone: bool = False
+    returncode: int | None = None
+    finished_at: str | None = None
+    finished_monotonic: float | None = None
+    finished_epoch_ms: int | None = None
+    escalated: bool = False
+    exited: asyncio.Event = field(default_factory=asyncio.Event)
+    settled: asyncio.Event = field(default_factory=asyncio.Event)
+    kill_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def pid(self) -> int | None:
+        """The shell's pid (the id of its process group) once spawned."""
+        return self.process.pid if self.process is not None else None
+
+    @property
+    def running(self) -> bool:
+        """Until the shell exited and both pipes reached end-of-file."""
+        return not self.settled.is_set()
+
+    @property
+    def exit_code(self) -> int | None:
+        """The shell's exit status once settled; None when a signal ended it."""
+        if self.settled.is_set() and self.returncode is not None and self.returncode >= 0:
+            return self.returncode
+        return None
+
+    @property
+    def signal_name(self) -> str | None:
+        """The signal that ended the shell (`SIGTERM`), once settled."""
+        if self.settled.is_set() and self.returncode is not None and self.returncode < 0:
+            try:
+                return signal.Signals(-self.returncode).name
+            except ValueError:
+                return f"SIG{-self.returncode}"
+        return None
+
+    def spools(self) -> tuple[Spool, Spool]:
+        """stdout's and stderr's spool."""
+        return self.stdout, self.stderr
+
+    def view(self, stream: StreamName) -> StreamView:
+        """What a read of `stream` may see now."""
+        return (self.stdout if stream == "stdout" else self.stderr).view(settled=not self.running)
+
+    def state(self) -> dict[str, Any]:
+        """`session_id`, `running`, `exit_code` and `signal`, as answers carry them."""
+        return {
+            "session_id": self.session_id,
+            "running": self.running,
+            "exit_code": self.exit_code,
+            "signal": self.signal_name,
+        }
+
+    def attach(self, process: subprocess.Popen[bytes]) -> None:
+        """Start draining the process's pipes on the loop and watching for its exit."""
+        self.process = process
+        for spool, pipe in ((self.stdout, process.stdout), (self.stderr, process.stderr)):
+            assert pipe is not None  # both are PIPE in _spawn
+            spool.pipe = pipe
+            os.set_blocking(pipe.fileno(), False)
+            self.loop.add_reader(pipe.fileno(), self.on_readable, spool)
+        pidfd = exit_fd(process.pid)
+        if pidfd is None:
+            threading.Thread(
+                target=self._wait_for_exit, args=(process,), name=f"exec-wait-{self.session_id}", daemon=True
+            ).start()
+        else:
+            self.loop.add_reader(pidfd, self._on_exit_fd, pidfd, process.pid)
+
+    def _on_exit_fd(self, pidfd: int, pid: int) -> None:
+        returncode = exited_status(pid)
+        if returncode is None:
+            return
+        self.loop.remove_reader(pidfd)
+        os.close(pidfd)
+        self.on_exit(returncode)
+
+    def _wait_for_exit(self, process: subprocess.Popen[bytes]) -> None:
+        returncode = wait_keeping_zombie(process)
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is listening
+            self.loop.call_soon_threadsafe(self.on_exit, returncode)
+
+    def on_readable(self, spool: Spool) -> None:
+        """A pipe is readable: take one chunk into its spool, or close it at end-of-file."""
+        if spool.pipe is None:
+            return
+        try:
+            data = os.read(spool.pipe.fileno(), _PIPE_CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if data:
+            spool.append(data)
+        else:
+            self.close_pipe(spool)
+            self.maybe_settle()
+
+    def close_pipe(self, spool: Spool) -> None:
+        """Stop reading a pipe and close it; its stream is final."""
+        if spool.pipe is not None:
+            self.loop.remove_reader(spool.pipe.fileno())
+            spool.pipe.close()
+            spool.pipe = None
+        spool.eof = True
+        spool.close_file()
+
+    def on_exit(self, returncode: int) -> None:
+        """The shell exited (still a zombie on Linux): record it, look for descendants."""
+        self.returncode = returncode
+        self.exited.set()
+        if self.on_exited is not None:
+            self.on_exited(self)
+        self.maybe_settle()
+
+    def _group_id(self) -> int | None:
+        """The process-group id while it is this session's to signal: until nothing was left in
+        it (on Linux the zombie shell keeps the id reserved until then; see module docs)."""
+        return None if self.process is None or self.descendants_gone else self.process.pid
+
+    def survivors(self, table: ProcessTable | None) -> tuple[bool, list[int] | None]:
+        """Whether processes of this session other than its shell are alive, and their pids
+        (None where the system cannot list them: then the process group alone is looked at,
+        and the shell counts while it runs)."""
+        pgid = self._group_id()
+        if table is None:
+            return pgid is not None and group_alive(pgid), None
+        pids = table.marked(self.session_id, self.since)
+        if pgid is not None:
+            pids |= table.group(pgid)
+        pids.discard(pgid if pgid is not None else -1)  # the shell itself
+        return bool(pids), sorted(pids)
+
+    def check_descendants(self, table: ProcessTable | None) -> list[int] | None:
+        """After the shell exited: the pids of the processes it left ([] when none; None when
+        some are alive but cannot be listed). Nothing left is final (whatever the session
+        starts, it starts from a process of its own), so the shell is reaped then."""
+        if self.descendants_gone:
+            return []
+        running, pids = self.survivors(table)
+        if running:
+            return pids
+        self.descendants_gone = True
+        self.reap()
+        return []
+
+    def has_processes(self) -> bool:
+        """Whether anything of this session may still run: its shell or what it left behind."""
+        if self.running:
+            return True
+        return not self.descendants_gone and self.check_descendants(ProcessTable.read()) != []
+
+    def descendants_answer(self) -> dict[str, Any]:
+        """`descendants_running` (null while the shell runs) and `descendant_pids` if known."""
+        if not self.exited.is_set():
+            return {"descendants_running": None}
+        return descendants_fields(
+            self.check_descendants(ProcessTable.read() if not self.descendants_gone else None)
+        )
+
+    def send(self, signum: signal.Signals) -> None:
+        """`signum` to the process group while it is ours, and to the session's processes
+        outside it (each checked again just before, see signal_marked)."""
+        pgid = self._group_id()
+        table = ProcessTable.read()
+        outside = set() if table is None else table.marked(self.session_id, self.since)
+        if pgid is not None:
+            outside -= table.group(pgid) if table is not None else set()
+            signal_group(pgid, signum)
+        for pid in sorted(outside):
+            signal_marked(pid, self.session_id, signum)
+
+    def reap(self) -> None:
+        """Collect the exited shell (kept as a zombie on Linux, see wait_keeping_zombie)."""
+        if self.process is not None and self.exited.is_set():
+            self.process.poll()
+
+    def maybe_settle(self) -> None:
+        """Settle once the shell exited and both pipes are closed: times, metadata, the row."""
+        if self.settled.is_set() or not self.exited.is_set():
+            return
+        if not (self.stdout.eof and self.stderr.eof):
+            return
+        self.finished_epoch_ms = epoch_ms()
+        self.finished_at = iso_from_ms(self.finished_epoch_ms)
+        self.finished_monotonic = time.monotonic()
+        self.settled.set()
+        self.write_metadata()
+        if self.on_settle is not None:
+            self.on_settle(self)
+
+    def metadata(self) -> dict[str, Any]:
+        """What metadata.json holds."""
+        return {
+            "session_id": self.session_id,
+            "command": self.command,
+            "cwd": str(self.cwd),
+            "pid": self.pid,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "exit_code": self.exit_code,
+            "signal": self.signal_name,
+            "stdout_total_bytes": self.stdout.total,
+            "stderr_total_bytes": self.stderr.total,
+        }
+
+    def write_metadata(self) -> None:
+        """Replace metadata.json atomically; a failure is logged, never raised (best effort)."""
+        target = self.directory / "metadata.json"
+        temporary = self.directory / ".metadata.json.tmp"
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
+            fd = os.open(temporary, flags, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump(self.metadata(), handle, indent=2)
+                handle.write("\n")
+            os.replace(temporary, target)
+        except OSError:
+            _log.warning("could not write %s", target, exc_info=True)
+
+
+def descendants_fields(pids: list[int] | None) -> dict[str, Any]:
+    """`descendants_running` and, when known, `descendant_pids`, from what a look found."""
+    if pids == []:
+        return {"descendants_running": False}
+    return {"descendants_running": True} | ({} if pids is None else {"descendant_pids": pids})
