@@ -1,12 +1,19 @@
-"""A real runtime for end-to-end tests: `herdr-mcp serve` as a subprocess on a loopback port.
+"""A real runtime for end-to-end tests, two ways.
+
+`running_runtime`: `herdr-mcp serve` as a subprocess on a loopback port, for tests whose subject
+is the transport or the process (serve, signals, restarts, the link). `in_process_runtime`: the
+same ASGI app (`build_app`) served in the test's event loop through httpx's ASGI transport, its
+lifespan run as uvicorn runs it, for tests about what the tools do: no process start, no socket.
 
 The simulator runs in the test process (a `SimulatorThread`) so tests can script agents and
 inject faults; the runtime talks to it over its Unix socket exactly as it would to Herdr, and
-tests talk to the runtime with the `mcp` SDK's client over Streamable HTTP.
+tests talk to the runtime with the `mcp` SDK's client over Streamable HTTP. One client (one MCP
+session) per test where the test is not about sessions: `async with runtime.client() as client`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -18,10 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from starlette.types import ASGIApp, Message
 
 from herdr_mcp.local_http import local_async_client
+from herdr_mcp.runtime.app import build_app
+from herdr_mcp.runtime.config import RuntimeConfig
+from herdr_mcp.runtime.server import ToolDispatcher
+from herdr_mcp.runtime.services import Services
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "Test",
@@ -142,6 +155,95 @@ def running_runtime(
     finally:
         stop_process(process)
         close_pipes(process)
+
+
+#: The runtime's own answer to the SDK's Host check (DNS-rebinding protection): loopback with a port.
+IN_PROCESS_URL = "http://127.0.0.1:8765/mcp"
+IN_PROCESS_TOKEN = "in-process-" + "t" * 32
+
+
+@dataclass
+class InProcessRuntime:
+    """The runtime app in this event loop; `client()`, `call()` and `base` as `RunningRuntime`."""
+
+    app: ASGIApp
+    services: Services
+    config_dir: Path
+    token: str = IN_PROCESS_TOKEN
+    url: str = IN_PROCESS_URL
+
+    @property
+    def base(self) -> str:
+        return self.url.removesuffix("/mcp")
+
+    def http(self, **headers: str) -> httpx2.AsyncClient:
+        """An HTTP client to the app (bearer included; `headers` override)."""
+        return httpx2.AsyncClient(
+            transport=httpx2.ASGITransport(self.app),
+            base_url=self.base,
+            headers={"Authorization": f"Bearer {self.token}", **headers},
+            timeout=60,
+        )
+
+    @contextlib.asynccontextmanager
+    async def client(self) -> AsyncIterator[Client]:
+        async with self.http() as http, Client(streamable_http_client(self.url, http_client=http)) as client:
+            yield client
+
+    async def call(self, name: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Call one tool in a session of its own; tests that call more use one `client()`."""
+        async with self.client() as client:
+            return await call_tool(client, name, arguments)
+
+
+@contextlib.asynccontextmanager
+async def in_process_runtime(
+    herdr_socket: Path,
+    config_dir: Path,
+    *,
+    read_only: bool = False,
+    write_roots: tuple[Path, ...] | None = None,
+) -> AsyncIterator[InProcessRuntime]:
+    """The runtime `herdr-mcp serve --no-sim` would serve, composed by `build_app` and served in
+    this event loop: its lifespan runs (session manager, event feed, task reconciler) for as long
+    as the block; on the way out the lifespan shutdown, then the audit log and state close."""
+    config = RuntimeConfig(
+        config_dir=config_dir, herdr_socket=herdr_socket, read_only=read_only, write_roots=write_roots
+    )
+    services = Services.create(config)
+    dispatcher = ToolDispatcher(services)
+    app = build_app(services, IN_PROCESS_TOKEN, dispatcher)
+    try:
+        async with _lifespan(app):
+            yield InProcessRuntime(app, services, config_dir)
+    finally:
+        dispatcher.audit.close()
+        services.state.close()
+
+
+@contextlib.asynccontextmanager
+async def _lifespan(app: ASGIApp) -> AsyncIterator[None]:
+    """Run the ASGI lifespan protocol as a server does: startup before the block, shutdown after."""
+    to_app: asyncio.Queue[Message] = asyncio.Queue()
+    from_app: asyncio.Queue[Message] = asyncio.Queue()
+    scope = {"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}
+
+    async def serve() -> None:
+        await app(scope, to_app.get, from_app.put)
+
+    task = asyncio.create_task(serve())
+    await to_app.put({"type": "lifespan.startup"})
+    started = await from_app.get()
+    if started["type"] != "lifespan.startup.complete":
+        await task
+        raise RuntimeError(f"the runtime did not start: {started}")
+    try:
+        yield
+    finally:
+        await to_app.put({"type": "lifespan.shutdown"})
+        stopped = await from_app.get()
+        await task
+        assert stopped["type"] == "lifespan.shutdown.complete", stopped
 
 
 def stop_process(process: subprocess.Popen[str]) -> None:

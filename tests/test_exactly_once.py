@@ -1,4 +1,8 @@
-"""Exactly-once mutations over MCP: concurrent duplicates, conflicts, replays after a restart."""
+"""Exactly-once mutations over MCP: concurrent duplicates, conflicts, replays after a restart.
+
+The runtime is served in process (tests/runtime_harness.in_process_runtime) except across the
+restart, which is a process's: two `herdr-mcp serve` one after the other on one config dir.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from typing import Any
 import pytest
 
 from herdr_mcp.sim import SimConfig, SimulatorThread
-from tests.runtime_harness import RunningRuntime, make_repo, running_runtime
+from tests.runtime_harness import InProcessRuntime, call_tool, in_process_runtime, make_repo, running_runtime
 from tests.sim_helpers import short_tmp_dir
 
 KEY = "key-0001-exactly-once"
@@ -28,13 +32,11 @@ def _run(coroutine: Any) -> Any:
     return asyncio.run(asyncio.wait_for(coroutine, 90))
 
 
-def _concurrently(
-    runtime: RunningRuntime, tool: str, arguments: dict[str, Any], count: int = 20
+async def _concurrently(
+    runtime: InProcessRuntime, tool: str, arguments: dict[str, Any], count: int = 20
 ) -> list[Any]:
-    async def body() -> list[Any]:
-        return list(await asyncio.gather(*(runtime.call(tool, arguments) for _ in range(count))))
-
-    return list(_run(body()))
+    """`count` identical calls at once, each from a client (an MCP session) of its own."""
+    return list(await asyncio.gather(*(runtime.call(tool, arguments) for _ in range(count))))
 
 
 def _append(repo: Path, key: str = KEY, line: str = "side effect") -> dict[str, Any]:
@@ -57,8 +59,12 @@ def _strip(answer: dict[str, Any]) -> dict[str, Any]:
 
 def test_twenty_concurrent_identical_execs_run_once(world: tuple[Path, SimulatorThread, Path]) -> None:
     tmp, _, repo = world
-    with running_runtime(tmp / "herdr.sock", tmp / "config") as runtime:
-        answers = _concurrently(runtime, "herdr_exec", _append(repo))
+
+    async def body() -> list[Any]:
+        async with in_process_runtime(tmp / "herdr.sock", tmp / "config") as runtime:
+            return await _concurrently(runtime, "herdr_exec", _append(repo))
+
+    answers = _run(body())
     assert _lines(repo) == ["side effect"]
     assert all("error" not in answer for answer in answers), answers
     assert sorted(answer["idempotent_replay"] for answer in answers) == [False] + [True] * 19
@@ -72,14 +78,15 @@ def test_twenty_concurrent_identical_prompts_reach_the_agent_once(
 ) -> None:
     tmp, sim, _ = world
     request = {"target": "repo-agent", "text": "the one prompt", "idempotency_key": KEY}
-    with running_runtime(tmp / "herdr.sock", tmp / "config") as runtime:
-        answers = _concurrently(runtime, "herdr_prompt", request)
-        pane = next(a for a in sim.snapshot()["agents"] if a["name"] == "repo-agent")["pane_id"]
-        output = _run(
-            runtime.call(
-                "herdr_call", {"method": "pane.read", "params": {"pane_id": pane, "source": "recent"}}
-            )
-        )
+
+    async def body() -> tuple[list[Any], dict[str, Any]]:
+        async with in_process_runtime(tmp / "herdr.sock", tmp / "config") as runtime:
+            answers = await _concurrently(runtime, "herdr_prompt", request)
+            pane = next(a for a in sim.snapshot()["agents"] if a["name"] == "repo-agent")["pane_id"]
+            read = {"method": "pane.read", "params": {"pane_id": pane, "source": "recent"}}
+            return answers, await runtime.call("herdr_call", read)
+
+    answers, output = _run(body())
     assert all("error" not in answer for answer in answers), answers
     assert len({answer["task_id"] for answer in answers}) == 1
     assert sorted(answer["idempotent_replay"] for answer in answers) == [False] + [True] * 19
@@ -90,9 +97,16 @@ def test_same_key_other_request_is_a_conflict_and_runs_nothing(
     world: tuple[Path, SimulatorThread, Path],
 ) -> None:
     tmp, _, repo = world
-    with running_runtime(tmp / "herdr.sock", tmp / "config") as runtime:
-        first = _run(runtime.call("herdr_exec", _append(repo)))
-        second = _run(runtime.call("herdr_exec", _append(repo, line="another")))
+
+    async def body() -> tuple[dict[str, Any], dict[str, Any]]:
+        async with (
+            in_process_runtime(tmp / "herdr.sock", tmp / "config") as runtime,
+            runtime.client() as client,
+        ):
+            first = await call_tool(client, "herdr_exec", _append(repo))
+            return first, await call_tool(client, "herdr_exec", _append(repo, line="another"))
+
+    first, second = _run(body())
     assert "error" not in first
     assert second["error"]["code"] == "idempotency_key_conflict"
     assert _lines(repo) == ["side effect"]
@@ -107,10 +121,18 @@ def test_intent_rules(world: tuple[Path, SimulatorThread, Path]) -> None:
         "intent": "read_only",
         "idempotency_key": KEY,
     }
-    with running_runtime(tmp / "herdr.sock", tmp / "config") as runtime:
-        refused = _run(runtime.call("herdr_exec", without_key))
-        first = _run(runtime.call("herdr_exec", read_only))
-        again = _run(runtime.call("herdr_exec", read_only))
+
+    async def body() -> list[dict[str, Any]]:
+        async with (
+            in_process_runtime(tmp / "herdr.sock", tmp / "config") as runtime,
+            runtime.client() as client,
+        ):
+            return [
+                await call_tool(client, "herdr_exec", arguments)
+                for arguments in (without_key, read_only, read_only)
+            ]
+
+    refused, first, again = _run(body())
     assert refused["error"]["code"] == "idempotency_key_required"
     assert not (repo / "effects.log").exists()
     assert "idempotent_replay" not in first and "idempotent_replay" not in again

@@ -53,9 +53,11 @@ async def running(services: Services) -> AsyncIterator[None]:
         await services.sessions.shutdown()
 
 
-def build_app(services: Services, token: str) -> ASGIApp:
-    """The whole runtime app; `token` is required as a bearer on /mcp."""
-    dispatcher = ToolDispatcher(services)
+def build_app(services: Services, token: str, dispatcher: ToolDispatcher | None = None) -> ASGIApp:
+    """The whole runtime app; `token` is required as a bearer on /mcp. `dispatcher` answers the
+    tool calls (by default a new one; a test serving the app in process passes its own, to close
+    its audit log when done)."""
+    dispatcher = dispatcher if dispatcher is not None else ToolDispatcher(services)
     server = build_mcp_server(dispatcher)
     sdk_app = server.streamable_http_app(json_response=True, host=services.config.host)
     identity = contract_identity().to_dict()
