@@ -28,7 +28,12 @@ from herdr_mcp.contract import ContractIdentity, contract_identity
 from herdr_mcp.release.manifest import MANIFEST_FILENAME, ContractMigration, RuntimeManifest, Source
 from herdr_mcp.release.manifest_build import AssetInput, build_manifest
 from herdr_mcp.release.minisign import PublicKey, SecretKey, keygen, load_secret_key, sign
-from herdr_mcp.release.verification import PublishedRelease, SigstoreTrust, UnsafeSkipSigstore
+from herdr_mcp.release.verification import (
+    PublishedRelease,
+    SigstoreTrust,
+    UnsafeSkipSigstore,
+    VerifiedRelease,
+)
 from herdr_mcp.state import STATE_SCHEMA
 from herdr_mcp.update.admission import (
     AdmissionPolicy,
@@ -475,6 +480,16 @@ def test_only_admit_makes_a_trusted_release(base: RuntimeManifest, keys: Keys) -
     assert isinstance(trusted, TrustedRelease)
     with pytest.raises(TypeError):
         TrustedRelease(verified=trusted.verified, kind="same_contract", local=LOCAL_5, _admission=object())
+
+
+def test_only_verify_release_makes_a_verified_release(base: RuntimeManifest, keys: Keys) -> None:
+    trusted = run(CASES["equal contract"], base, keys)
+    assert isinstance(trusted, TrustedRelease)
+    verified = trusted.verified
+    with pytest.raises(TypeError):
+        VerifiedRelease(verified.manifest, verified.manifest_sha256, verified.signature, "verified", None)
+    with pytest.raises(TypeError):
+        dataclasses.replace(verified, sigstore="verified")
 
 
 def test_an_identity_policy_for_another_repository_is_the_callers_fault(keys: Keys) -> None:

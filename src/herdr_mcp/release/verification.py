@@ -39,7 +39,7 @@ Decisions:
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -105,16 +105,26 @@ class PublishedRelease:
     provenance_bundle: bytes | None
 
 
+_VERIFIED = object()
+
+
 @dataclass(frozen=True)
 class VerifiedRelease:
     """A manifest whose evidence held. `sigstore` says whether steps 5 and 6 ran or were skipped
-    by the unsafe choice; `provenance` is the verified statement (None when skipped)."""
+    by the unsafe choice; `provenance` is the verified statement (None when skipped). Only
+    `verify_release` makes one (a TypeError otherwise, `dataclasses.replace` included), so a
+    value of this type always means that it ran."""
 
     manifest: RuntimeManifest
     manifest_sha256: str
     signature: VerifiedSignature
     sigstore: Literal["verified", "unsafe_skipped"]
     provenance: Statement | None
+    _verified: InitVar[object] = None
+
+    def __post_init__(self, _verified: object) -> None:
+        if _verified is not _VERIFIED:
+            raise TypeError("a VerifiedRelease is made by verify_release() only")
 
 
 def verify_release(published: PublishedRelease, trust: ReleaseTrust) -> VerifiedRelease:
@@ -144,7 +154,7 @@ def verify_release(published: PublishedRelease, trust: ReleaseTrust) -> Verified
             manifest,
         )
     if isinstance(trust.sigstore, UnsafeSkipSigstore):
-        return VerifiedRelease(manifest, digest, signature, "unsafe_skipped", None)
+        return VerifiedRelease(manifest, digest, signature, "unsafe_skipped", None, _VERIFIED)
     # 4. The identity policy is about this release's repository.
     base = trust.sigstore.identity_policy
     if base.repository != manifest.source.repository:
@@ -173,7 +183,7 @@ def verify_release(published: PublishedRelease, trust: ReleaseTrust) -> Verified
         raise ReleaseVerificationError(exc.code, f"{SIGSTORE_BUNDLE_NAME}: {exc.message}", manifest) from None
     # 6. The build provenance covers these manifest bytes and every asset's digest.
     provenance = _verify_provenance(manifest, digest, published.provenance_bundle, policy, root)
-    return VerifiedRelease(manifest, digest, signature, "verified", provenance)
+    return VerifiedRelease(manifest, digest, signature, "verified", provenance, _VERIFIED)
 
 
 def _verify_provenance(
