@@ -1,7 +1,8 @@
 """The CLI conventions (README, "The command line"), checked on every subcommand the parser knows:
 `--help` exits 0 and every option says what it is; `--json` is accepted after the subcommand at
-every level; under `--json` a refusal is one `{"error": {"code", "message"}}` on stdout with the
-exit status of its fault (2 usage, 3 refused, 4 local environment), never a traceback."""
+every level; a refusal is one line on stderr and, under `--json`, one
+`{"error": {"code", "message"}}` on stdout, with the exit status of its fault (2 usage, 3
+refused, 4 local environment), never a traceback."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def _walk(
 
 def _commands() -> list[tuple[tuple[str, ...], argparse.ArgumentParser]]:
     """Every (sub)command: discovered from the top-level parser, delegated ones from their own."""
-    found = []
+    found: list[tuple[tuple[str, ...], argparse.ArgumentParser]] = []
     for name in _subparsers(build_parser()):
         found.extend(_walk((name,), subcommand_parser(name)))
     return found
@@ -106,7 +107,7 @@ def test_json_is_accepted_after_the_subcommand(
     # comes as one JSON object on stdout with the usage exit status.
     status, out, err = _run([*path, "--json", "--no-such-option"])
     assert status == EXIT_USAGE, (out, err)
-    assert err == ""
+    assert err.startswith("herdr-mcp: error: invalid_argument") and len(err.splitlines()) == 1, err
     error = json.loads(out)["error"]
     assert set(error) == {"code", "message"}
     assert error["code"] in ("invalid_argument", "invalid_arguments")
@@ -135,7 +136,7 @@ def test_a_refusal_by_policy_is_exit_3_and_json(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == EXIT_REFUSED, (done.stdout, done.stderr)
     assert json.loads(done.stdout)["error"]["code"] == "update_fenced"
-    assert done.stderr == ""
+    assert done.stderr.startswith("herdr-mcp: error: update_fenced: "), done.stderr
 
 
 @pytest.mark.parametrize("as_json", [False, True])
@@ -150,8 +151,7 @@ def test_an_oserror_in_dev_sync_is_one_line_and_exit_4(tmp_path: Path, as_json: 
     )  # fmt: skip
     assert done.returncode == EXIT_LOCAL, (done.stdout, done.stderr)
     assert "Traceback" not in done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("herdr-mcp: error: io_error: "), done.stderr
     if as_json:
         assert json.loads(done.stdout)["error"]["code"] == "io_error"
-    else:
-        lines = done.stderr.splitlines()
-        assert len(lines) == 1 and lines[0].startswith("herdr-mcp: error: io_error: "), done.stderr

@@ -23,6 +23,7 @@ from typing import Any
 import httpx2
 import pytest
 
+from herdr_mcp.errors import EXIT_REFUSED
 from herdr_mcp.generations import GenerationStore
 from herdr_mcp.generations.process import runtime_pid, stop_runtime
 from herdr_mcp.release.minisign import keygen
@@ -186,7 +187,7 @@ def test_dev_sync_pins_prod_and_dev_rollback_returns_to_it_without_building(work
 
 
 def _refused(done: subprocess.CompletedProcess[str]) -> str:
-    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.returncode == EXIT_REFUSED, (done.stdout, done.stderr)
     line = done.stderr.strip().splitlines()[-1]
     assert line.startswith("herdr-mcp: error: "), done.stderr
     return line.removeprefix("herdr-mcp: error: ").split(":", 1)[0]

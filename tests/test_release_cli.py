@@ -13,6 +13,7 @@ import pytest
 
 from herdr_mcp import __version__
 from herdr_mcp.contract import contract_identity
+from herdr_mcp.errors import EXIT_REFUSED
 from herdr_mcp.release.verification import PROVENANCE_BUNDLE_NAME, SIGNATURE_NAME, SIGSTORE_BUNDLE_NAME
 from tests.release_evidence import sigstore_flags, write_evidence
 from tests.runtime_harness import git
@@ -108,7 +109,7 @@ def test_verify_requires_the_keyless_signature_and_the_provenance(
     }
     for code, copy in cases.items():
         result = _release("verify", "--manifest", str(copy), *trust, check=False)
-        assert result.returncode == 2, (code, result.stdout)
+        assert result.returncode == EXIT_REFUSED, (code, result.stdout)
         assert f"error: {code}:" in result.stderr
     # The provenance of other bytes (here: the manifest's keyless bundle given as provenance).
     mismatched = _release(
@@ -120,7 +121,7 @@ def test_verify_requires_the_keyless_signature_and_the_provenance(
         str(manifest.parent / sigstore),
         check=False,
     )
-    assert mismatched.returncode == 2
+    assert mismatched.returncode == EXIT_REFUSED
     assert "error: attestation_bundle_malformed:" in mismatched.stderr
     skipped = _release(
         "verify", "--manifest", str(cases["sigstore_missing"]), *trust, "--unsafe-skip-sigstore"
@@ -167,7 +168,7 @@ def test_verify_refuses_tampering_unpinned_keys_and_changed_assets(
     }
     for code, arguments in cases.items():
         result = _release("verify", *arguments, check=False)
-        assert result.returncode == 2, (code, result.stderr)
+        assert result.returncode == EXIT_REFUSED, (code, result.stderr)
         assert f"error: {code}:" in result.stderr
     changed = tmp_path / "dist"
     changed.mkdir()
@@ -176,7 +177,7 @@ def test_verify_refuses_tampering_unpinned_keys_and_changed_assets(
     wheel = next(changed.glob("*.whl"))
     wheel.write_bytes(wheel.read_bytes() + b"\0")
     result = _release("verify", "--manifest", str(manifest), *trust, "--dist", str(changed), check=False)
-    assert result.returncode == 2
+    assert result.returncode == EXIT_REFUSED
     assert "error: asset_digest_mismatch:" in result.stderr
 
 
@@ -205,11 +206,11 @@ def test_verify_runs_the_sigstore_check_and_refuses_a_foreign_bundle(
     result = _release(
         "verify", "--manifest", str(manifest), *trust, "--sigstore-bundle", str(foreign), check=False
     )
-    assert result.returncode == 2
+    assert result.returncode == EXIT_REFUSED
     assert "error: attestation_untrusted_root:" in result.stderr
     # Against the packaged (public-good) root, the stack's own bundles are the foreign ones.
     packaged = _release("verify", "--manifest", str(manifest), "--keys", str(keys), check=False)
-    assert packaged.returncode == 2
+    assert packaged.returncode == EXIT_REFUSED
     assert "error: attestation_untrusted_root:" in packaged.stderr
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from herdr_mcp.contract import ContractIdentity
+from herdr_mcp.errors import EXIT_LOCAL, EXIT_REFUSED
 from herdr_mcp.release.verification import PROVENANCE_BUNDLE_NAME, SIGNATURE_NAME, SIGSTORE_BUNDLE_NAME
 from herdr_mcp.service.fence import clear_fence, set_fence
 from tests.published_release import BUNDLE, REPOSITORY, REPOSITORY_ID, TAG, VERSION, Trust, publish
@@ -77,7 +78,7 @@ def test_a_refused_release_downloads_nothing_but_its_manifest(
 ) -> None:
     keys = publish(sim, tmp_path, contract=contract, tamper=tamper)
     result = _check(sim, tmp_path, keys)
-    assert result.returncode == 2
+    assert result.returncode == EXIT_REFUSED
     assert f"error: {code}:" in result.stderr
     assert BUNDLE not in _fetched(sim)
     assert not (tmp_path / "config" / "highest-seen.json").exists()
@@ -88,7 +89,7 @@ def test_update_paths_respect_the_fence(sim: ReleaseRepositorySimulator, tmp_pat
     set_fence(tmp_path / "config", "service uninstall")
     for mode in ("--check", "--json"):  # the check, and the whole update
         refused = _check(sim, tmp_path, keys, mode)
-        assert refused.returncode == 2
+        assert refused.returncode == EXIT_REFUSED
         assert "error: update_fenced:" in refused.stderr
     skipped = _check(sim, tmp_path, keys, "auto")
     assert skipped.returncode == 0, skipped.stderr
@@ -101,7 +102,7 @@ def test_update_paths_respect_the_fence(sim: ReleaseRepositorySimulator, tmp_pat
     # Unfenced, `auto` runs the whole update: this release's "bundle" is not one, so it fails
     # after admission, at the download or install step, and nothing is activated.
     tried = _check(sim, tmp_path, keys, "auto")
-    assert tried.returncode == 2 and "\nherdr-mcp: error: " in tried.stderr, tried.stderr
+    assert tried.returncode == EXIT_REFUSED and "\nherdr-mcp: error: " in tried.stderr, tried.stderr
     assert not (tmp_path / "config" / "generations" / "runtime-status.json").exists()
 
 
@@ -121,7 +122,7 @@ def test_a_pinned_manifest_url_is_admitted_from_the_files_next_to_it(
     # The tag comes from the URL: a manifest served under another tag is refused as moved.
     moved = url.replace(f"/download/{TAG}/", "/download/v0.0.1/")
     refused = _check(sim, tmp_path, keys, "--check", "--manifest-url", moved)
-    assert refused.returncode == 2
+    assert refused.returncode == EXIT_LOCAL  # the tag answered HTTP 404: a transport failure
 
     for bad in (url.replace("runtime-manifest.json", "other.json"), url.replace("/download/", "/x/")):
         refused = _check(sim, tmp_path, keys, "--check", "--manifest-url", bad)
@@ -171,7 +172,7 @@ def test_a_release_without_its_sigstore_evidence_is_refused_before_any_asset_dow
     trust = publish(sim, tmp_path, sigstore=has_sigstore, provenance=has_provenance)
     for mode in ("--check", "--json"):  # the check, and the whole update
         result = _check(sim, tmp_path, trust, mode)
-        assert result.returncode == 2, result.stdout
+        assert result.returncode == EXIT_REFUSED, result.stdout
         assert f"error: {code}:" in result.stderr
         assert BUNDLE not in _fetched(sim)
     assert not (tmp_path / "config" / "highest-seen.json").exists()
@@ -279,7 +280,7 @@ def test_text_from_the_release_index_is_escaped_before_the_terminal(
         f"--allowed-host={sim.api_host}", *trust.flags(), "--config-dir", str(tmp_path / "config"),
     ]  # fmt: skip
     refused = subprocess.run(command, capture_output=True, text=True, timeout=60)
-    assert refused.returncode == 2
+    assert refused.returncode == EXIT_REFUSED
     assert "error: discovery_asset_url_refused:" in refused.stderr
     assert "\x1b" not in refused.stderr and "\x07" not in refused.stderr and "\u202e" not in refused.stderr
     assert "notes\\x1b]0;owned\\x07\\x1b[2J\\u202egpj.exe" in refused.stderr

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from herdr_mcp.contract import ContractIdentity, contract_identity, identity_of
+from herdr_mcp.errors import EXIT_LOCAL, EXIT_REFUSED
 from herdr_mcp.generations import GenerationStore, Observation
 from herdr_mcp.release.manifest import MANIFEST_FILENAME
 from herdr_mcp.release.minisign import keygen
@@ -174,7 +175,7 @@ def test_v1_updates_to_v2_across_one_epoch_rolls_back_and_refuses_v3(
     publish(ws.sim, releases.v2)
     # A runtime that cannot start is never registered, and its install is removed.
     broken = ws.update("--serve-arg=--no-such-option")
-    assert broken.returncode == 2
+    assert broken.returncode == EXIT_LOCAL
     assert "herdr-mcp: error: runtime_start_failed:" in broken.stderr, broken.stderr
     assert [path.name for path in (ws.config / "runtimes").iterdir()] == ["r1.0.0-bootstrap"]
     assert ws.store.read_status().active == "r1.0.0-bootstrap"
@@ -214,7 +215,7 @@ def test_v1_updates_to_v2_across_one_epoch_rolls_back_and_refuses_v3(
     publish(ws.sim, releases.v3)
     ws.sim.clear_log()
     refused = ws.update()
-    assert refused.returncode == 2, refused.stdout
+    assert refused.returncode == EXIT_REFUSED, refused.stdout
     assert "epoch 4" in refused.stderr and "epoch 6" in refused.stderr, refused.stderr
     assert refused.stderr.startswith("herdr-mcp: error: contract_"), refused.stderr
     downloaded = sorted(entry.path.rsplit("/", 1)[1] for entry in ws.sim.downloads())

@@ -13,8 +13,8 @@ marker, the service rollback record) is read and written here, so each one gets 
 What a record that is present but bad means is a choice made per record, where it is defined,
 as a `FailRule`: `CLOSED` (the reader raises; nothing that depends on the record proceeds: the
 fence still fences, `services.json` still protects, a corrupt control file stops the gate) or
-`OPEN` (the reader treats it as absent). Today every record fails closed; `OPEN` exists so that
-a record that may be lost without harm says so instead of swallowing errors ad hoc.
+`OPEN` (the reader treats it as absent: only where that is safe, as for `runtime.pid`, whose loss
+means the supervisor starts the runtime again). docs/updater.md lists the records and their rules.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from herdr_mcp.errors import LocalFault
 from herdr_mcp.strict_json import unique_keys
 
 
@@ -40,8 +41,17 @@ class FailRule(enum.Enum):
     OPEN = "open"
 
 
-class RecordInvalid(ValueError):
-    """A record file is unreadable, too large, not strict JSON, or of another schema version."""
+class RecordInvalid(LocalFault, ValueError):
+    """A record file is unreadable, too large, not strict JSON, or of another schema version.
+
+    Each record's owner turns it into its own code (`services_record_invalid`, ...); one that
+    escapes is still a local fault with a code, never a traceback."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("record_invalid", message)
+
+    def __str__(self) -> str:
+        return self.message
 
 
 @dataclass(frozen=True)
@@ -118,16 +128,21 @@ def read_capped(path: Path, cap: int) -> bytes | None:
         return handle.read(cap + 1)
 
 
-def atomic_write(path: Path, payload: bytes) -> None:
-    """Write `payload` to `path` as 0600: temp file in the same dir, fsync, `os.replace`, fsync dir.
+def atomic_write(path: Path, payload: bytes, *, mode: int = 0o600, create_parent: bool = True) -> None:
+    """Write `payload` to `path` as `mode` (0600 unless a public file says otherwise): temp file
+    in the same dir, fsync, `os.replace`, fsync dir.
 
-    The parent is created 0700 when missing. Raises `OSError`; the temp file never stays behind.
+    The parent is created 0700 when missing (unless not `create_parent`). Raises `OSError`; the
+    temp file never stays behind.
     """
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if create_parent:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
         with os.fdopen(fd, "wb") as handle:
+            if mode != 0o600:
+                os.fchmod(handle.fileno(), mode)
             handle.write(payload)
             handle.flush()
             os.fsync(handle.fileno())

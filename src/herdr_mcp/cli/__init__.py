@@ -73,7 +73,7 @@ def _cmd_stdio(args: argparse.Namespace) -> int:
     return stdio(args)
 
 
-def _add_connect(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_connect(commands: argparse._SubParsersAction[Any]) -> None:
     from herdr_mcp.cli.connect import add_parser
 
     add_parser(commands)

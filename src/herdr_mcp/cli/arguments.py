@@ -11,10 +11,10 @@ The conventions (the README's CLI table lists them per subcommand):
 - `--json` is accepted after the subcommand at every level (`with_json`), and before it where
   it was before (`dev --json status`).
 - Every failure ends in `run_guarded`, the one catch: a `HerdrMcpError` is one line on stderr
-  `herdr-mcp: error: <code>: <message>` (or, under `--json`, one object
-  `{"error": {"code", "message"}}` on stdout, and nothing on stderr) and its fault's exit
-  status (`errors.py`: 2 usage, 3 refused, 4 local); an `OSError` nothing more specific caught
-  is a `LocalFault("io_error")`; anything else is a bug and keeps its traceback (exit 1).
+  `herdr-mcp: error: <code>: <message>` (under `--json` also one object
+  `{"error": {"code", "message"}}` on stdout, for the program that reads it) and its fault's
+  exit status (`errors.py`: 2 usage, 3 refused, 4 local); an `OSError` nothing more specific
+  caught is a `LocalFault("io_error")`; anything else is a bug and keeps its traceback (exit 1).
 """
 
 from __future__ import annotations
@@ -72,10 +72,9 @@ def report(exc: HerdrMcpError, *, as_json: bool) -> int:
     """Print `exc` the one way (see the module docstring); its exit status."""
     if as_json:
         print(json.dumps({"error": exc.to_dict()}, sort_keys=True), flush=True)
-    else:
-        print(error_line(exc.code, exc.message), file=sys.stderr)
-        for note in getattr(exc, "__notes__", ()):
-            print(printable(note), file=sys.stderr)
+    print(error_line(exc.code, exc.message), file=sys.stderr)
+    for note in getattr(exc, "__notes__", ()):
+        print(printable(note), file=sys.stderr)
     return exc.exit_status
 
 

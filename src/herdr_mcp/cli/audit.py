@@ -11,7 +11,8 @@ as escapes, and JSON output is ASCII with `\\u` escapes. A line that is not a re
 crash mid-write, or damaged) is skipped and reported on stderr.
 
 Exit codes: 0 success (also when there is no log yet); 2 bad arguments; 4 an unreadable log
-(`audit_unreadable`). Under `--json` a failure is one `{"error": {"code", "message"}}` on stdout.
+(`audit_unreadable`). Under `--json` a failure is also one `{"error": {"code", "message"}}` on
+stdout.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
     sign                a minisign signature over the manifest's exact bytes
     verify              minisign, Sigstore and provenance (the verifier admission runs), asset files
 
-Every expected failure is one line `herdr-mcp: error: <code>: <message>` (under `--json`, one
+Every expected failure is one line `herdr-mcp: error: <code>: <message>` (under `--json` also
 `{"error": {"code", "message"}}` on stdout) and its fault's exit status: 2 a bad argument, 3 a
 release, signature or provenance that is refused, or a build that is not reproducible, 4 a file
 or a build step that failed on this machine. `verify` always prints JSON; under `--json` the

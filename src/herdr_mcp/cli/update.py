@@ -139,8 +139,8 @@ def run(argv: Sequence[str]) -> int:
         failed = not report.ok
     if failed:
         code = answer.get("outcome") or answer.get("reason") or "refused"
+        print(error_line(code, answer["summary"]), file=sys.stderr)
         if not args.json:
-            print(error_line(code, answer["summary"]), file=sys.stderr)
             return EXIT_REFUSED
         answer["error"] = {"code": code, "message": answer["summary"]}
     print(json.dumps(answer, sort_keys=True, default=str) if args.json else printable(answer["summary"]))

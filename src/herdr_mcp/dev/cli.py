@@ -3,8 +3,8 @@
 Exit 0 on success; 3 when the gate or the plane refused (the gate's outcome code when it did not
 activate: the generation active before stays active); otherwise the failure's fault's exit
 status (2 a bad argument, 4 the local environment: a build, the disk). A refusal is one line
-`herdr-mcp: error: <code>: <message>`, or under `--json` the answer with
-`{"error": {"code", "message"}}` on stdout.
+`herdr-mcp: error: <code>: <message>` on stderr; under `--json` the answer on stdout carries
+`{"error": {"code", "message"}}` too.
 """
 
 from __future__ import annotations
@@ -78,8 +78,7 @@ def run(argv: list[str]) -> int:
         if args.json:
             answer["error"] = {"code": result.outcome, "message": result.message}
             print(json.dumps(answer, sort_keys=True))
-        else:
-            print(error_line(result.outcome, result.message), file=sys.stderr)
+        print(error_line(result.outcome, result.message), file=sys.stderr)
         return EXIT_REFUSED
     print(json.dumps(answer, sort_keys=True) if args.json else answer["summary"])
     return 0

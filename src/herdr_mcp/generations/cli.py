@@ -3,8 +3,8 @@
 The state dir is `--state-dir`, else `<config dir>/generations`. Exit 0 on success (`activated`,
 `active_unchanged`); 3 when the gate refused the generation (the one active before stays
 active); otherwise the exit status of the failure's fault (`errors.py`: 2 a bad request, 4 the
-local state), with one line `herdr-mcp: error: <code>: <message>` (one JSON object on stdout
-under `--json`).
+local state), with one line `herdr-mcp: error: <code>: <message>` on stderr (and under
+`--json` `{"error": {"code", "message"}}` on stdout).
 """
 
 from __future__ import annotations
@@ -195,6 +195,5 @@ def _report(result: ActivationResult, *, as_json: bool) -> int:
         if not as_json:
             print(printable(f"{result.outcome}: {result.message}"))
         return 0
-    if not as_json:
-        print(error_line(result.outcome, result.message), file=sys.stderr)
+    print(error_line(result.outcome, result.message), file=sys.stderr)
     return EXIT_REFUSED

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from herdr_mcp.generations.control import Generation, GenerationError, GenerationStateError, check_endpoint
 from herdr_mcp.layout import RUNTIMES_DIR
-from herdr_mcp.records import atomic_write
+from herdr_mcp.records import FailRule, RecordInvalid, RecordKind, atomic_write
 
 LAUNCH_FILE = "launch.json"
 PID_FILE = "runtime.pid"
@@ -49,6 +49,10 @@ _SERVING = "herdr-mcp serving "
 #: serve arguments the launcher sets itself; a launch.json may not override them.
 _RESERVED = frozenset({"--host", "--port", "--config-dir"})
 MAX_LAUNCH_BYTES = 64 * 1024
+#: A bad launch.json stops the start (`runtime_dir_invalid`): a guess could run other arguments.
+LAUNCH_RECORD = RecordKind(LAUNCH_FILE, MAX_LAUNCH_BYTES, FailRule.CLOSED)
+#: A bad runtime.pid fails open: it names no live runtime, so the supervisor starts one again.
+PID_RECORD = RecordKind(PID_FILE, 4096, FailRule.OPEN)
 
 
 def runtimes_dir(config_dir: Path) -> Path:
@@ -79,16 +83,12 @@ def read_serve_args(runtime_dir: Path) -> tuple[str, ...] | None:
     """The `serve` arguments recorded in `runtime_dir/launch.json`, or None if there is none."""
     path = runtime_dir / LAUNCH_FILE
     try:
-        data = path.read_bytes()[: MAX_LAUNCH_BYTES + 1]
-    except FileNotFoundError:
+        document = LAUNCH_RECORD.read(path)
+    except RecordInvalid as exc:
+        raise GenerationStateError("runtime_dir_invalid", str(exc)) from None
+    if document is None:
         return None
-    except OSError as exc:
-        raise GenerationStateError("runtime_dir_invalid", f"cannot read {path}: {exc.strerror}") from None
-    try:
-        document = json.loads(data) if len(data) <= MAX_LAUNCH_BYTES else None
-    except ValueError:
-        document = None
-    args = document.get("serve_args") if isinstance(document, dict) else None
+    args = document.get("serve_args")
     if not isinstance(args, list) or not all(isinstance(arg, str) for arg in args):
         raise GenerationStateError("runtime_dir_invalid", f'{path} is not {{"serve_args": [strings]}}')
     return check_serve_args(args)
@@ -223,10 +223,12 @@ def _tail(log: Path, offset: int) -> str:
 def runtime_pid(runtime_dir: Path) -> int | None:
     """The pid of the generation's runtime if that process is alive and is still the generation's
     executable, else None."""
+    document = PID_RECORD.read(runtime_dir / PID_FILE)
+    if document is None:
+        return None
     try:
-        document = json.loads((runtime_dir / PID_FILE).read_bytes()[:4096])
         pid, executable = int(document["pid"]), str(document["executable"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return None
     return pid if pid > 1 and _runs(pid, executable) else None
 

@@ -38,7 +38,6 @@ import hashlib
 import hmac
 import os
 import secrets
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -50,6 +49,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
 
 from herdr_mcp.errors import RefusedFault
+from herdr_mcp.records import atomic_write
 
 #: The environment variable that may hold the release secret key file's text (GitHub secret).
 SECRET_KEY_ENV = "HERDR_MCP_RELEASE_SECRET_KEY"  # noqa: S105 (a variable name, not a secret)
@@ -411,17 +411,8 @@ def load_secret_key(path: Path | None = None, *, environ: Mapping[str, str] | No
 
 
 def _write_atomically(path: Path, text: str, mode: int) -> None:
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        os.fchmod(handle, mode)
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    # A key goes only where the maintainer said: a missing directory is `key_file_unwritable`.
+    atomic_write(path, text.encode("utf-8"), mode=mode, create_parent=False)
 
 
 def keygen(public_key_path: Path, secret_key_path: Path, *, overwrite: bool = False) -> PublicKey:

@@ -44,9 +44,10 @@ from typing import Any
 import rfc8785
 
 from herdr_mcp.errors import LocalFault
+from herdr_mcp.layout import AUDIT_FILE
 from herdr_mcp.runtime.tools.patch import ADD, DELETE, MOVE, UPDATE
 
-AUDIT_FILE_NAME = "audit.jsonl"
+AUDIT_FILE_NAME = AUDIT_FILE
 LOCK_FILE_NAME = "audit.lock"
 RECORD_VERSION = 1
 

@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 
 from herdr_mcp.generations import GenerationError, GenerationStore, TokenReader, activate
 from herdr_mcp.generations.process import is_managed
+from herdr_mcp.layout import Layout
 from herdr_mcp.service.fence import clear_fence, read_fence, set_fence
 from herdr_mcp.service.installed import clear_services_executable, record_services_executable
 from herdr_mcp.service.rollback import discard_rollback, read_rollback, record_rollback
@@ -81,7 +82,7 @@ class ServiceHost:
         return list(ALL_UNITS)
 
     def generations(self) -> GenerationStore:
-        return self.store or GenerationStore.in_dir(self.config_dir / "generations")
+        return self.store or GenerationStore.in_dir(Layout(self.config_dir).generations_dir)
 
 
 @dataclass(frozen=True)

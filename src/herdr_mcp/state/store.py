@@ -34,12 +34,13 @@ from pathlib import Path
 from urllib.parse import quote
 
 from herdr_mcp.errors import LocalFault
+from herdr_mcp.layout import STATE_FILE
 from herdr_mcp.state.migrations import MIGRATIONS, Migration
 
 #: Milliseconds a writer waits for another writer before SQLite gives up with "database is locked".
 #: Write transactions here last well under a millisecond; ten seconds only matters when a disk stalls.
 BUSY_TIMEOUT_MS = 10_000
-STATE_FILE_NAME = "state.db"
+STATE_FILE_NAME = STATE_FILE
 
 
 class StateError(LocalFault):

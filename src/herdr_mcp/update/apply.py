@@ -63,7 +63,13 @@ from herdr_mcp.service.installed import services_executable
 from herdr_mcp.update.admission import AdmissionPolicy, AlreadyCurrent, LocalIdentity, TrustedRelease
 from herdr_mcp.update.check import check_for_update, fetch_and_admit, pinned_release_files
 from herdr_mcp.update.discovery import DiscoveryConfig, NoCandidate
-from herdr_mcp.update.errors import LocalStateError, ReleaseDataError, UpdateError, UpdateUsageError
+from herdr_mcp.update.errors import (
+    LocalStateError,
+    ReleaseDataError,
+    UpdateError,
+    UpdateRefused,
+    UpdateUsageError,
+)
 from herdr_mcp.update.highest_seen import record_admitted
 from herdr_mcp.update.install import install_generation
 from herdr_mcp.update.probe import ask_version, probe
@@ -200,11 +206,11 @@ def local_identity(store: GenerationStore, fallback: LocalIdentity) -> LocalIden
 
 def check_may_update(config_dir: Path) -> None:
     """Whether this workstation takes updates at all, said before anything else is looked at:
-    raises `FenceSet` while the update fence is set, `UpdateUsageError("plane_not_prod")` on a
+    raises `FenceSet` while the update fence is set, `UpdateRefused("plane_not_prod")` on a
     DEV plane."""
     check_fence(config_dir)
     if (config_dir / DEV_PLANE_MARKER).exists():
-        raise UpdateUsageError(
+        raise UpdateRefused(
             "plane_not_prod",
             "this workstation runs a DEV generation; `herdr-mcp dev rollback` returns to the pinned "
             "PROD generation, then update",

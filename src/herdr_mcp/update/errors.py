@@ -1,4 +1,5 @@
-"""The updater's errors, split by who is at fault (the python-tuf split, STYLE.md).
+"""The updater's errors, split by who is at fault (the python-tuf split, STYLE.md; each class is
+also one of the fault classes of `errors.py`, which set the exit status).
 
 Every error carries a stable `code` (`discovery_http_error`, `discovery_redirect_refused`, ...)
 and a `message` that says what happened and what to do. The class says whose fault it is, which
@@ -9,6 +10,8 @@ decides what a user can do about it:
 - `UpdateTransportError`: the transfer failed (unreachable host, TLS failure, HTTP error status,
   timeout, a redirect we refuse to follow). Retrying later may help.
 - `UpdateUsageError`: the caller passed bad arguments or configuration. Fix the call.
+- `UpdateRefused`: this workstation's policy refuses an update now (a DEV plane). Go back to
+  PROD first.
 - `LocalStateError`: the local disk or local state is unusable (unwritable staging directory,
   corrupt control file). Fix the workstation.
 
@@ -40,6 +43,10 @@ class UpdateTransportError(LocalFault, UpdateError):
 
 class UpdateUsageError(UsageFault, UpdateError):
     """The caller passed an invalid argument or configuration."""
+
+
+class UpdateRefused(RefusedFault, UpdateError):
+    """This workstation's policy refuses an update now (a DEV generation is in charge)."""
 
 
 class LocalStateError(LocalFault, UpdateError):
