@@ -55,9 +55,10 @@ def _cmd_version(args: argparse.Namespace) -> int:
 def _cmd_token(args: argparse.Namespace) -> int:
     path = Layout.of(args.config_dir).token_file
     if args.path:
-        print(path)
+        print(json.dumps({"path": str(path)}) if args.json else path)
         return 0
-    print(load_or_create_token(path))
+    token = load_or_create_token(path)
+    print(json.dumps({"path": str(path), "token": token}) if args.json else token)
     return 0
 
 
