@@ -1,8 +1,9 @@
 """fs tools through a real runtime: grep stays bounded and the runtime stays responsive; herdr_inspect
 reports what mutations would really answer.
 
-Each test starts `herdr-mcp serve` as a subprocess on loopback (tests/runtime_harness.py) and talks
-to it with the `mcp` SDK client, as a planner would.
+The grep tests start `herdr-mcp serve` as a subprocess on loopback (tests/runtime_harness.py): the
+runtime's process and its answers while a search runs are their subject. The others serve the same
+app in process. All talk to it with the `mcp` SDK client, as a planner would.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import httpx2
 
 from herdr_mcp.runtime.grep.query import GREP_TIMEOUT_S
 from herdr_mcp.sim import SimConfig, SimulatorThread
-from tests.runtime_harness import call_tool, make_repo, running_runtime
+from tests.runtime_harness import call_tool, in_process_runtime, make_repo, running_runtime
 from tests.sim_helpers import run, short_tmp_dir
 
 # On a loaded 2-core machine the runtime may answer a little after the deadline it enforced.
@@ -123,12 +124,17 @@ def test_sigterm_during_a_grep_stops_the_runtime_long_before_the_grep_deadline()
 def test_health_names_the_grep_engine_in_use() -> None:
     with short_tmp_dir() as tmp:
         repo = make_repo(tmp / "repo", {"a.txt": b"a\n"})
-        with (
-            SimulatorThread(SimConfig.for_roots([repo]), tmp / "herdr.sock"),
-            running_runtime(tmp / "herdr.sock", tmp / "config") as runtime,
-            httpx2.Client(timeout=10) as http,
-        ):
-            health = http.get(f"{runtime.base}/health").json()
+
+        async def body() -> dict[str, Any]:
+            async with (
+                in_process_runtime(tmp / "herdr.sock", tmp / "config") as runtime,
+                runtime.http() as http,
+            ):
+                document: dict[str, Any] = (await http.get("/health")).json()
+                return document
+
+        with SimulatorThread(SimConfig.for_roots([repo]), tmp / "herdr.sock"):
+            health = run(body())
     assert shutil.which("rg", path=os.environ.get("PATH")) is not None, "the test command installs rg"
     assert health["grep"] == {"engine": "rg"}
 
@@ -140,15 +146,24 @@ def test_inspect_reports_the_mutations_the_gates_would_answer() -> None:
         other = make_repo(tmp / "other", {"b.txt": b"b\n"})
         root = str(repo.resolve())
         answers = {}
+
+        async def inspect_and_write(name: str, **options: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+            async with (
+                in_process_runtime(tmp / "herdr.sock", tmp / f"config-{name}", **options) as runtime,
+                runtime.client() as client,
+            ):
+                inspect = await call_tool(client, "herdr_inspect")
+                write = await call_tool(client, "herdr_fs_write", {"path": f"{root}/new.txt", "content": "x"})
+                return inspect, write
+
         with SimulatorThread(SimConfig.for_roots([repo, other]), tmp / "herdr.sock"):
-            for name, extra in {
-                "default": [],
-                "read_only": ["--read-only"],
-                "write_roots": ["--write-root", str(other)],
-            }.items():
-                with running_runtime(tmp / "herdr.sock", tmp / f"config-{name}", extra) as runtime:
-                    inspect = run(runtime.call("herdr_inspect"))
-                    write = run(runtime.call("herdr_fs_write", {"path": f"{root}/new.txt", "content": "x"}))
+            cases: dict[str, dict[str, Any]] = {
+                "default": {},
+                "read_only": {"read_only": True},
+                "write_roots": {"write_roots": (other.resolve(),)},
+            }
+            for name, options in cases.items():
+                inspect, write = run(inspect_and_write(name, **options))
                 projects = {p["root"]: p["mutations"] for p in inspect["projects"]}
                 answers[name] = (projects[root], write.get("error", {}).get("code", "allowed"))
     assert answers == {
