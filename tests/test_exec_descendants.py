@@ -15,7 +15,6 @@ import contextlib
 import json
 import os
 import signal
-import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,10 +26,9 @@ from herdr_mcp.runtime.exec_sessions import ExecSessions
 from herdr_mcp.sim import SimConfig, SimulatorThread
 from tests.runtime_harness import call_tool, make_repo, running_runtime
 from tests.sim_helpers import short_tmp_dir
+from tests.waiting import poll_until, wait_until, wait_until_async
 
 pytestmark = pytest.mark.usefixtures("quiet_login_shell")
-
-DEADLINE_S = 20.0
 
 # A child left in the session's process group, its output redirected: the shell and the pipes
 # are done at once, the child is not. It prints its pid first.
@@ -51,20 +49,6 @@ def alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return text[text.rfind(")") + 2 :].split()[0] not in ("Z", "X")
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = DEADLINE_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-
-
-async def wait_until_async(condition: Callable[[], bool], what: str, timeout: float = DEADLINE_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
 
 
 @contextlib.contextmanager
@@ -283,10 +267,12 @@ def test_runtime_shutdown_stops_descendants_of_exec_sessions() -> None:
                             client, "herdr_exec_start", {"root": root, "command": GROUP_CHILD}
                         )
                         session = started["session_id"]
-                        state: dict[str, Any] = {"running": True}
-                        while state["running"]:
+
+                        async def finished() -> dict[str, Any] | None:
                             state = await call_tool(client, "herdr_exec_read", {"session_id": session})
-                            await asyncio.sleep(0.05)
+                            return None if state["running"] else state
+
+                        state = await poll_until(finished, "the session's shell to finish")
                         pids.append(int(state["stdout"]["text"].split()[0]))
                         answers["kill"] = await call_tool(client, "herdr_exec_kill", {"session_id": session})
                         answers["after_kill"] = {"alive": alive(pids[-1])}

@@ -21,6 +21,7 @@ from herdr_mcp.errors import ToolError
 from herdr_mcp.runtime.exec_sessions import ExecSessions
 from herdr_mcp.state.ledger import Ledger, Started, request_hash
 from herdr_mcp.state.store import StateStore
+from tests.waiting import wait_until_async
 
 pytestmark = pytest.mark.usefixtures("quiet_login_shell")
 
@@ -51,11 +52,9 @@ def is_gone(pid: int) -> bool:
 
 
 async def wait_finished(sessions: ExecSessions, session_id: str) -> None:
-    for _ in range(500):
-        if not sessions.read(session_id, max_bytes=1)["running"]:
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("session did not finish")
+    await wait_until_async(
+        lambda: not sessions.read(session_id, max_bytes=1)["running"], "the session to finish"
+    )
 
 
 def test_a_finished_session_is_readable_after_a_restart(tmp_path: Path, workdir: Path, db_path: Path) -> None:

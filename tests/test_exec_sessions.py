@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from herdr_mcp.errors import ToolError
 from herdr_mcp.runtime.exec_sessions import ExecSessions, utf8_chunk_length
+from tests.waiting import wait_until_async
 
 Body = Callable[[ExecSessions], Awaitable[None]]
 
@@ -37,23 +38,20 @@ def drive(spool: Path, body: Body, **options: Any) -> None:
     asyncio.run(main())
 
 
-async def wait_finished(sessions: ExecSessions, session_id: str, timeout: float = 10.0) -> dict[str, Any]:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
+async def wait_finished(sessions: ExecSessions, session_id: str) -> dict[str, Any]:
+    def finished() -> dict[str, Any] | None:
         state = sessions.read(session_id, max_bytes=1)
-        if not state["running"]:
-            return state
-        assert asyncio.get_running_loop().time() < deadline, "session did not finish"
-        await asyncio.sleep(0.02)
+        return None if state["running"] else state
+
+    return await wait_until_async(finished, "the session to finish")
 
 
 async def wait_for_output(sessions: ExecSessions, session_id: str, lines: int) -> str:
-    for _ in range(500):
+    def output() -> str | None:
         text: str = sessions.read(session_id, stream="stdout")["stdout"]["text"]
-        if text.count("\n") >= lines:
-            return text
-        await asyncio.sleep(0.02)
-    raise AssertionError("no output from the session")
+        return text if text.count("\n") >= lines else None
+
+    return await wait_until_async(output, f"{lines} lines from the session")
 
 
 def read_all(
