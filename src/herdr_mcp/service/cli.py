@@ -14,18 +14,17 @@ from pathlib import Path
 from typing import Any
 
 from herdr_mcp.cli.arguments import CommandParser, dir_path, fixed_port, run_guarded, with_json
-from herdr_mcp.errors import UsageFault
 from herdr_mcp.generations.control import check_generation_id
 from herdr_mcp.layout import DEFAULT_PORT, default_config_dir
 from herdr_mcp.service.install import (
     ServiceHost,
     install_services,
+    rollback_services,
     service_config,
     service_host,
     service_status,
     uninstall_services,
 )
-from herdr_mcp.service.rollback import rollback_service
 from herdr_mcp.service.units import PLATFORMS, Runner, run_command
 
 
@@ -135,21 +134,7 @@ def rollback_main(argv: list[str], *, runner: Runner = run_command) -> int:
 def rollback_run(argv: list[str], *, runner: Runner = run_command) -> int:
     """`herdr-mcp rollback`: re-validate and re-activate the recorded service rollback (macOS)."""
     args = build_rollback_parser().parse_args(argv)
-    host = _host(args, runner)
-    if host.platform != "launchd":
-        raise UsageFault(
-            "rollback_unsupported_platform",
-            "only macOS records a service rollback; on Linux use `herdr-mcp generation rollback`",
-        )
-    result = rollback_service(
-        host.config_dir,
-        host.generations(),
-        host.target_dir,
-        host.uid,
-        host.runner,
-        token_reader=host.token_reader,
-        sleep=host.sleep,
-    )
+    result = rollback_services(_host(args, runner))
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, sort_keys=True))
     else:

@@ -10,6 +10,8 @@ it was, and nothing is recorded.
 refuses), then unload the jobs and remove their files. Only a later `install_services` clears the
 fence.
 
+`rollback_services` re-activates the service rollback the last install recorded (macOS only).
+
 `service_config` decides what the jobs run (executable, address, port, `serve` or `generation
 up`); `service_host` where they live on this machine. `herdr-mcp service` (`service/cli.py`)
 only parses its arguments into these and prints what they return.
@@ -26,12 +28,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from herdr_mcp.generations import GenerationError, GenerationStore, TokenReader, activate
+from herdr_mcp.errors import UsageFault
+from herdr_mcp.generations import ActivationResult, GenerationError, GenerationStore, TokenReader, activate
 from herdr_mcp.generations.process import is_managed
 from herdr_mcp.layout import Layout
 from herdr_mcp.service.fence import clear_fence, read_fence, set_fence
 from herdr_mcp.service.installed import clear_services_executable, record_services_executable
-from herdr_mcp.service.rollback import discard_rollback, read_rollback, record_rollback
+from herdr_mcp.service.rollback import discard_rollback, read_rollback, record_rollback, rollback_service
 from herdr_mcp.service.units import (
     ALL_UNITS,
     ENABLED_UNITS,
@@ -319,3 +322,23 @@ def service_status(host: ServiceHost) -> dict[str, Any]:
             "recorded_at": record.recorded_at,
         },
     }
+
+
+def rollback_services(host: ServiceHost) -> ActivationResult:
+    """Re-validate and re-activate the service rollback the last install recorded, and reload the
+    definitions from before it (`service/rollback.py`). Only macOS records one: elsewhere raises
+    `UsageFault("rollback_unsupported_platform")`; otherwise the errors of `rollback_service`."""
+    if host.platform != "launchd":
+        raise UsageFault(
+            "rollback_unsupported_platform",
+            "only macOS records a service rollback; on Linux use `herdr-mcp generation rollback`",
+        )
+    return rollback_service(
+        host.config_dir,
+        host.generations(),
+        host.target_dir,
+        host.uid,
+        host.runner,
+        token_reader=host.token_reader,
+        sleep=host.sleep,
+    )
