@@ -1,7 +1,8 @@
 """End to end: the `mcp` SDK client over Streamable HTTP against a real runtime process.
 
 The runtime is `herdr-mcp serve` in a subprocess, connected to a simulator workspace rooted in a
-real Git repository; every one of the 18 tools is called for real.
+real Git repository; every one of the 18 tools is called for real. The read-only runtime is the
+same app served in process (its subject is the mode, not the process).
 """
 
 from __future__ import annotations
@@ -18,9 +19,16 @@ import pytest
 
 from herdr_mcp.contract import contract_identity, identity_of
 from herdr_mcp.sim import SimConfig, SimulatorThread
-from tests.runtime_harness import RunningRuntime, call_tool, git, make_repo, running_runtime
+from tests.runtime_harness import (
+    RunningRuntime,
+    call_tool,
+    git,
+    in_process_runtime,
+    make_repo,
+    running_runtime,
+)
 from tests.sim_helpers import short_tmp_dir
-from tests.waiting import poll_until, wait_until
+from tests.waiting import poll_until
 
 
 def _png(width: int, height: int) -> bytes:
@@ -228,11 +236,18 @@ def test_inspect_degrades_when_the_snapshot_fails(
     runtime, sim, repo = world
     sim.inject_fault("session.snapshot")
     try:
-        # The runtime's cached view is fresh for VIEW_TTL_SECONDS; wait for the first inspect past it.
-        result = wait_until(
-            lambda: (answer := run(runtime.call("herdr_inspect")))["herdr"]["source"] == "lists" and answer,
-            "herdr_inspect to observe the failing snapshot once the cached view expired",
-        )
+
+        async def degraded() -> dict[str, Any]:
+            async with runtime.client() as client:
+
+                async def inspect() -> dict[str, Any] | None:
+                    answer = await call_tool(client, "herdr_inspect")
+                    return answer if answer["herdr"]["source"] == "lists" else None
+
+                # The runtime's cached view is fresh for VIEW_TTL_SECONDS: the first inspect past it.
+                return await poll_until(inspect, "herdr_inspect to observe the failing snapshot")
+
+        result = run(degraded())
     finally:
         sim.clear_faults()
     assert result["herdr"]["source"] == "lists"
@@ -245,19 +260,21 @@ def test_read_only_runtime_refuses_writes_and_changes_nothing() -> None:
     with short_tmp_dir() as tmp:
         repo = make_repo(tmp / "repo", {"a.txt": b"a\n"})
         root = str(repo.resolve())
-        with (
-            SimulatorThread(SimConfig.for_roots([repo]), tmp / "herdr.sock"),
-            running_runtime(tmp / "herdr.sock", tmp / "config", ["--read-only"]) as runtime,
-        ):
-            results = [
-                run(runtime.call("herdr_fs_write", {"path": f"{root}/b.txt", "content": "b"})),
-                run(
-                    runtime.call(
-                        "herdr_fs_edit", {"path": f"{root}/a.txt", "old_string": "a", "new_string": "b"}
-                    )
-                ),
-                run(runtime.call("herdr_exec_start", {"root": root, "command": "touch c.txt"})),
-            ]
+        writes = [
+            ("herdr_fs_write", {"path": f"{root}/b.txt", "content": "b"}),
+            ("herdr_fs_edit", {"path": f"{root}/a.txt", "old_string": "a", "new_string": "b"}),
+            ("herdr_exec_start", {"root": root, "command": "touch c.txt"}),
+        ]
+
+        async def body() -> list[dict[str, Any]]:
+            async with (
+                in_process_runtime(tmp / "herdr.sock", tmp / "config", read_only=True) as runtime,
+                runtime.client() as client,
+            ):
+                return [await call_tool(client, name, arguments) for name, arguments in writes]
+
+        with SimulatorThread(SimConfig.for_roots([repo]), tmp / "herdr.sock"):
+            results = run(body())
         assert [r["error"]["code"] for r in results] == ["read_only_mode"] * 3
         assert git(repo, "status", "--porcelain") == ""
         assert (repo / "a.txt").read_text() == "a\n"
