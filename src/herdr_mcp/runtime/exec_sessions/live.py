@@ -255,14 +255,14 @@ class LiveSession:
         """Whether anything of this session may still run: its shell or what it left behind."""
         if self.running:
             return True
-        return not self.descendants_gone and self.check_descendants(ProcessTable.read()) != []
+        return not self.descendants_gone and self.check_descendants(ProcessTable.read(self.since)) != []
 
     def descendants_answer(self) -> dict[str, Any]:
         """`descendants_running` (null while the shell runs) and `descendant_pids` if known."""
         if not self.exited.is_set():
             return {"descendants_running": None}
         return descendants_fields(
-            self.check_descendants(ProcessTable.read() if not self.descendants_gone else None)
+            self.check_descendants(ProcessTable.read(self.since) if not self.descendants_gone else None)
         )
 
     def send(self, signum: signal.Signals) -> None:

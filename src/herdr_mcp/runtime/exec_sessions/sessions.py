@@ -428,7 +428,7 @@ class ExecSessions:
     def _on_exited(self, session: LiveSession) -> None:
         # Look at once (most commands leave nothing, and their shell is reaped now); watch the
         # rest until it is gone.
-        if session.check_descendants(ProcessTable.read()) != [] and (
+        if session.check_descendants(ProcessTable.read(session.since)) != [] and (
             self._watcher is None or self._watcher.done()
         ):
             self._watcher = session.loop.create_task(self._watch_descendants(), name="exec-descendants")

@@ -1,0 +1,69 @@
+"""ProcessTable.read(since): processes known to be older than a session are not read again, and
+everything started since still is. Real processes, Linux /proc."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from herdr_mcp.runtime.exec_sessions.processes import SESSION_ENV, ProcessTable, process_identity, start_ticks
+
+
+def _sleeper(session_id: str | None = None) -> subprocess.Popen[bytes]:
+    env = dict(os.environ)
+    if session_id is not None:
+        env[SESSION_ENV] = session_id
+    return subprocess.Popen(["sleep", "300"], env=env, start_new_session=True)
+
+
+@pytest.fixture
+def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for process in started:
+        process.kill()
+        process.wait()
+
+
+def _ticks(pid: int) -> int:
+    ticks = start_ticks(process_identity(pid))
+    assert ticks is not None
+    return ticks
+
+
+def test_since_leaves_out_older_processes_and_finds_newer_ones(
+    processes: list[subprocess.Popen[bytes]],
+) -> None:
+    if sys.platform != "linux":  # no /proc: only the process group is looked at
+        assert ProcessTable.read(0) is None
+        return
+    older = _sleeper("xolder")
+    processes.append(older)
+    full = ProcessTable.read()
+    assert full is not None and older.pid in {entry.pid for entry in full.entries}
+    # A clock tick (10 ms) later, so that "started since" separates the two.
+    deadline = time.monotonic() + 30
+    newer = _sleeper("xnewer")
+    processes.append(newer)
+    while _ticks(newer.pid) <= _ticks(older.pid):
+        assert time.monotonic() < deadline, "no clock tick between two starts"
+        newer.kill()
+        newer.wait()
+        newer = _sleeper("xnewer")
+        processes.append(newer)
+    since = _ticks(newer.pid)
+    table = ProcessTable.read(since)
+    assert table is not None
+    pids = {entry.pid for entry in table.entries}
+    assert older.pid not in pids  # known from the first look, older than `since`
+    assert newer.pid in pids  # new since the last look: read
+    assert table.marked("xnewer", since) == {newer.pid}
+    assert table.group(newer.pid) == {newer.pid}
+    # Without `since` everything is there again.
+    again = ProcessTable.read()
+    assert again is not None and {older.pid, newer.pid} <= {entry.pid for entry in again.entries}
