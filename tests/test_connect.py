@@ -313,3 +313,53 @@ def test_the_mcp_inspector_lists_the_18_tools_over_stdio_and_over_http(home: Pat
             timeout=DEADLINE_S,
         )
         assert refused.returncode != 0
+
+
+def _readme_section() -> list[str]:
+    """The shell lines of the README's "Connect a client" code blocks (continuations joined)."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Connect a client\n", 1)[1].split("\n## ", 1)[0]
+    lines: list[str] = []
+    for block in section.split("```sh\n")[1:]:
+        text = block.split("```", 1)[0].replace("\\\n", " ")
+        lines += [line.split("  #", 1)[0].strip() for line in text.splitlines() if line.strip()]
+    return lines
+
+
+def test_the_readme_commands_do_what_it_says(home: Path, tmp_path: Path) -> None:
+    lines = _readme_section()
+    connects = [line for line in lines if line.startswith(".venv/bin/herdr-mcp connect ")]
+    inspectors = [line for line in lines if line.startswith("npx ")]
+    assert len(connects) == 5 and len(inspectors) == 2
+    for line in connects:
+        done = connect(home, *shlex.split(line)[2:])
+        assert done.returncode == 0, (line, done.stderr)
+    assert "herdr-mcp" in json.loads((home / ".cursor" / "mcp.json").read_text())["mcpServers"]
+    assert "herdr-mcp" in tomllib.loads((home / ".codex" / "config.toml").read_text())["mcp_servers"]
+    package, version, _ = INSPECTOR
+    prefix = f"npx -y {package}@{version} --cli "
+    catalog = sorted(tool["name"] for tool in load_catalog(contract_identity().epoch))
+    repo = make_repo(tmp_path / "repo", {"README.md": b"# demo\n"})
+    config_dir = home / "herdr-config"
+    with (
+        SimulatorThread(SimConfig.for_roots([repo]), tmp_path / "herdr.sock"),
+        running_runtime(tmp_path / "herdr.sock", config_dir) as runtime,
+    ):
+        for line in inspectors:
+            assert line.startswith(prefix), line
+            line = line.replace("$(.venv/bin/herdr-mcp token)", runtime.token).replace(
+                "http://127.0.0.1:8772/mcp", runtime.url
+            )
+            words = [str(HERDR_MCP) if word == ".venv/bin/herdr-mcp" else word for word in shlex.split(line)]
+            # The stdio line runs without Herdr: `stdio` embeds the simulator at its cwd, the repo.
+            env = {**_env(home), "MCP_INSPECTOR_SECRET_STORE": "memory"}
+            done = subprocess.run(
+                [str(npm_program(*INSPECTOR)), *words[3:]],  # after `npx -y <package>`
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=repo,
+                timeout=DEADLINE_S,
+            )
+            assert done.returncode == 0, (line, done.stderr)
+            assert sorted(tool["name"] for tool in json.loads(done.stdout)["tools"]) == catalog
