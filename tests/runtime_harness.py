@@ -14,6 +14,7 @@ session) per test where the test is not about sessions: `async with runtime.clie
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import os
@@ -219,6 +220,61 @@ async def in_process_runtime(
     finally:
         dispatcher.audit.close()
         services.state.close()
+
+
+class ToolSession:
+    """One MCP session to an in-process runtime for a synchronous test: the runtime and the
+    client live in an event loop on a thread of their own; `call` waits for each answer."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, client: Client, runtime: InProcessRuntime) -> None:
+        self._loop = loop
+        self._client = client
+        self.runtime = runtime
+
+    @property
+    def config_dir(self) -> Path:
+        return self.runtime.config_dir
+
+    def call(self, name: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Call one tool in this session; its structured result, or `{"error": ...}`."""
+        answer = asyncio.run_coroutine_threadsafe(call_tool(self._client, name, arguments), self._loop)
+        return answer.result(timeout=START_TIMEOUT_S * 4)
+
+
+@contextlib.contextmanager
+def in_process_session(herdr_socket: Path, config_dir: Path, **options: Any) -> Iterator[ToolSession]:
+    """`in_process_runtime` (with `options`) and one client to it, for a synchronous test."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="in-process-runtime", daemon=True)
+    thread.start()
+    ready: concurrent.futures.Future[ToolSession] = concurrent.futures.Future()
+    stop = asyncio.Event()
+
+    async def hold() -> None:
+        # One task enters and leaves the runtime and the client (anyio's scopes require it).
+        try:
+            async with (
+                in_process_runtime(herdr_socket, config_dir, **options) as runtime,
+                runtime.client() as client,
+            ):
+                ready.set_result(ToolSession(loop, client, runtime))
+                await stop.wait()
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc)
+            raise
+
+    held = asyncio.run_coroutine_threadsafe(hold(), loop)
+    try:
+        yield ready.result(timeout=START_TIMEOUT_S)
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        try:
+            held.result(timeout=START_TIMEOUT_S)
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(START_TIMEOUT_S)
+            loop.close()
 
 
 @contextlib.asynccontextmanager

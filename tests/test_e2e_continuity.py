@@ -1,8 +1,11 @@
-"""The continuity journal, Work Memory and handoff through a real runtime over MCP, and the CLI."""
+"""The continuity journal, Work Memory and handoff through the runtime over MCP, and the CLI.
+
+The runtime is served in process (tests/runtime_harness.in_process_session), one MCP session per
+test; the handoff CLI runs as a process on its config dir.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -11,31 +14,31 @@ from typing import Any
 import pytest
 
 from herdr_mcp.sim import SimConfig, SimulatorThread
-from tests.runtime_harness import RunningRuntime, make_repo, running_runtime
+from tests.runtime_harness import ToolSession, in_process_session, make_repo
 from tests.sim_helpers import short_tmp_dir
 
 URL = "https://chatgpt.com/c/6a1f0c2e-0000-4000-8000-000000000001"
 
 
-@pytest.fixture(scope="module")
-def runtime() -> Iterator[RunningRuntime]:
+@pytest.fixture
+def runtime() -> Iterator[ToolSession]:
     with short_tmp_dir() as tmp:
         repo = make_repo(tmp / "repo", {"a.txt": b"a\n"})
         with (
             SimulatorThread(SimConfig.for_roots([repo]), tmp / "herdr.sock"),
-            running_runtime(tmp / "herdr.sock", tmp / "config") as running,
+            in_process_session(tmp / "herdr.sock", tmp / "config") as session,
         ):
-            yield running
+            yield session
 
 
-def _call(runtime: RunningRuntime, method: str, params: dict[str, Any]) -> dict[str, Any]:
-    answer = asyncio.run(runtime.call("herdr_call", {"method": method, "params": params}))
+def _call(runtime: ToolSession, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    answer = runtime.call("herdr_call", {"method": method, "params": params})
     assert "error" not in answer, answer
     result: dict[str, Any] = answer["result"]
     return result
 
 
-def test_journal_resolve_search_and_handoff(runtime: RunningRuntime) -> None:
+def test_journal_resolve_search_and_handoff(runtime: ToolSession) -> None:
     turns = [
         ("m1", "user", "Please migrate the login service to the new token format."),
         ("m2", "assistant", "Plan: update token parsing in auth/tokens.py, then run the auth tests."),
@@ -100,7 +103,7 @@ def test_journal_resolve_search_and_handoff(runtime: RunningRuntime) -> None:
     ]
 
 
-def test_handoff_cli_refuses_a_chain_with_one_message(runtime: RunningRuntime) -> None:
+def test_handoff_cli_refuses_a_chain_with_one_message(runtime: ToolSession) -> None:
     url = "https://chatgpt.com/c/6a1f0c2e-0000-4000-8000-000000000002"
     one = _call(
         runtime,
