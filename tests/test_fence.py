@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from herdr_mcp.layout import FENCE_FILE
 from herdr_mcp.service.fence import (
-    FENCE_FILE,
     Fence,
     FenceSet,
     check_fence,
