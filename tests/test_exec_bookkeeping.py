@@ -1,16 +1,20 @@
-"""ProcessTable.read(since): processes known to be older than a session are not read again, and
-everything started since still is. Real processes, Linux /proc."""
+"""The per-command bookkeeping of exec sessions made cheap: the process table read after a command
+leaves out processes known to be older than its shell, and the spool of a session replaced at
+the limit is removed off the event loop. Real processes, real files."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from herdr_mcp.runtime.exec_sessions import ExecSessions
 from herdr_mcp.runtime.exec_sessions.processes import SESSION_ENV, ProcessTable, process_identity, start_ticks
 
 
@@ -67,3 +71,24 @@ def test_since_leaves_out_older_processes_and_finds_newer_ones(
     # Without `since` everything is there again.
     again = ProcessTable.read()
     assert again is not None and {older.pid, newer.pid} <= {entry.pid for entry in again.entries}
+
+
+@pytest.mark.usefixtures("quiet_login_shell")
+def test_a_session_replaced_at_the_limit_has_its_files_removed(tmp_path: Path) -> None:
+    spool = tmp_path / "spool"
+
+    async def main() -> None:
+        sessions = ExecSessions(spool, max_sessions=1)
+        try:
+            first = await sessions.run(tmp_path, "echo first", 30_000)
+            second = await sessions.run(tmp_path, "echo second", 30_000)
+            assert second["stdout"] == "second\n"
+            deadline = asyncio.get_running_loop().time() + 30
+            while (spool / first["session_id"]).exists():
+                assert asyncio.get_running_loop().time() < deadline, "the replaced session's files stayed"
+                await asyncio.sleep(0.01)
+            assert sorted(path.name for path in spool.iterdir()) == [second["session_id"]]
+        finally:
+            await sessions.shutdown(grace_ms=200)
+
+    asyncio.run(main())
