@@ -5,17 +5,17 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp import Client
 
 from herdr_mcp.sim import AgentScript, ScriptStep, SimConfig, SimulatorThread
 from herdr_mcp.state.store import StateStore
 from herdr_mcp.state.tasks import TaskStore
-from tests.runtime_harness import RunningRuntime, call_tool, make_repo, running_runtime
+from tests.runtime_harness import RunningRuntime, call_tool, in_process_runtime, make_repo, running_runtime
 from tests.sim_helpers import short_tmp_dir
 from tests.waiting import poll_until, wait_until
 
@@ -121,16 +121,16 @@ def _run(coroutine: Any) -> Any:
     return asyncio.run(asyncio.wait_for(coroutine, 60))
 
 
-async def _inbox(runtime: RunningRuntime, scope: str | None = None) -> list[dict[str, Any]]:
+async def _inbox(client: Client, scope: str | None = None) -> list[dict[str, Any]]:
     params = {} if scope is None else {"browser_session_ref": scope}
-    answer = await runtime.call("herdr_call", {"method": "herdr_mcp.agent.task.inbox", "params": params})
+    answer = await call_tool(client, "herdr_call", {"method": "herdr_mcp.agent.task.inbox", "params": params})
     items: list[dict[str, Any]] = answer["result"]["items"]
     return items
 
 
-async def _inbox_until(runtime: RunningRuntime, count: int) -> list[dict[str, Any]]:
+async def _inbox_until(client: Client, count: int) -> list[dict[str, Any]]:
     async def inbox() -> list[dict[str, Any]] | None:
-        items = await _inbox(runtime)
+        items = await _inbox(client)
         return items if len(items) >= count else None
 
     return await poll_until(inbox, f"{count} inbox items")
@@ -144,23 +144,25 @@ def _agent_status(sim: SimulatorThread) -> str:
 def test_prompt_lands_in_the_inbox_and_ack_clears_it(repo_and_sim: tuple[Path, SimulatorThread]) -> None:
     tmp, sim = repo_and_sim
     sim.set_script("repo-agent", _slow_script(100))
-    with running_runtime(tmp / "herdr.sock", tmp / "config") as runtime:
 
-        async def body() -> None:
-            submitted = await runtime.call("herdr_prompt", {"target": "repo-agent", "text": "go"})
-            items = await _inbox_until(runtime, 1)
+    async def body() -> None:
+        async with (
+            in_process_runtime(tmp / "herdr.sock", tmp / "config") as runtime,
+            runtime.client() as client,
+        ):
+            submitted = await call_tool(client, "herdr_prompt", {"target": "repo-agent", "text": "go"})
+            items = await _inbox_until(client, 1)
             assert [(i["task_id"], i["outcome"]) for i in items] == [(submitted["task_id"], "completed")]
             assert items[0]["summary"]["turn_id"] == submitted["turn_id"]
-            async with runtime.client() as client:
-                acked = await call_tool(
-                    client,
-                    "herdr_call",
-                    {"method": "herdr_mcp.agent.task.ack", "params": {"inbox_ids": [items[0]["inbox_id"]]}},
-                )
+            acked = await call_tool(
+                client,
+                "herdr_call",
+                {"method": "herdr_mcp.agent.task.ack", "params": {"inbox_ids": [items[0]["inbox_id"]]}},
+            )
             assert acked["result"]["acked"] == [items[0]["inbox_id"]]
-            assert await _inbox(runtime) == []
+            assert await _inbox(client) == []
 
-        _run(body())
+    _run(body())
 
 
 @pytest.mark.parametrize(
@@ -178,8 +180,13 @@ def test_sigkill_after_submit_still_delivers_exactly_once(
         first.process.wait(timeout=10)
     if settle_while_down:
         wait_until(lambda: _agent_status(sim) == "done", "the agent to finish while the runtime is down")
+
+    async def settled(runtime: RunningRuntime) -> list[dict[str, Any]]:
+        async with runtime.client() as client:
+            await _inbox_until(client, 1)
+            await asyncio.sleep(0.5)  # the subject: a window in which a second delivery would show
+            return await _inbox(client)
+
     with running_runtime(tmp / "herdr.sock", tmp / "config") as second:
-        items = _run(_inbox_until(second, 1))
-        time.sleep(0.5)  # the subject: a window in which a second delivery would show
-        items = _run(_inbox(second))
+        items = _run(settled(second))
     assert [(i["task_id"], i["outcome"]) for i in items] == [(submitted["task_id"], "completed")]
