@@ -21,7 +21,7 @@
       forAllSystems = f: nixpkgs.lib.genAttrs systems (system: f nixpkgs.legacyPackages.${system});
 
       # Pure-Python wheels taken from PyPI by sha256: the dependencies pyproject.toml pins with ==
-      # (mcp, rfc8785, sigstore) at exactly that version, what those pin with == in turn
+      # (mcp, rfc8785, sigstore, tomli-w) at exactly that version, what those pin with == in turn
       # (mcp-types, httpcore2, sigstore-models, sigstore-rekor-types), and httpx2, which nixpkgs
       # does not carry. tests/test_flake.py checks the == pins against pyproject.toml.
       wheels = {
@@ -64,6 +64,11 @@
           version = "0.1.4";
           url = "https://files.pythonhosted.org/packages/4d/78/119878110660b2ad709888c8a1614fce7e2fab39080ab960656dc8605bf6/rfc8785-0.1.4-py3-none-any.whl";
           hash = "sha256-Ug1pC0SOzwcDaRx24aNKJN3NT8W8QdWJy3xY7GUbzUg=";
+        };
+        tomli-w = {
+          version = "1.2.0";
+          url = "https://files.pythonhosted.org/packages/c7/18/c86eb8e0202e32dd3df50d43d7ff9854f8e0603945ff398974c1d91ac1ef/tomli_w-1.2.0-py3-none-any.whl";
+          hash = "sha256-GIMGCY0BO2kfytwBGr1mcn08QUxXG7AbGhdLqMmDz5A=";
         };
       };
 
@@ -117,6 +122,7 @@
             ps.uvicorn
           ];
           rfc8785 = wheel "rfc8785" [ ];
+          tomli-w = wheel "tomli-w" [ ];
           sigstore-models = wheel "sigstore-models" [
             ps.pydantic
             ps.typing-extensions
@@ -156,6 +162,7 @@
         ps.packaging
         ps.httptools
         ps.rich
+        v.tomli-w
       ];
 
       herdrMcpFor =

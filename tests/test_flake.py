@@ -36,6 +36,7 @@ NIX_ATTRIBUTES = {
     "packaging": "ps.packaging",
     "httptools": "ps.httptools",
     "rich": "ps.rich",
+    "tomli-w": "v.tomli-w",
 }
 _REQUIREMENT = re.compile(r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^]]*\])?\s*(?P<spec>[^;]*)")
 
