@@ -16,6 +16,7 @@ import pytest
 
 from herdr_mcp.runtime.exec_sessions import ExecSessions
 from herdr_mcp.runtime.exec_sessions.processes import SESSION_ENV, ProcessTable, process_identity, start_ticks
+from tests.waiting import wait_until_async
 
 
 def _sleeper(session_id: str | None = None) -> subprocess.Popen[bytes]:
@@ -83,10 +84,8 @@ def test_a_session_replaced_at_the_limit_has_its_files_removed(tmp_path: Path) -
             first = await sessions.run(tmp_path, "echo first", 30_000)
             second = await sessions.run(tmp_path, "echo second", 30_000)
             assert second["stdout"] == "second\n"
-            deadline = asyncio.get_running_loop().time() + 30
-            while (spool / first["session_id"]).exists():
-                assert asyncio.get_running_loop().time() < deadline, "the replaced session's files stayed"
-                await asyncio.sleep(0.01)
+            gone = spool / first["session_id"]
+            await wait_until_async(lambda: not gone.exists(), "the replaced session's files to go")
             assert sorted(path.name for path in spool.iterdir()) == [second["session_id"]]
         finally:
             await sessions.shutdown(grace_ms=200)

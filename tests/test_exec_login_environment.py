@@ -15,6 +15,7 @@ import pytest
 from herdr_mcp.runtime.exec_sessions import ExecSessions
 from herdr_mcp.runtime.exec_sessions.login_environment import LoginEnvironment
 from herdr_mcp.runtime.exec_sessions.processes import SESSION_ENV
+from tests.waiting import wait_until_async
 
 Body = Callable[[ExecSessions], Awaitable[None]]
 
@@ -158,10 +159,8 @@ def test_a_profile_that_exits_fails_the_command_as_bash_lc_did(tmp_path: Path, h
 
 
 async def wait_finished(sessions: ExecSessions, session_id: str) -> dict[str, Any]:
-    deadline = asyncio.get_running_loop().time() + 30
-    while True:
+    def finished() -> dict[str, Any] | None:
         state = sessions.read(session_id)
-        if not state["running"]:
-            return state
-        assert asyncio.get_running_loop().time() < deadline, "session did not finish"
-        await asyncio.sleep(0.02)
+        return None if state["running"] else state
+
+    return await wait_until_async(finished, "the session to finish")
