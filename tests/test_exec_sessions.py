@@ -136,19 +136,21 @@ def test_timeout_becomes_background_session(tmp_path: Path, workdir: Path) -> No
         assert result["running"] is True
         assert "herdr_exec_read" in result["message"]
         session_id = result["session_id"]
-        stdout_offset = result["stdout_next_offset"]
-        stderr_offset = result["stderr_next_offset"]
-        stdout, stderr = result["stdout"], result["stderr"]
-        while True:
-            answer = sessions.read(session_id, stdout_offset=stdout_offset, stderr_offset=stderr_offset)
-            stdout += answer["stdout"]["text"]
-            stderr += answer["stderr"]["text"]
-            stdout_offset = answer["stdout"]["next_offset"]
-            stderr_offset = answer["stderr"]["next_offset"]
-            if answer["stdout"]["eof"] and answer["stderr"]["eof"]:
-                break
-            await asyncio.sleep(0.05)
-        assert (stdout, stderr) == ("first\nsecond\n", "done\n")
+        offsets = {"stdout": result["stdout_next_offset"], "stderr": result["stderr_next_offset"]}
+        texts = {"stdout": result["stdout"], "stderr": result["stderr"]}
+
+        def read_on() -> dict[str, Any] | None:
+            """Read on from the offsets; the answer once both streams reached their end."""
+            answer = sessions.read(
+                session_id, stdout_offset=offsets["stdout"], stderr_offset=offsets["stderr"]
+            )
+            for stream in ("stdout", "stderr"):
+                texts[stream] += answer[stream]["text"]
+                offsets[stream] = answer[stream]["next_offset"]
+            return answer if answer["stdout"]["eof"] and answer["stderr"]["eof"] else None
+
+        answer = await wait_until_async(read_on, "both streams to end")
+        assert (texts["stdout"], texts["stderr"]) == ("first\nsecond\n", "done\n")
         assert (answer["running"], answer["exit_code"]) == (False, 0)
 
     drive(tmp_path / "spool", body)
