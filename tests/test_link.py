@@ -482,7 +482,7 @@ def in_process_posts(store: GenerationStore, count: int, pause_s: float) -> list
     with in_process_link(store) as url, httpx2.Client(timeout=20) as http:
         for _ in range(count):
             answers.append(http.post(url, json=CALL, headers={"Authorization": f"Bearer {LINK_TOKEN}"}))
-            time.sleep(pause_s)
+            time.sleep(pause_s)  # the subject: the pooled connection idles (past the generation's limit)
     return answers
 
 
@@ -562,7 +562,7 @@ class _EventStreamHandler(http.server.BaseHTTPRequestHandler):
             self._event("data: one")
             if self.headers.get("x-test-mode") == "hold":
                 while True:  # until the link closes the connection
-                    time.sleep(0.05)
+                    time.sleep(0.05)  # the subject: a stream that keeps sending, slowly
                     self._event(": ping")
             # Generous: under load the test may take many seconds to release the second event,
             # and a stand-in that gave up would end the stream with "buffered" instead.

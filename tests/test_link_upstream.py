@@ -123,10 +123,10 @@ class ScriptedUpstream:
                     if isinstance(piece, _Hold):
                         self.release.wait(TIMEOUT_S)
                     elif isinstance(piece, float):
-                        time.sleep(piece)
+                        time.sleep(piece)  # the subject: an upstream that pauses mid-answer
                     else:
                         if not first:
-                            time.sleep(script.gap)
+                            time.sleep(script.gap)  # the subject: the answer arrives in pieces
                         first = False
                         conn.sendall(piece)
                 if script.close:

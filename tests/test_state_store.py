@@ -270,7 +270,7 @@ def insert_events(
                     (label, label, index),
                 )
                 if index % 50 == 0:
-                    time.sleep(0.002)  # hold the write lock: the other writer must wait its turn
+                    time.sleep(0.002)  # the subject: hold the write lock, the other writer must wait
         spans.put((began, time.time()))
     finally:
         store.close()

@@ -4,6 +4,10 @@ A test module never imports another test module: importing one runs its module-l
 hands its fixtures to a second module, and a helper a test file happens to hold is found by no
 one looking for it. Shared helpers live in modules named for what they hold (runtime_harness.py,
 link_harness.py, published_release.py, ...).
+
+A test never sleeps to let something happen: it waits for the condition (tests/waiting.py), which
+holds on a loaded machine and costs nothing on an idle one. A sleep that is the subject (a slow
+peer, a window in which something must not happen) says so in a comment on its line.
 """
 
 from __future__ import annotations
@@ -64,3 +68,44 @@ def test_no_test_module_imports_another_test_module() -> None:
         if (imported := imported_test_modules(path.read_text(encoding="utf-8")))
     }
     assert offenders == {}, "move what they share into a helper module named for what it holds"
+
+
+def uncommented_sleeps(source: str) -> list[int]:
+    """Lines of `time.sleep(...)` / `asyncio.sleep(...)` calls in `source` with no comment on them
+    (sleeps inside strings, a child process's script, are not calls here)."""
+    lines = source.splitlines()
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "sleep"
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id in ("time", "asyncio")
+            and "#" not in lines[node.lineno - 1]
+        ):
+            found.append(node.lineno)
+    return found
+
+
+def test_a_sleep_without_a_comment_is_found() -> None:
+    source = (
+        "import time\n"
+        "time.sleep(0.1)\n"
+        "time.sleep(0.1)  # the subject: a slow peer\n"
+        "async def f() -> None:\n"
+        "    await asyncio.sleep(1)\n"
+        "CHILD = 'time.sleep(600)'\n"
+    )
+    assert uncommented_sleeps(source) == [2, 5]
+
+
+def test_every_sleep_in_a_test_module_says_why() -> None:
+    offenders = {
+        path.name: lines
+        for path in sorted(TESTS.glob("test_*.py"))
+        if (lines := uncommented_sleeps(path.read_text(encoding="utf-8")))
+    }
+    assert offenders == {}, (
+        "wait for the condition instead (tests/waiting.py); a sleep that is the subject says so on its line"
+    )
