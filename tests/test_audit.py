@@ -48,7 +48,14 @@ from herdr_mcp.runtime.config import RuntimeConfig
 from herdr_mcp.runtime.server import ToolDispatcher
 from herdr_mcp.runtime.services import Services
 from herdr_mcp.sim import SimConfig, SimulatorThread
-from tests.runtime_harness import RunningRuntime, call_tool, make_repo, mcp_client, running_runtime
+from tests.runtime_harness import (
+    RunningRuntime,
+    call_tool,
+    in_process_runtime,
+    make_repo,
+    mcp_client,
+    running_runtime,
+)
 from tests.sim_helpers import run, short_tmp_dir
 from tests.waiting import wait_until, wait_until_async
 
@@ -637,18 +644,27 @@ def test_two_runtimes_sharing_a_config_dir_append_concurrently_without_damage() 
     assert sorted(by_runtime.values()) == [per_runtime, per_runtime]
 
 
+@pytest.fixture
+def repo_and_sim() -> Iterator[tuple[Path, Path]]:
+    with short_tmp_dir() as tmp:
+        repo = make_repo(tmp / "repo", FILES)
+        with SimulatorThread(SimConfig.for_roots([repo]), tmp / "herdr.sock"):
+            yield repo.resolve(), tmp
+
+
 def test_an_unwritable_log_stops_calls_before_they_run_until_it_is_writable_again(
-    world: tuple[RunningRuntime, Path, Path],
+    repo_and_sim: tuple[Path, Path],
 ) -> None:
-    runtime, repo, tmp = world
-    log_path = runtime.config_dir / AUDIT_FILE_NAME
+    repo, tmp = repo_and_sim
+    config_dir = tmp / "config"
+    log_path = config_dir / AUDIT_FILE_NAME
     target = repo / "written.txt"
 
     async def write(client: Client, name: str) -> dict[str, Any]:
         return await call_tool(client, "herdr_fs_write", {"path": str(repo / name), "content": "x"})
 
     async def body() -> list[dict[str, Any]]:
-        async with runtime.client() as client:
+        async with in_process_runtime(tmp / "herdr.sock", config_dir) as runtime, runtime.client() as client:
             assert "error" not in await call_tool(client, "herdr_fs_list", {"path": str(repo)})
             # The log path now leads elsewhere: the runtime must not follow it.
             log_path.rename(tmp / "kept.jsonl")
@@ -670,7 +686,7 @@ def test_an_unwritable_log_stops_calls_before_they_run_until_it_is_writable_agai
     assert not target.exists()
     assert "error" not in ran and (repo / "last.txt").exists()
     assert not (tmp / "elsewhere.jsonl").exists()
-    assert [(r["tool"], r["outcome"]) for r in records(runtime.config_dir)] == [
+    assert [(r["tool"], r["outcome"]) for r in records(config_dir)] == [
         ("herdr_fs_write", "audit_unavailable"),
         ("herdr_fs_write", "ok"),
     ]
