@@ -342,7 +342,8 @@ class ExecSessions:
             raise ToolError(
                 "cwd_not_found", f"The working directory {cwd} does not exist; pick an existing root."
             )
-        bash = shutil.which("bash")
+        # The bash `run` looked up for its capture, or looked up now.
+        bash = shell.bash if shell is not None else shutil.which("bash")
         if bash is None:
             raise ToolError("shell_unavailable", "bash is not installed on this workstation; install bash.")
         self._spool_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -365,7 +366,7 @@ class ExecSessions:
             on_settle=self._on_settle,
             on_exited=self._on_exited,
         )
-        if shell is None or shell.bash != bash:
+        if shell is None:
             shell = self._login.shell(bash)
         try:
             process = subprocess.Popen(
