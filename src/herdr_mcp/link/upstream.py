@@ -133,6 +133,10 @@ class _Connection:
         self.eof = False
         self.error: OSError | None = None
         self.idle_since = 0.0
+        #: The parser of the last answer, reused for the next (llhttp starts over after a complete
+        #: answer; making one costs about as much as parsing a head); None after a HEAD answer,
+        #: whose parser still waits for the body the head announced.
+        self.answer: _Answer | None = None
 
     def reusable_now(self) -> bool:
         """Whether an idle connection may carry a new request: proven open, nothing pending."""
@@ -201,6 +205,12 @@ class _Answer:
         #: The last slice fed held a body byte or ended a chunk-size line (see FEED_BYTES).
         self.progress = False
         self.pieces: list[bytes] = []
+
+    def next_exchange(self) -> None:
+        """Forget the last answer (its parser has started over): the next one comes on the same connection."""
+        self.headers = []
+        self.head_done = self.keep_alive = self.complete = self.after = self.progress = False
+        self.pieces = []
 
     def on_message_begin(self) -> None:
         if self.complete:
@@ -345,7 +355,10 @@ class Response:
         self.done = True
         connection, self._connection = self._connection, None
         if connection is not None:
-            reuse = self._answer.keep_alive and not self._answer.after and not connection.buffer
+            answer = self._answer
+            if not answer.complete:
+                connection.answer = None  # a HEAD answer: its parser is not at a message's start
+            reuse = answer.keep_alive and not answer.after and not connection.buffer
             self._pool.release(self._key, connection, reuse=reuse)
 
     def close(self) -> None:
@@ -429,7 +442,11 @@ class UpstreamPool:
         The head is cut at its empty line here (so its size is checked before any parse, and a
         HEAD answer's parser never sees the next bytes) and then parsed as a whole.
         """
-        answer = _Answer()
+        answer = connection.answer
+        if answer is None:
+            answer = connection.answer = _Answer()
+        else:
+            answer.next_exchange()
         while True:
             end = connection.buffer.find(b"\r\n\r\n")
             if end > MAX_HEAD_BYTES or (end < 0 and len(connection.buffer) > MAX_HEAD_BYTES):
