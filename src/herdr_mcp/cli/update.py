@@ -40,11 +40,11 @@ from herdr_mcp.update.apply import (
     UpdatePaths,
     UpdateReport,
     check_may_update,
-    local_identity,
+    check_update,
     run_update,
 )
 from herdr_mcp.update.auto import run_update_auto
-from herdr_mcp.update.check import CheckResult, check_for_update, fetch_and_admit, pinned_release_files
+from herdr_mcp.update.check import CheckResult
 from herdr_mcp.update.discovery import CHANNELS, GITHUB_API_BASE_URL, NoCandidate
 from herdr_mcp.update.errors import UpdateUsageError
 from herdr_mcp.update.options import (
@@ -169,15 +169,10 @@ def _update(args: argparse.Namespace, config_dir: Path) -> UpdateReport:
 
 def _check(args: argparse.Namespace, config_dir: Path) -> CheckResult:
     options = _options(args, config_dir)
-    paths = UpdatePaths(config_dir)
-    local = local_identity(paths.generations, LocalIdentity.of_this_runtime(__version__))
-    if args.manifest_url is not None:
-        rules = options.discovery.rules(prefix="manifest")
-        outcome = fetch_and_admit(
-            pinned_release_files(args.manifest_url, rules), rules, local, options.policy, paths.highest_seen
-        )
-        return CheckResult(None, outcome)
-    return check_for_update(options.discovery, local, options.policy, paths.highest_seen)
+    source = ReleaseSource(options.discovery, args.manifest_url)
+    return check_update(
+        UpdatePaths(config_dir), source, options.policy, LocalIdentity.of_this_runtime(__version__)
+    )
 
 
 def _options(args: argparse.Namespace, config_dir: Path) -> UpdateOptions:

@@ -61,7 +61,7 @@ from herdr_mcp.layout import DEV_PLANE_FILE, Layout
 from herdr_mcp.service.fence import check_fence
 from herdr_mcp.service.installed import services_executable
 from herdr_mcp.update.admission import AdmissionPolicy, AlreadyCurrent, LocalIdentity, TrustedRelease
-from herdr_mcp.update.check import check_for_update, fetch_and_admit, pinned_release_files
+from herdr_mcp.update.check import CheckResult, check_for_update, fetch_and_admit, pinned_release_files
 from herdr_mcp.update.discovery import DiscoveryConfig, NoCandidate
 from herdr_mcp.update.errors import (
     LocalStateError,
@@ -215,6 +215,20 @@ def check_may_update(config_dir: Path) -> None:
             "this workstation runs a DEV generation; `herdr-mcp dev rollback` returns to the pinned "
             "PROD generation, then update",
         )
+
+
+def check_update(
+    paths: UpdatePaths, source: ReleaseSource, policy: AdmissionPolicy, fallback: LocalIdentity
+) -> CheckResult:
+    """`herdr-mcp update --check`: steps 2 and 3 only (the ACTIVE generation's identity, else
+    `fallback`; discover or take the pinned manifest; admit), downloading no asset. Raises the
+    discovery, transport, manifest and signature errors and `AdmissionRefused`."""
+    local = local_identity(paths.generations, fallback)
+    if source.manifest_url is None:
+        return check_for_update(source.discovery, local, policy, paths.highest_seen)
+    rules = source.discovery.rules(prefix="manifest")
+    files = pinned_release_files(source.manifest_url, rules)
+    return CheckResult(None, fetch_and_admit(files, rules, local, policy, paths.highest_seen))
 
 
 def run_update(
