@@ -14,6 +14,7 @@ import json
 import os
 import queue
 import signal
+import sqlite3
 import struct
 import subprocess
 import sys
@@ -392,3 +393,57 @@ def test_a_stop_signal_ends_a_long_call_with_an_answer_and_exits_zero(raw: RawSt
     assert answer["id"] == 1 and "result" in answer, answer
     assert raw.wait() == 0
     assert time.monotonic() - started < 10
+
+
+def test_a_start_failure_is_one_json_error_under_json_and_nothing_else_on_stdout(
+    repo: Path, tmp_path: Path
+) -> None:
+    config_dir = tmp_path / "config"
+    config_dir.mkdir()
+    with sqlite3.connect(config_dir / "state.db") as db:
+        db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        db.execute("INSERT INTO meta VALUES ('schema_version', '9999')")
+    (config_dir / "state.db").chmod(0o600)
+    for as_json in (True, False):
+        done = subprocess.run(
+            [*_stdio_command(repo, config_dir), *(["--json"] if as_json else [])],
+            input=b"",
+            capture_output=True,
+            timeout=DEADLINE_S,
+        )
+        assert done.returncode == 4, done  # a state error is a local fault
+        if as_json:
+            assert json.loads(done.stdout)["error"]["code"] == "state_schema_too_new"
+        else:
+            assert done.stdout == b""
+            assert b"state_schema_too_new" in done.stderr
+
+
+def test_requests_from_a_file_and_answers_to_a_file(repo: Path, tmp_path: Path) -> None:
+    """epoll refuses regular files and /dev/null: they are read by a thread, written directly."""
+    requests = tmp_path / "requests.jsonl"
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "ping"},
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "herdr_fs_read", "arguments": {"path": str(repo / "README.md")}},
+        },
+    ]
+    requests.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    answers = tmp_path / "answers.jsonl"
+    with requests.open("rb") as stdin, answers.open("wb") as stdout:
+        done = subprocess.run(
+            _stdio_command(repo, tmp_path / "config"), stdin=stdin, stdout=stdout, timeout=DEADLINE_S
+        )
+    assert done.returncode == 0
+    ping, read = (json.loads(line) for line in answers.read_text().splitlines())
+    assert ping == {"jsonrpc": "2.0", "id": 1, "result": {}}
+    assert read["id"] == 2 and read["result"]["structuredContent"]["content"] == "# demo\n"
+    with open(os.devnull, "rb") as null:
+        quiet = subprocess.run(
+            _stdio_command(repo, tmp_path / "config"), stdin=null, capture_output=True, timeout=DEADLINE_S
+        )
+    assert quiet.returncode == 0 and quiet.stdout == b""
+    assert b"Traceback" not in quiet.stderr

@@ -36,6 +36,7 @@ from typing import Any
 
 import tomli_w
 
+from herdr_mcp.errors import UsageFault
 from herdr_mcp.layout import DEFAULT_PORT, Layout
 from herdr_mcp.strict_json import unique_keys
 from herdr_mcp.tokens import load_or_create_token
@@ -102,10 +103,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     """Print the entry, or write it into the client's config file."""
-    from herdr_mcp.cli import UsageError
-
     if args.client == "claude-desktop" and args.transport == "http":
-        raise UsageError(
+        raise UsageFault(
             "transport_unsupported",
             "Claude Desktop starts local servers from its config file and cannot send a bearer to a "
             "URL there; use `herdr-mcp connect claude-desktop` (stdio)",
@@ -114,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     path = args.config if args.config is not None else default_config_path(args.client)
     if args.write:
         if path is None:
-            raise UsageError(
+            raise UsageFault(
                 "config_path_required",
                 "the MCP Inspector has no config file of its own; pass --config FILE to write one",
             )
@@ -233,8 +232,6 @@ def write_entry(client: str, path: Path, name: str, entry: Mapping[str, Any]) ->
     file is created 0600 (an HTTP entry holds the bearer). Returns the backup's path, or None
     when there was no file.
     """
-    from herdr_mcp.cli import UsageError
-
     target = path.expanduser()
     if target.is_symlink():
         target = target.resolve()  # edit what the link points at, keep the link
@@ -243,7 +240,7 @@ def write_entry(client: str, path: Path, name: str, entry: Mapping[str, Any]) ->
     section = "mcp_servers" if client == "codex" else "mcpServers"
     servers = document.setdefault(section, {})
     if not isinstance(servers, dict):
-        raise UsageError(
+        raise UsageFault(
             "config_unparseable",
             f"{target}: {section} is not a table of servers; fix the file by hand, nothing was changed",
         )
@@ -265,23 +262,19 @@ def write_entry(client: str, path: Path, name: str, entry: Mapping[str, Any]) ->
 
 
 def _read(path: Path) -> bytes | None:
-    from herdr_mcp.cli import UsageError
-
     try:
         with path.open("rb") as file:
             data = file.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
         return None
     if len(data) > MAX_CONFIG_BYTES:
-        raise UsageError(
+        raise UsageFault(
             "config_unparseable", f"{path} is larger than {MAX_CONFIG_BYTES} bytes; it is not a client config"
         )
     return data
 
 
 def _parse(client: str, path: Path, data: bytes) -> dict[str, Any]:
-    from herdr_mcp.cli import UsageError
-
     try:
         text = data.decode("utf-8")
         document = (
@@ -289,12 +282,12 @@ def _parse(client: str, path: Path, data: bytes) -> dict[str, Any]:
         )
     except (UnicodeDecodeError, ValueError) as exc:
         kind = "TOML" if client == "codex" else "JSON"
-        raise UsageError(
+        raise UsageFault(
             "config_unparseable",
             f"{path} is not valid {kind} ({exc}); fix it or pass another --config, nothing was changed",
         ) from None
     if not isinstance(document, dict):
-        raise UsageError(
+        raise UsageFault(
             "config_unparseable", f"{path} does not hold a JSON object; fix it by hand, nothing was changed"
         )
     return document

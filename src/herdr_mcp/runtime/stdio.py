@@ -14,9 +14,9 @@ call's task is cancelled and, as the specification asks, not answered). Anything
 expects an answer gets JSON-RPC's `-32601`; `server/discover` among them, so a 2026-07-28
 client falls back to the handshake, as the SDK client does by itself.
 
-Nothing but JSON-RPC reaches the wire: the wire moves to private descriptors and fd 1 is
-pointed at stderr (stray prints, child processes), fd 0 at /dev/null (a child reading its stdin
-would eat requests).
+Nothing but JSON-RPC reaches the wire: while serving, the wire moves to private descriptors and
+fd 1 is pointed at stderr (stray prints, child processes), fd 0 at /dev/null (a child reading
+its stdin would eat requests).
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ import contextlib
 import json
 import logging
 import os
+import stat
 import sys
+import threading
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +44,8 @@ log = logging.getLogger(__name__)
 #: One message (one line) at most this long: the SDK's own cap on an HTTP request body (4 MiB)
 #: with room for JSON escaping of the largest tool argument the catalog allows.
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+#: A regular file on stdin is read in slices of this size.
+READ_CHUNK_BYTES = 64 * 1024
 #: Calls still running when stdin closes or a stop is asked for get this long on their own; then
 #: the commands and searches they wait on are stopped (the same grace as `serve`).
 CALLS_GRACE_S = 2.0
@@ -255,14 +259,17 @@ def _dump(model: Any) -> dict[str, Any]:
 async def claimed_stdio() -> AsyncIterator[Wire]:
     """The process's stdin and stdout as the wire, kept to ourselves.
 
-    fd 0 and fd 1 are duplicated onto private descriptors; then fd 0 is pointed at /dev/null
-    and fd 1 at stderr, so nothing else in the process (a print, a child process) can read
-    from or write to the wire. Pipes are read and written by the event loop; a regular file
+    fd 0 and fd 1 are duplicated onto private descriptors; then, until the context ends, fd 0 is
+    pointed at /dev/null and fd 1 at stderr, so nothing else in the process (a print, a child
+    process) can read from or write to the wire. Pipes are read and written by the event loop; a regular file
     (`herdr-mcp stdio < requests.jsonl > answers.jsonl`) is read and written directly.
     """
     sys.stdout.flush()
     wire_in = _private_duplicate(0)
     wire_out = _private_duplicate(1)
+    # Our own copies to give back at the end: the transports close the wire's when they end.
+    saved_in = _private_duplicate(0)
+    saved_out = _private_duplicate(1)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
@@ -273,27 +280,33 @@ async def claimed_stdio() -> AsyncIterator[Wire]:
     out_file = os.fdopen(wire_out, "wb", buffering=0)
     transports: list[asyncio.BaseTransport] = []
     try:
-        try:
+        if _pollable(wire_in):
             read_transport, _ = await loop.connect_read_pipe(
                 lambda: asyncio.StreamReaderProtocol(reader), in_file
             )
             transports.append(read_transport)
-        except ValueError:  # not a pipe, socket or character device: a regular file
-            reader.feed_data(in_file.read())
-            reader.feed_eof()
+        else:  # a regular file or /dev/null: epoll refuses them, so a thread reads
+            threading.Thread(
+                target=_feed, args=(in_file, reader, loop), name="stdio-file-reader", daemon=True
+            ).start()
         wire: Wire
-        try:
+        if not _pollable(wire_out):  # written directly: a file never blocks for long
+            wire = Wire(reader=reader, write=out_file.write, drain=_nothing)
+        else:
             write_transport, protocol = await loop.connect_write_pipe(
                 asyncio.streams.FlowControlMixin, out_file
             )
-        except ValueError:
-            wire = Wire(reader=reader, write=out_file.write, drain=_nothing)
-        else:
             transports.append(write_transport)
             writer = asyncio.StreamWriter(write_transport, protocol, None, loop)
             wire = Wire(reader=reader, write=writer.write, drain=writer.drain)
         yield wire
     finally:
+        # Given back, so what is said after serving (a start failure's one line or, under
+        # --json, its JSON error) reaches the real stdout.
+        sys.stdout.flush()
+        for saved, standard in ((saved_in, 0), (saved_out, 1)):
+            os.dup2(saved, standard)
+            os.close(saved)
         for transport in transports:
             transport.close()
         in_file.close()
@@ -302,6 +315,23 @@ async def claimed_stdio() -> AsyncIterator[Wire]:
 
 async def _nothing() -> None:
     return None
+
+
+def _pollable(fd: int) -> bool:
+    """Whether the event loop can watch `fd` (a pipe, a socket or a terminal)."""
+    mode = os.fstat(fd).st_mode
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(fd)
+
+
+def _feed(source: Any, reader: asyncio.StreamReader, loop: asyncio.AbstractEventLoop) -> None:
+    """Hand what `source` holds to `reader`, in the loop's thread, then its end."""
+    try:
+        while chunk := source.read(READ_CHUNK_BYTES):
+            loop.call_soon_threadsafe(reader.feed_data, chunk)
+    except (OSError, ValueError):
+        pass  # closed under us at shutdown
+    with contextlib.suppress(RuntimeError):  # the loop is already closed
+        loop.call_soon_threadsafe(reader.feed_eof)
 
 
 def _private_duplicate(fd: int) -> int:
