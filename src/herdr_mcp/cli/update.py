@@ -29,7 +29,7 @@ from typing import Any
 
 from herdr_mcp import __version__
 from herdr_mcp.cli.arguments import CommandParser, run_guarded, with_json
-from herdr_mcp.errors import EXIT_REFUSED
+from herdr_mcp.errors import EXIT_REFUSED, InternalFault
 from herdr_mcp.generations.process import check_serve_args
 from herdr_mcp.layout import SETTINGS_FILE, default_config_dir
 from herdr_mcp.service.fence import check_fence
@@ -46,7 +46,6 @@ from herdr_mcp.update.apply import (
 from herdr_mcp.update.auto import run_update_auto
 from herdr_mcp.update.check import CheckResult
 from herdr_mcp.update.discovery import CHANNELS, GITHUB_API_BASE_URL, NoCandidate
-from herdr_mcp.update.errors import UpdateUsageError
 from herdr_mcp.update.options import (
     REPOSITORY_ENV,
     REPOSITORY_ID_ENV,
@@ -201,8 +200,10 @@ def _describe(result: CheckResult) -> dict[str, Any]:
         return {"status": "current", "version": version, "summary": f"herdr-mcp {version} is current"}
     release = result.outcome
     if not isinstance(release, TrustedRelease):
-        raise UpdateUsageError(
-            "update_check_incomplete", "discovery found a release but admission gave no answer"
+        # Admission answers every candidate discovery found: no answer is a bug, not the user's.
+        raise InternalFault(
+            "update_check_incomplete",
+            "discovery found a release but admission gave no answer; please report this as a bug",
         )
     return {
         "status": "admitted",
