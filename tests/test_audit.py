@@ -547,6 +547,7 @@ def world() -> Iterator[tuple[RunningRuntime, Path, Path]]:
             yield runtime, repo.resolve(), tmp
 
 
+@pytest.mark.slow
 def test_real_calls_are_recorded_with_their_fields_and_no_content(
     world: tuple[RunningRuntime, Path, Path],
 ) -> None:
@@ -611,6 +612,7 @@ def test_real_calls_are_recorded_with_their_fields_and_no_content(
     assert [json.loads(line) for line in shown.stdout.splitlines()] == [logged[2]]
 
 
+@pytest.mark.slow
 def test_two_runtimes_sharing_a_config_dir_append_concurrently_without_damage() -> None:
     per_runtime = 40
     with short_tmp_dir() as tmp:
@@ -722,6 +724,7 @@ def test_a_cancelled_call_is_recorded(quiet_login_shell: None) -> None:
     assert logged[0]["command"].startswith("touch ")
 
 
+@pytest.mark.slow
 def test_a_record_is_on_file_before_the_answer_leaves(world: tuple[RunningRuntime, Path, Path]) -> None:
     runtime, repo, _ = world
 

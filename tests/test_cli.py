@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import httpx2
+import pytest
 
 from herdr_mcp.errors import EXIT_LOCAL
 from herdr_mcp.herdr import HerdrClient
@@ -57,6 +58,7 @@ def _stop(process: subprocess.Popen[str]) -> str:
     return stderr
 
 
+@pytest.mark.slow
 def test_serve_embeds_the_simulator_when_no_herdr_answers() -> None:
     with short_tmp_dir() as tmp:
         make_repo(tmp / "repo", {"a.txt": b"a\n"})
@@ -76,6 +78,7 @@ def test_serve_embeds_the_simulator_when_no_herdr_answers() -> None:
         assert f"embedded Herdr simulator rooted at {(tmp / 'repo').resolve()}" in stderr
 
 
+@pytest.mark.slow
 def test_serve_with_no_sim_reports_herdr_unreachable_in_health() -> None:
     with short_tmp_dir() as tmp:
         make_repo(tmp / "repo", {"a.txt": b"a\n"})
@@ -93,6 +96,7 @@ def test_serve_with_no_sim_reports_herdr_unreachable_in_health() -> None:
         }
 
 
+@pytest.mark.slow
 def test_serve_refuses_a_token_file_others_can_read() -> None:
     with short_tmp_dir() as tmp:
         make_repo(tmp / "repo", {"a.txt": b"a\n"})
@@ -112,6 +116,7 @@ def test_serve_refuses_a_token_file_others_can_read() -> None:
         assert token.read_text() == "x" * 40
 
 
+@pytest.mark.slow
 def test_serve_refuses_a_non_loopback_host() -> None:
     result = subprocess.run(
         [*CLI, "serve", "--host", "0.0.0.0", "--sim"], capture_output=True, text=True, timeout=60
@@ -132,6 +137,7 @@ def test_token_is_created_once_with_mode_0600() -> None:
         assert (tmp / "cfg" / "token").stat().st_mode & 0o777 == 0o600
 
 
+@pytest.mark.slow
 def test_serve_refuses_a_state_database_from_a_newer_runtime() -> None:
     with short_tmp_dir() as tmp:
         make_repo(tmp / "repo", {"a.txt": b"a\n"})

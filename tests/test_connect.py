@@ -260,6 +260,7 @@ def _inspector(home: Path, *arguments: str) -> list[str]:
     return [tool["name"] for tool in json.loads(done.stdout)["tools"]]
 
 
+@pytest.mark.slow
 def test_the_mcp_inspector_lists_the_18_tools_over_stdio_and_over_http(home: Path, tmp_path: Path) -> None:
     catalog = sorted(tool["name"] for tool in load_catalog(contract_identity().epoch))
     assert len(catalog) == 18

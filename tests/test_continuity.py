@@ -357,6 +357,7 @@ def test_unavailable_journal_is_reported_and_not_recreated(tmp_path: Path) -> No
     assert not path.exists()
 
 
+@pytest.mark.slow
 def test_search_over_thousands_of_turns_stays_bounded(store: StateStore) -> None:
     """A smaller real case of the 100,000-turn benchmark (benchmarks/continuity_bench.py)."""
     vocabulary = [f"term{n}" for n in range(400)]

@@ -32,7 +32,7 @@ from tests.link_harness import Link, running_link
 from tests.release_builder import ROOT, BuiltRelease, ReleaseFactory, install_active, snapshot_tree, stop_all
 from tests.runtime_harness import make_repo, mcp_client
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 PROD_ID = "r1.0.0-prod"
 
 

@@ -139,6 +139,7 @@ def test_intent_rules(world: tuple[Path, SimulatorThread, Path]) -> None:
     assert (repo / "reads.log").read_text() == "r\nr\n", "read_only intent never records"
 
 
+@pytest.mark.slow
 def test_replay_after_restart_returns_the_stored_answer(world: tuple[Path, SimulatorThread, Path]) -> None:
     tmp, _, repo = world
     with running_runtime(tmp / "herdr.sock", tmp / "config") as runtime:

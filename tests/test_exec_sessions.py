@@ -181,6 +181,7 @@ def test_offset_reads_reassemble_utf8_exactly(tmp_path: Path, workdir: Path, chu
     drive(tmp_path / "spool", body)
 
 
+@pytest.mark.slow
 @given(text=st.text(min_size=0, max_size=60), limit=st.integers(min_value=1, max_value=9))
 def test_chunk_boundaries_never_split_a_character(text: str, limit: int) -> None:
     data = text.encode("utf-8")

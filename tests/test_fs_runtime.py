@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+import pytest
 
 from herdr_mcp.runtime.grep.query import GREP_TIMEOUT_S
 from herdr_mcp.sim import SimConfig, SimulatorThread
@@ -39,6 +40,7 @@ def _path_without_rg(tmp: Path) -> str:
     return str(bin_dir)
 
 
+@pytest.mark.slow
 def test_python_grep_ends_at_its_deadline_and_health_answers_meanwhile() -> None:
     # Found: `(a+)+$` on one 100,000-character line never returned without rg, and /health timed
     # out for every other client while it ran.
@@ -84,6 +86,7 @@ def test_python_grep_ends_at_its_deadline_and_health_answers_meanwhile() -> None
     assert other["after"]["matches"] == [{"path": "small.txt", "line": 1, "text": "needle"}]
 
 
+@pytest.mark.slow
 def test_sigterm_during_a_grep_stops_the_runtime_long_before_the_grep_deadline() -> None:
     # Without stopping the search child at shutdown, the runtime waited for the worker thread
     # blocked on it: 18 s after SIGTERM, at the grep's deadline.

@@ -551,6 +551,7 @@ def test_a_2_gib_sparse_file_is_read_with_flat_memory(text_root: tuple[RootSet, 
     assert growth < 64 << 20, f"peak RSS grew by {growth} bytes"
 
 
+@pytest.mark.slow
 def test_seeking_far_into_a_huge_file_is_capped(text_root: tuple[RootSet, Path]) -> None:
     roots, root = text_root
     with open(root / "huge.bin", "wb") as handle:

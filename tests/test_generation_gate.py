@@ -195,6 +195,7 @@ def test_default_token_is_the_config_dirs(world: World, tmp_path: Path) -> None:
         state.rmdir()
 
 
+@pytest.mark.slow
 def test_candidate_dying_during_observation_is_rolled_back(world: World, tmp_path: Path) -> None:
     with running_runtime(world.sim_socket, world.tmp / f"config-c-{os.getpid()}") as c:
         store = store_with(tmp_path, generation("A", world.a), generation("C", c), checks=3, interval_ms=50)
@@ -251,6 +252,7 @@ def test_sigkill_during_observation_is_repaired(world: World, tmp_path: Path) ->
     assert pointers(activate(store, "A")) == ("active_unchanged", "A", None)
 
 
+@pytest.mark.slow
 def test_cli_activate_and_rollback(world: World, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     state = ["--state-dir", str(tmp_path)]
     for name, runtime in (("A", world.a), ("B", world.b)):

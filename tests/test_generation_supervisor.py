@@ -26,6 +26,8 @@ from herdr_mcp.update.apply import UpdatePaths, start_and_activate
 from tests.runtime_harness import make_repo
 from tests.waiting import wait_until
 
+pytestmark = pytest.mark.slow  # every test starts managed generations (real runtimes)
+
 
 def _managed_executable(config: Path, generation: str) -> Path:
     """A console script like the one a generation venv holds, inside the generation's runtime dir."""

@@ -81,6 +81,7 @@ def served_and_staged(
     return stage(release, target, jobs, config, url=url, progress=io.StringIO())
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_staged_bundle_installs_offline_and_probes_against_the_target_contract(
     built: Built, keys: Keys, sim: ReleaseRepositorySimulator, tmp_path: Path
@@ -120,6 +121,7 @@ def test_a_staged_bundle_installs_offline_and_probes_against_the_target_contract
     probe(generation.herdr_mcp, target_contract, release.manifest.version, timeout=PROBE_TIMEOUT)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_without_network_isolation_pip_runs_index_free_behind_a_dead_proxy(
     built: Built, keys: Keys, sim: ReleaseRepositorySimulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

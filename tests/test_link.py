@@ -119,6 +119,7 @@ def exec_args(command: str) -> dict[str, Any]:
     return {"workspace": "w1", "command": command}
 
 
+@pytest.mark.slow
 def test_bearer_health_and_tools_list(world: World) -> None:
     link = world.link
     assert link.token not in (world.a.token, world.b.token)
@@ -147,6 +148,7 @@ class Outcome:
     finished: float
 
 
+@pytest.mark.slow
 def test_activation_and_rollback_under_load(world: World) -> None:
     """In-flight calls finish where they entered, new ones follow `active`, none fails or runs twice."""
     link, store, counters = world.link, world.store, world.tmp / "counters"
@@ -227,6 +229,7 @@ def test_activation_and_rollback_under_load(world: World) -> None:
     assert set(health["in_flight"].values()) == {0}
 
 
+@pytest.mark.slow
 def test_legacy_session_stays_on_its_generation(world: World) -> None:
     link, store = world.link, world.store
     headers = {
@@ -299,6 +302,7 @@ def test_legacy_session_stays_on_its_generation(world: World) -> None:
         )
 
 
+@pytest.mark.slow
 def test_interrupted_activation_is_undone_by_the_link(world: World) -> None:
     """An activator SIGKILLed mid-observation leaves `observing` with B active: while it lives the
     link leaves B in place; once it is dead (the lock is free) new requests go back to A and the
@@ -351,6 +355,7 @@ def test_interrupted_activation_is_undone_by_the_link(world: World) -> None:
     assert (link.health()["active"], link.health()["outcome"]) == ("A", "rolled_back:activation_interrupted")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("proxy_mode", ["forward", "fail", "unreachable"])
 def test_activations_and_calls_through_the_link_send_nothing_through_a_proxy(
     world: World, tmp_path: Path, proxy_mode: str
@@ -470,6 +475,7 @@ def test_an_answer_head_the_link_cannot_relay_safely_is_delivery_unknown(tmp_pat
     assert generation.requests == 1
 
 
+@pytest.mark.slow
 def test_generation_refusing_the_links_bearer_is_not_delivered(world: World, tmp_path: Path) -> None:
     wrong = replace(spec("A", world.a), token_file=None)
     store = store_active(tmp_path, wrong, active="A")

@@ -831,6 +831,7 @@ SPLIT_ANSWERS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("answer", SPLIT_ANSWERS.values(), ids=SPLIT_ANSWERS.keys())
 def test_answer_split_at_every_byte_reads_whole(
     serve: Serve, pool: UpstreamPool, answer: tuple[bytes, bytes]

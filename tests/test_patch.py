@@ -205,6 +205,7 @@ _CHANGE = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.lists(_CHANGE, min_size=1, max_size=4).map(lambda changes: Patch(tuple(changes))))
 def test_parse_render_round_trips(patch: Patch) -> None:

@@ -56,6 +56,7 @@ def test_the_build_backend_is_pinned_in_pyproject() -> None:
     assert len(system.requires) == 1 and system.requires[0].startswith("hatchling==")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_build_makes_a_wheel_and_sdist_dated_by_the_commit(
     clone: Path, environment: BuildEnvironment
@@ -86,6 +87,7 @@ def test_build_makes_a_wheel_and_sdist_dated_by_the_commit(
     assert f"herdr_mcp-{__version__}/pyproject.toml" in {member.name for member in members}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_wheel_and_sdist_carry_the_license_and_project_urls(
     clone: Path, environment: BuildEnvironment
@@ -111,6 +113,7 @@ def test_the_wheel_and_sdist_carry_the_license_and_project_urls(
         assert member.read().decode() == license_text
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_an_explicit_source_date_epoch_is_used(clone: Path, environment: BuildEnvironment) -> None:
     sdist, _ = build(clone, clone / "dist", source_date_epoch=1_700_000_000, environment=environment)
@@ -118,6 +121,7 @@ def test_an_explicit_source_date_epoch_is_used(clone: Path, environment: BuildEn
         assert {member.mtime for member in archive.getmembers()} == {1_700_000_000}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_check_reproducible_passes_on_a_clean_clone(tmp_path: Path, environment: BuildEnvironment) -> None:
     report = check_reproducible(ROOT, tmp_path, environment=environment)
@@ -134,6 +138,7 @@ def test_check_reproducible_passes_on_a_clean_clone(tmp_path: Path, environment:
     assert report.to_dict()["reproducible"] is True
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_check_reproducible_fails_and_names_what_differs(
     tmp_path: Path, environment: BuildEnvironment

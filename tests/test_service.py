@@ -557,6 +557,7 @@ def _serves(tmp: Path, name: str, runtime: RunningRuntime) -> list[str]:
     return [str(tmp / f"v-{name}" / "herdr-mcp"), "serve", "--host", "127.0.0.1", "--port", port]
 
 
+@pytest.mark.slow
 def test_macos_install_records_a_rollback_that_rollback_revalidates_and_reactivates(
     world: World, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

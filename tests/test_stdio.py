@@ -371,6 +371,7 @@ def test_closing_stdin_answers_the_calls_in_flight_then_exits_zero(raw: RawStdio
     assert raw.wait() == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_stop_signal_ends_a_long_call_with_an_answer_and_exits_zero(raw: RawStdio, signum: int) -> None:
     raw.initialize()

@@ -32,6 +32,8 @@ import pytest
 from tests.runtime_harness import make_repo
 from tests.sim_helpers import short_tmp_dir
 
+pytestmark = pytest.mark.slow  # every test starts real runtimes (and signals them)
+
 HERDR_MCP = Path(sys.executable).with_name("herdr-mcp")
 #: The promise: a signal stops the process within this long.
 STOP_LIMIT_S = 5.0

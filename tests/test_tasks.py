@@ -165,6 +165,7 @@ def test_prompt_lands_in_the_inbox_and_ack_clears_it(repo_and_sim: tuple[Path, S
     _run(body())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "settle_while_down", [True, False], ids=["settles-while-down", "settles-after-restart"]
 )

@@ -48,7 +48,7 @@ from tests.runtime_harness import make_repo, mcp_client
 from tests.sigstore_stack import SigstoreStack
 from tests.waiting import wait_until
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 
 
 @dataclass(frozen=True)
