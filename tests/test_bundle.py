@@ -34,7 +34,8 @@ from herdr_mcp.release.bundle import (
     load_release_config,
     parse_bundle_filename,
 )
-from herdr_mcp.release.manifest import AssetInput, RuntimeManifest, build_manifest
+from herdr_mcp.release.manifest import RuntimeManifest
+from herdr_mcp.release.manifest_build import AssetInput, build_manifest
 from tests.release_builder import host_target
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,6 +122,7 @@ def test_the_release_configuration_names_four_platforms_and_three_pythons() -> N
     assert "manylinux2014_x86_64" in target.platform_tags
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_the_bundle_is_hash_locked_and_deterministic(built: Built, tmp_path: Path) -> None:
     assert built.archive.name == bundle_filename("herdr-mcp", __version__, built.target.name)
@@ -149,6 +151,7 @@ def test_the_bundle_is_hash_locked_and_deterministic(built: Built, tmp_path: Pat
     assert sha256_file(again) == sha256_file(built.archive)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_the_bundle_installs_with_no_network_and_serves_the_tree_contract(
     built: Built, tmp_path: Path
@@ -208,6 +211,7 @@ def test_the_bundle_installs_with_no_network_and_serves_the_tree_contract(
     assert (version["product"], version["version"]) == ("herdr-mcp", parsed.version)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_wheel_altered_after_bundling_is_refused_at_install(built: Built, tmp_path: Path) -> None:
     top = _extract(built.archive, tmp_path / "bundle")
@@ -239,6 +243,7 @@ def test_a_wheel_altered_after_bundling_is_refused_at_install(built: Built, tmp_
     assert not list((venv / "lib").glob("python*/site-packages/herdr_mcp"))
 
 
+@pytest.mark.slow
 def test_a_bundle_for_another_host_is_refused_before_downloading(built: Built, tmp_path: Path) -> None:
     config = load_release_config(CONFIG)
     other = next(target for target in config.targets if target.sys_platform != sys.platform)
