@@ -30,8 +30,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mcp import Client
+from tests.link_harness import generation_for, running_link
 from tests.runtime_harness import two_runtimes
-from tests.test_link import running_link, spec
 
 from herdr_mcp.generations import ControlFile, GenerationStore, Observation, activate
 
@@ -105,7 +105,10 @@ def main() -> int:
         with two_runtimes(tmp) as (a, b):
             store = GenerationStore.in_dir(tmp / "generations")
             store.write_control(
-                ControlFile(generations=(spec("A", a), spec("B", b)), observation=Observation(2, 50)),
+                ControlFile(
+                    generations=(generation_for("A", a), generation_for("B", b)),
+                    observation=Observation(2, 50),
+                ),
                 expected_revision=0,
             )
             activate(store, "A")

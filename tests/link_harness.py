@@ -24,7 +24,7 @@ from mcp import Client
 from herdr_mcp.generations import ControlFile, Generation, GenerationStore, StatusFile
 from herdr_mcp.link import LinkConfig, LinkHandler, LinkServer
 from herdr_mcp.loopback import bind_loopback
-from tests.runtime_harness import close_pipes, mcp_client, stop_process
+from tests.runtime_harness import RunningRuntime, close_pipes, mcp_client, stop_process
 
 LINK_TOKEN = "link-token-" + "x" * 20
 
@@ -48,6 +48,11 @@ class Link:
         assert answer.status_code == 200
         document: dict[str, Any] = answer.json()
         return document
+
+
+def generation_for(name: str, runtime: RunningRuntime) -> Generation:
+    """The generation record of a test runtime: its base URL and its own token file."""
+    return Generation(name, runtime.base, token_file=str(runtime.config_dir / "token"))
 
 
 @contextlib.contextmanager

@@ -49,6 +49,7 @@ from tests.link_harness import (
     Link,
     StandIn,
     free_port,
+    generation_for,
     in_process_link,
     running_link,
     store_active,
@@ -75,10 +76,6 @@ class World:
     tmp: Path
 
 
-def spec(name: str, runtime: RunningRuntime) -> Generation:
-    return Generation(name, runtime.base, token_file=str(runtime.config_dir / "token"))
-
-
 @pytest.fixture(scope="module")
 def world() -> Iterator[World]:
     with short_tmp_dir() as tmp:
@@ -86,7 +83,10 @@ def world() -> Iterator[World]:
         with two_runtimes(tmp, env_a={MARK: "A"}, env_b={MARK: "B"}) as (a, b):
             store = GenerationStore.in_dir(tmp / "generations")
             store.write_control(
-                ControlFile(generations=(spec("A", a), spec("B", b)), observation=Observation(2, 50)),
+                ControlFile(
+                    generations=(generation_for("A", a), generation_for("B", b)),
+                    observation=Observation(2, 50),
+                ),
                 expected_revision=0,
             )
             assert activate(store, "A").outcome == "activated"
@@ -297,7 +297,7 @@ def test_legacy_session_stays_on_its_generation(world: World) -> None:
         assert link.health()["pinned_sessions"] == pinned - 1
         control = store.read_control()
         store.write_control(
-            replace(control, generations=(*control.generations, spec("B", world.b))),
+            replace(control, generations=(*control.generations, generation_for("B", world.b))),
             expected_revision=control.revision,
         )
 
@@ -365,7 +365,10 @@ def test_activations_and_calls_through_the_link_send_nothing_through_a_proxy(
     bearers go straight to them, activations succeed, calls through the link reach the active one."""
     store = GenerationStore.in_dir(tmp_path / "generations")
     store.write_control(
-        ControlFile(generations=(spec("A", world.a), spec("B", world.b)), observation=Observation(2, 50)),
+        ControlFile(
+            generations=(generation_for("A", world.a), generation_for("B", world.b)),
+            observation=Observation(2, 50),
+        ),
         expected_revision=0,
     )
     with LoggingProxy("fail" if proxy_mode == "fail" else "forward") as proxy:
@@ -477,7 +480,7 @@ def test_an_answer_head_the_link_cannot_relay_safely_is_delivery_unknown(tmp_pat
 
 @pytest.mark.slow
 def test_generation_refusing_the_links_bearer_is_not_delivered(world: World, tmp_path: Path) -> None:
-    wrong = replace(spec("A", world.a), token_file=None)
+    wrong = replace(generation_for("A", world.a), token_file=None)
     store = store_active(tmp_path, wrong, active="A")
     assert error_of(in_process_post(store, CALL)) == (503, 7, "not_delivered", "generation_unauthorized")
 
