@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 TESTS = Path(__file__).resolve().parent
+BENCHMARKS = TESTS.parent / "benchmarks"
 
 
 def _is_test_module(dotted: str) -> bool:
@@ -62,9 +63,10 @@ def test_helper_module_imports_are_not_test_module_imports() -> None:
 
 
 def test_no_test_module_imports_another_test_module() -> None:
+    """Benchmarks count too: they borrow the same harnesses, never a test module."""
     offenders = {
         path.name: imported
-        for path in sorted(TESTS.glob("*.py"))
+        for path in sorted([*TESTS.glob("*.py"), *BENCHMARKS.glob("*.py")])
         if (imported := imported_test_modules(path.read_text(encoding="utf-8")))
     }
     assert offenders == {}, "move what they share into a helper module named for what it holds"
