@@ -490,8 +490,8 @@ def test_a_torn_last_line_is_skipped_and_said_on_stderr(tmp_path: Path) -> None:
     [
         (["--since", "yesterday"], "invalid_since"),
         (["--since", "5x"], "invalid_since"),
-        (["--bogus"], "invalid_arguments"),
-        (["--since"], "invalid_arguments"),
+        (["--bogus"], "invalid_argument"),
+        (["--since"], "invalid_argument"),
         (["--config-dir", "/nonexistent/herdr-mcp"], "config_dir_not_found"),
     ],
 )

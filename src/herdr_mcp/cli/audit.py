@@ -24,9 +24,9 @@ import re
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
-from herdr_mcp.cli.arguments import run_guarded
+from herdr_mcp.cli.arguments import CommandParser, run_guarded
 from herdr_mcp.errors import LocalFault, UsageFault
 from herdr_mcp.layout import default_config_dir
 from herdr_mcp.runtime.audit import IDENTIFIER_ARGUMENTS, Unreadable, audit_files, read_records
@@ -42,16 +42,9 @@ class AuditUsageError(UsageFault):
     """A bad argument to `herdr-mcp audit`; `code` is stable, the message names the fix."""
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports a bad argument as an AuditUsageError (one line), not usage text."""
-
-    def error(self, message: str) -> NoReturn:
-        raise AuditUsageError("invalid_arguments", f"{message}; see `herdr-mcp audit --help`")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    """The parser of `herdr-mcp audit` (its errors are `AuditUsageError`s)."""
-    parser = _Parser(
+    """The parser of `herdr-mcp audit` (a bad argument is `invalid_argument`, as everywhere)."""
+    parser = CommandParser(
         prog="herdr-mcp audit",
         description="Show the audit log of tool calls, oldest first.",
     )
