@@ -1,0 +1,277 @@
+/**
+ * Connector consent: our authorize endpoint and the owner's control methods.
+ *
+ * The control methods arrive from the workstation as `control_request` frames on the link; the
+ * device's Durable Object calls
+ *
+ *     handleControl(env: Env, deviceId: string, method: string, params: Record<string, unknown>): Promise<ControlResult>
+ *
+ * and sends the answer back as `control_result` (`{result}` or `{error: {code, message}}`).
+ * Methods (docs/edge-protocol.md): consent.list, consent.approve, consent.deny, grant.list,
+ * grant.revoke.
+ *
+ * The flow: `GET /authorize` (the library parses and validates the request: client, redirect URI,
+ * PKCE S256, resource) stores a pending consent in the registry and shows a page with a short code
+ * and the request id; the owner runs `herdr-mcp connector approve <request-id>` on a paired
+ * workstation (the same code shown there); the approval completes the authorization with the
+ * library (a grant for that device); the page, polling `POST /authorize/status` with its poll
+ * token, then sends the browser to the client's redirect URI.
+ */
+
+import { AuthorizationError, type AuthRequest } from "@cloudflare/workers-oauth-provider";
+import type { Env } from "./env.js";
+import { errorResponse, jsonResponse, randomFromAlphabet, randomToken, readJsonObject } from "./http.js";
+import { type GrantProps, oauthHelpers, originOf } from "./oauth.js";
+import { CONSENT_TTL_S, type ConsentRecord, registry } from "./registry.js";
+
+export type ControlResult =
+  | { result: Record<string, unknown> }
+  | { error: { code: string; message: string } };
+
+/** No 0/O, 1/I/L, 2/Z, 5/S, 8/B: read aloud or retyped without doubt. */
+const CODE_ALPHABET = "ACDEFGHJKMNPQRTUVWXY34679";
+const CODE_LENGTH = 6;
+const STATUS_BODY_MAX_BYTES = 4096;
+
+/** `GET /authorize`: validate the request, store the pending consent, show the page. */
+export async function authorize(request: Request, env: Env): Promise<Response> {
+  const helpers = oauthHelpers(originOf(request), env);
+  let authRequest: AuthRequest;
+  try {
+    authRequest = await helpers.parseAuthRequest(request);
+  } catch (error) {
+    if (error instanceof AuthorizationError) {
+      // Only a validated redirect URI may receive the error; anything else is shown here.
+      if (error.redirectTo !== undefined) return Response.redirect(error.redirectTo, 302);
+      return errorPage(400, error.code, error.description);
+    }
+    return errorPage(400, "invalid_request", error instanceof Error ? error.message : "invalid authorization request");
+  }
+  const client = await helpers.lookupClient(authRequest.clientId);
+  const now = await registry(env).now();
+  const pollToken = randomToken(32);
+  const consent: ConsentRecord = {
+    request_id: `req_${randomToken(12)}`,
+    code: randomFromAlphabet(CODE_ALPHABET, CODE_LENGTH),
+    poll_verifier: await sha256Hex(pollToken),
+    client_id: authRequest.clientId,
+    client_name: client?.clientName ?? authRequest.clientId,
+    redirect_uri: authRequest.redirectUri,
+    created_at: now,
+    expires_at: now + CONSENT_TTL_S,
+    state: "pending",
+    auth_request_json: JSON.stringify(authRequest),
+  };
+  await registry(env).putConsent(consent);
+  return new Response(consentPage(consent, pollToken), {
+    headers: {
+      "Content-Type": "text/html; charset=utf-8",
+      "Cache-Control": "no-store",
+      "X-Frame-Options": "DENY",
+      "Content-Security-Policy": "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; frame-ancestors 'none'",
+      "Referrer-Policy": "no-referrer",
+    },
+  });
+}
+
+/** `POST /authorize/status` `{request_id, poll_token}`: pending, or decided with where to go. */
+export async function consentStatus(request: Request, env: Env): Promise<Response> {
+  const body = await readJsonObject(request, STATUS_BODY_MAX_BYTES);
+  const requestId = body?.["request_id"];
+  const pollToken = body?.["poll_token"];
+  if (typeof requestId !== "string" || typeof pollToken !== "string") {
+    return errorResponse(400, "invalid_argument", 'send {"request_id": "...", "poll_token": "..."} from the consent page');
+  }
+  const consent = await registry(env).getConsent(requestId);
+  if (consent === null || consent.poll_verifier !== (await sha256Hex(pollToken))) {
+    return errorResponse(404, "consent_not_found", "this consent request is unknown or expired: start the connection again");
+  }
+  if (consent.state === "pending") return jsonResponse({ status: "pending", expires_at: consent.expires_at });
+  return jsonResponse({ status: consent.state, redirect_to: consent.redirect_to });
+}
+
+/** Run one control method for the paired device `deviceId` (see the top of this file). */
+export async function handleControl(
+  env: Env,
+  deviceId: string,
+  method: string,
+  params: Record<string, unknown>,
+): Promise<ControlResult> {
+  switch (method) {
+    case "consent.list":
+      return consentList(env);
+    case "consent.approve":
+      return consentDecide(env, deviceId, params, "approved");
+    case "consent.deny":
+      return consentDecide(env, deviceId, params, "denied");
+    case "grant.list":
+      return grantList(env, deviceId);
+    case "grant.revoke":
+      return grantRevoke(env, deviceId, params);
+    default:
+      return failure("method_not_found", `unknown control method ${JSON.stringify(method)}: see docs/edge-protocol.md`);
+  }
+}
+
+function failure(code: string, message: string): ControlResult {
+  return { error: { code, message } };
+}
+
+async function consentList(env: Env): Promise<ControlResult> {
+  const pending = await registry(env).listPendingConsents();
+  return {
+    result: {
+      pending: pending.map(({ request_id, code, client_name, redirect_uri, created_at }) => ({
+        request_id,
+        code,
+        client_name,
+        redirect_uri,
+        created_at,
+      })),
+    },
+  };
+}
+
+/**
+ * Approve or deny a pending consent:
+ * 1. it must exist and be pending (an expired one is gone: consent_expired is not told apart
+ *    from an unknown id, the registry removes expired records);
+ * 2. approving completes the authorization with the library: a grant for this device;
+ * 3. the registry records the decision once; should another call have decided it in between,
+ *    the grant made here is revoked again.
+ */
+async function consentDecide(
+  env: Env,
+  deviceId: string,
+  params: Record<string, unknown>,
+  state: "approved" | "denied",
+): Promise<ControlResult> {
+  const requestId = params["request_id"];
+  if (typeof requestId !== "string") return failure("invalid_argument", "params.request_id must be a string");
+  const consent = await registry(env).getConsent(requestId);
+  if (consent === null) {
+    return failure("consent_not_found", `no pending consent ${requestId}: it is unknown or expired (list them with consent.list)`);
+  }
+  if (consent.state !== "pending") {
+    return failure("consent_not_found", `consent ${requestId} was already ${consent.state}`);
+  }
+  const authRequest = JSON.parse(consent.auth_request_json) as AuthRequest;
+  const helpers = oauthHelpers(new URL(authRequest.resource ?? authRequest.redirectUri).origin, env);
+  let redirectTo: string;
+  let grantId: string | undefined;
+  if (state === "approved") {
+    const props: GrantProps = { device_id: deviceId, request_id: requestId, client_name: consent.client_name };
+    ({ redirectTo } = await helpers.completeAuthorization({
+      request: authRequest,
+      userId: deviceId,
+      metadata: { client_name: consent.client_name, request_id: requestId },
+      scope: authRequest.scope,
+      props,
+    }));
+    // The library's codes are `<user id>:<grant id>:<secret>`: the grant id is the middle part.
+    grantId = new URL(redirectTo).searchParams.get("code")?.split(":")[1];
+  } else {
+    const denied = new URL(authRequest.redirectUri);
+    denied.searchParams.set("error", "access_denied");
+    denied.searchParams.set("error_description", "the owner denied this connector on the workstation");
+    if (authRequest.state) denied.searchParams.set("state", authRequest.state);
+    if (authRequest.issuer) denied.searchParams.set("iss", authRequest.issuer);
+    redirectTo = denied.toString();
+  }
+  const decided = await registry(env).decideConsent(requestId, {
+    state,
+    device_id: deviceId,
+    redirect_to: redirectTo,
+    ...(grantId === undefined ? {} : { grant_id: grantId }),
+  });
+  if (decided === null || decided.redirect_to !== redirectTo) {
+    if (grantId !== undefined) await helpers.revokeGrant(grantId, deviceId);
+    return failure("consent_not_found", `consent ${requestId} was decided by another call`);
+  }
+  return state === "approved"
+    ? { result: { request_id: requestId, code: consent.code, client_name: consent.client_name, grant_id: grantId ?? null } }
+    : { result: { request_id: requestId } };
+}
+
+/** The grants this device approved (the library's grant records; a grant belongs to the device). */
+async function grantList(env: Env, deviceId: string): Promise<ControlResult> {
+  const grants = await listGrants(env, deviceId);
+  return {
+    result: {
+      grants: grants.map((grant) => ({
+        grant_id: grant.id,
+        client_name: (grant.metadata as { client_name?: string } | undefined)?.client_name ?? grant.clientId,
+        created_at: grant.createdAt,
+        // The library does not record uses of a grant; null until the relay records them.
+        last_used_at: null,
+      })),
+    },
+  };
+}
+
+async function grantRevoke(env: Env, deviceId: string, params: Record<string, unknown>): Promise<ControlResult> {
+  const grantId = params["grant_id"];
+  if (typeof grantId !== "string") return failure("invalid_argument", "params.grant_id must be a string");
+  const grants = await listGrants(env, deviceId);
+  if (!grants.some((grant) => grant.id === grantId)) {
+    return failure("grant_not_found", `no grant ${grantId} for this device (list them with grant.list)`);
+  }
+  // Any origin's helpers revoke the same records: revocation does not depend on the resource.
+  await oauthHelpers("https://edge.invalid", env).revokeGrant(grantId, deviceId);
+  return { result: { grant_id: grantId, revoked: true } };
+}
+
+async function listGrants(env: Env, deviceId: string) {
+  const helpers = oauthHelpers("https://edge.invalid", env);
+  const grants = [];
+  let cursor: string | undefined;
+  do {
+    const page = await helpers.listUserGrants(deviceId, cursor === undefined ? {} : { cursor });
+    grants.push(...page.items);
+    cursor = page.cursor;
+  } while (cursor);
+  return grants;
+}
+
+async function sha256Hex(text: string): Promise<string> {
+  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text));
+  return [...new Uint8Array(digest)].map((byte) => byte.toString(16).padStart(2, "0")).join("");
+}
+
+function escapeHtml(text: string): string {
+  return text.replace(/[&<>"']/g, (char) => `&#${char.charCodeAt(0)};`);
+}
+
+function errorPage(status: number, code: string, message: string): Response {
+  return new Response(
+    `<!doctype html><html><head><meta charset="utf-8"><title>Authorization refused</title></head><body><h1>Authorization refused</h1><p><code>${escapeHtml(code)}</code>: ${escapeHtml(message)}</p></body></html>`,
+    { status, headers: { "Content-Type": "text/html; charset=utf-8", "Cache-Control": "no-store", "X-Error-Code": code } },
+  );
+}
+
+function consentPage(consent: ConsentRecord, pollToken: string): string {
+  const boot = JSON.stringify({ request_id: consent.request_id, poll_token: pollToken }).replace(/</g, "\\u003c");
+  return `<!doctype html><html><head><meta charset="utf-8"><title>Approve a connector</title></head>
+<body style="font-family: system-ui; max-width: 40em; margin: 3em auto">
+<h1>Approve this connector on your workstation</h1>
+<p><strong>${escapeHtml(consent.client_name)}</strong> asks to use your herdr-mcp workstation; it will be sent to
+<code>${escapeHtml(new URL(consent.redirect_uri).host || consent.redirect_uri)}</code>.</p>
+<p>Code: <strong id="code" style="font-size: 2em; letter-spacing: 0.2em">${escapeHtml(consent.code)}</strong></p>
+<p>On the workstation run <code>herdr-mcp connector approve <span id="request-id">${escapeHtml(consent.request_id)}</span></code>
+and check that it shows the same code. This page continues by itself once you approved.</p>
+<p id="status">Waiting for approval...</p>
+<script>
+const boot = ${boot};
+async function poll() {
+  try {
+    const response = await fetch("/authorize/status", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(boot) });
+    const body = await response.json();
+    if (body.redirect_to) { location.assign(body.redirect_to); return; }
+    if (!response.ok) { document.getElementById("status").textContent = body.error.message; return; }
+  } catch (error) {}
+  setTimeout(poll, 2000);
+}
+poll();
+</script>
+</body></html>`;
+}

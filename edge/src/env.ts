@@ -1,0 +1,20 @@
+/** The Worker's bindings, secrets and variables (wrangler.jsonc, `wrangler secret put`). */
+
+import type { EdgeRegistry } from "./registry.js";
+
+export interface Env {
+  /** The OAuth library's clients, grants and tokens. */
+  OAUTH_KV: KVNamespace;
+  /** One Durable Object per paired device (edge/src/relay/), named by its device id. */
+  DEVICE_RELAY: DurableObjectNamespace;
+  /** The one registry of pairings, devices and pending consents (src/registry.ts). */
+  EDGE_REGISTRY: DurableObjectNamespace<EdgeRegistry>;
+  /** Protects GET /pair (a Worker secret). */
+  ADMIN_SECRET: string;
+  /** The key of the device-secret verifiers (a Worker secret; changing it unpairs every device). */
+  EDGE_HMAC_KEY: string;
+  /** Test configuration only: "1" enables the /__test/ routes (never set in wrangler.jsonc). */
+  EDGE_TEST_ROUTES?: string;
+  /** Test configuration only: a pairing TTL below the 10 minutes (seconds). */
+  PAIRING_TTL_S?: string;
+}

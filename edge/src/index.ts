@@ -1,0 +1,71 @@
+/**
+ * The Worker's entry. The OAuth library routes first: its metadata documents, /register, /token
+ * and /mcp (token checked, then the relay's handler with the grant's props); every other request
+ * comes to `routes` below. /token goes through strict refresh rotation first (src/oauth.ts).
+ */
+
+import { handleControl } from "./consent.js";
+import { authorize, consentStatus } from "./consent.js";
+import type { Env } from "./env.js";
+import { errorResponse, jsonResponse, readJsonObject } from "./http.js";
+import { originOf, providerFor, tokenEndpoint } from "./oauth.js";
+import { connectLink, isAdmin, redeemPairing, startPairing } from "./pairing.js";
+import { registry } from "./registry.js";
+
+export { DeviceRelay } from "./relay/index.js";
+export { EdgeRegistry } from "./registry.js";
+
+/** The Edge's own version, shown by /health. */
+const EDGE_VERSION = "0.1.0";
+
+const routes: ExportedHandler<Env> = {
+  async fetch(request, env): Promise<Response> {
+    const { pathname } = new URL(request.url);
+    const method = request.method;
+    if (pathname === "/health" && method === "GET") return jsonResponse({ status: "ok", edge_version: EDGE_VERSION });
+    if (pathname === "/authorize" && method === "GET") return authorize(request, env);
+    if (pathname === "/authorize/status" && method === "POST") return consentStatus(request, env);
+    if (pathname === "/pair" && method === "GET") return startPairing(request, env);
+    if (pathname === "/link/pair" && method === "POST") return redeemPairing(request, env);
+    if (pathname === "/link/connect" && method === "GET") return connectLink(request, env);
+    if (pathname.startsWith("/__test/") && env.EDGE_TEST_ROUTES === "1") return testRoute(request, env, pathname);
+    return errorResponse(404, "not_found", `no route ${method} ${pathname}`);
+  },
+};
+
+/**
+ * Test configuration only (EDGE_TEST_ROUTES=1, set by tests/edge_harness.py, never by
+ * wrangler.jsonc), and then still behind ADMIN_SECRET:
+ * - `POST /__test/control` `{device_id, method, params}` runs a control method as the relay will;
+ * - `POST /__test/clock` `{offset_s}` shifts the registry's clock (pairing and consent expiry).
+ */
+async function testRoute(request: Request, env: Env, pathname: string): Promise<Response> {
+  if (request.method !== "POST" || !(await isAdmin(request, env))) {
+    return errorResponse(401, "admin_unauthorized", "test routes need POST and the ADMIN_SECRET");
+  }
+  const body = (await readJsonObject(request, 65536)) ?? {};
+  if (pathname === "/__test/control") {
+    const params = body["params"];
+    return jsonResponse(
+      await handleControl(
+        env,
+        String(body["device_id"]),
+        String(body["method"]),
+        typeof params === "object" && params !== null ? (params as Record<string, unknown>) : {},
+      ),
+    );
+  }
+  if (pathname === "/__test/clock") {
+    await registry(env).setClockOffset(Number(body["offset_s"] ?? 0));
+    return jsonResponse({ offset_s: await registry(env).now() });
+  }
+  return errorResponse(404, "not_found", `no test route ${pathname}`);
+}
+
+export default {
+  async fetch(request: Request, env: Env, ctx: ExecutionContext): Promise<Response> {
+    const provider = providerFor(originOf(request), routes);
+    if (new URL(request.url).pathname === "/token") return tokenEndpoint(request, env, ctx, provider);
+    return provider.fetch(request, env, ctx);
+  },
+} satisfies ExportedHandler<Env>;

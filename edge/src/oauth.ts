@@ -1,0 +1,122 @@
+/**
+ * OAuth 2.1 for MCP connectors, on @cloudflare/workers-oauth-provider: the library serves RFC 8414
+ * metadata, RFC 9728 protected-resource metadata for /mcp (and the 401 challenge pointing at it),
+ * dynamic client registration, the token endpoint (authorization code with PKCE S256 only: the
+ * library refuses `plain` and has no option to allow it), audience binding of every token to the
+ * /mcp resource, and token validation for /mcp. Ours: the authorize page (src/consent.ts) and
+ * strict refresh-token rotation (below).
+ */
+
+import { OAuthProvider, getOAuthApi, type OAuthHelpers, type OAuthProviderOptions } from "@cloudflare/workers-oauth-provider";
+import type { Env } from "./env.js";
+import { mcpApiHandler } from "./relay/index.js";
+import { registry } from "./registry.js";
+
+/** What a grant carries to /mcp as `ctx.props` (set when the owner approves the consent). */
+export interface GrantProps {
+  /** The paired device that approved the connector: /mcp relays to its Durable Object. */
+  device_id: string;
+  /** The consent request the grant came from. */
+  request_id: string;
+  client_name: string;
+}
+
+/** One hour: a stolen access token is short-lived; the refresh token renews it. */
+const ACCESS_TOKEN_TTL_S = 3600;
+/** Thirty days of no use ends a connector (each refresh moves the end). */
+const REFRESH_TOKEN_IDLE_TTL_S = 30 * 24 * 3600;
+
+/** The provider's options for the Edge served at `origin` (scheme://host[:port]). The resource is
+ * `<origin>/mcp`: a token minted for one origin is refused at another. */
+export function oauthOptions(origin: string, defaultHandler: ExportedHandler<Env>): OAuthProviderOptions<Env> {
+  return {
+    apiRoute: "/mcp",
+    apiHandler: mcpApiHandler,
+    defaultHandler,
+    authorizeEndpoint: `${origin}/authorize`,
+    tokenEndpoint: `${origin}/token`,
+    clientRegistrationEndpoint: `${origin}/register`,
+    resourceMetadata: { resource: `${origin}/mcp`, resource_name: "herdr-mcp" },
+    accessTokenTTL: ACCESS_TOKEN_TTL_S,
+    refreshTokenTTL: REFRESH_TOKEN_IDLE_TTL_S,
+    refreshTokenIdleTTL: REFRESH_TOKEN_IDLE_TTL_S,
+  };
+}
+
+/** The origin the Edge answers a request at. */
+export function originOf(request: Request): string {
+  return new URL(request.url).origin;
+}
+
+const providers = new Map<string, OAuthProvider<Env>>();
+
+/** The provider for `origin`, built once per isolate (its options are fixed per origin). */
+export function providerFor(origin: string, defaultHandler: ExportedHandler<Env>): OAuthProvider<Env> {
+  let provider = providers.get(origin);
+  if (provider === undefined) {
+    provider = new OAuthProvider<Env>(oauthOptions(origin, defaultHandler));
+    providers.set(origin, provider);
+  }
+  return provider;
+}
+
+/** The library's helpers outside a request it routed (the registry, the control methods). The
+ * default handler is never called through them. */
+export function oauthHelpers(origin: string, env: Env): OAuthHelpers {
+  return getOAuthApi(oauthOptions(origin, { fetch: () => new Response(null, { status: 404 }) }), env);
+}
+
+async function sha256Hex(text: string): Promise<string> {
+  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text));
+  return [...new Uint8Array(digest)].map((byte) => byte.toString(16).padStart(2, "0")).join("");
+}
+
+/** The library's tokens are `<user id>:<grant id>:<random>`. */
+function grantOf(token: string): { userId: string; grantId: string } | null {
+  const parts = token.split(":");
+  return parts.length === 3 && parts[0] && parts[1] ? { userId: parts[0], grantId: parts[1] } : null;
+}
+
+/**
+ * The token endpoint with strict refresh-token rotation. The library rotates refresh tokens but
+ * keeps the previous one valid (a grace for a lost response) and refuses older ones without
+ * touching the grant. OAuth 2.1 (section 4.3.1) asks more of public clients: a refresh token
+ * works once, and a second use means it leaked, so the whole grant (every token of its family)
+ * is revoked. The registry (one Durable Object, calls one at a time) holds each grant's current
+ * refresh token hash:
+ * 1. a refresh with a token that is not the grant's current one revokes the grant: invalid_grant;
+ * 2. the current one is consumed before the library runs (two parallel uses: the second is reuse);
+ * 3. the refresh token the library answers becomes the grant's current one.
+ */
+export async function tokenEndpoint(
+  request: Request,
+  env: Env,
+  ctx: ExecutionContext,
+  provider: OAuthProvider<Env>,
+): Promise<Response> {
+  const form = await request.clone().formData().catch(() => null);
+  const presented = form?.get("grant_type") === "refresh_token" ? form.get("refresh_token") : null;
+  if (typeof presented === "string") {
+    const grant = grantOf(presented);
+    if (grant !== null) {
+      const verdict = await registry(env).consumeRefreshToken(grant.grantId, await sha256Hex(presented));
+      if (verdict === "reused") {
+        await oauthHelpers(originOf(request), env).revokeGrant(grant.grantId, grant.userId);
+        return Response.json(
+          { error: "invalid_grant", error_description: "refresh token already used: the grant is revoked, authorize again" },
+          { status: 400, headers: { "Cache-Control": "no-store" } },
+        );
+      }
+    }
+  }
+  const response = await provider.fetch(request, env, ctx);
+  if (response.ok) {
+    const body: unknown = await response.clone().json().catch(() => null);
+    const issued = typeof body === "object" && body !== null ? (body as Record<string, unknown>)["refresh_token"] : undefined;
+    const grant = typeof issued === "string" ? grantOf(issued) : null;
+    if (typeof issued === "string" && grant !== null) {
+      await registry(env).recordRefreshToken(grant.grantId, await sha256Hex(issued));
+    }
+  }
+  return response;
+}

@@ -1,0 +1,212 @@
+/**
+ * The Edge's one registry (a Durable Object, a single instance named "registry"): the pending
+ * pairing, the paired devices and the pending connector consents. A Durable Object rather than KV
+ * because its storage is strongly consistent and its calls run one at a time: the lockout counter
+ * of a pairing cannot be raced by parallel guesses, a device paired a second ago can connect at
+ * once, and a consent shown on the page is listed on the workstation at once (KV may lag 60 s).
+ */
+
+import { DurableObject } from "cloudflare:workers";
+import type { Env } from "./env.js";
+import { constantTimeEqual, hmacHex, randomFromAlphabet, randomToken } from "./http.js";
+
+/** At most 10 minutes (issue 11); a shorter TTL is a test configuration. */
+export const PAIRING_TTL_MAX_S = 600;
+/** The fifth wrong code locks the pending pairing; the owner starts a new one. */
+export const PAIRING_MAX_FAILURES = 5;
+/** A pending consent expires with the page that shows it. */
+export const CONSENT_TTL_S = 600;
+
+export interface DeviceRecord {
+  device_id: string;
+  name: string;
+  paired_at: number;
+}
+
+interface StoredDevice extends DeviceRecord {
+  /** HMAC-SHA256(EDGE_HMAC_KEY, device_secret), hex: never the secret. */
+  verifier: string;
+}
+
+interface StoredPairing {
+  pairing_id: string;
+  /** HMAC-SHA256(EDGE_HMAC_KEY, code), hex. */
+  code_verifier: string;
+  expires_at: number;
+  failures: number;
+}
+
+export interface PairingTicket {
+  pairing_id: string;
+  code: string;
+  expires_at: number;
+}
+
+export type RedeemResult =
+  | { ok: true; device_id: string; device_secret: string }
+  | { ok: false; code: "pairing_expired" | "pairing_locked" | "pairing_code_wrong"; message: string };
+
+/** A pending or decided connector consent (src/consent.ts owns its meaning). */
+export interface ConsentRecord {
+  request_id: string;
+  code: string;
+  /** SHA-256 of the page's poll token, hex: only the browser that opened the page completes it. */
+  poll_verifier: string;
+  client_id: string;
+  client_name: string;
+  redirect_uri: string;
+  created_at: number;
+  expires_at: number;
+  state: "pending" | "approved" | "denied";
+  /** The library's parsed authorization request (JSON text), kept to complete it later. */
+  auth_request_json: string;
+  device_id?: string;
+  grant_id?: string;
+  /** Where the page sends the browser once decided (the client's redirect URI with code or error). */
+  redirect_to?: string;
+}
+
+const DEVICE_PREFIX = "device:";
+const CONSENT_PREFIX = "consent:";
+const REFRESH_PREFIX = "refresh:";
+
+export class EdgeRegistry extends DurableObject<Env> {
+  /** Seconds since the epoch, shifted by the test clock offset (0 outside tests). */
+  async now(): Promise<number> {
+    const offset = (await this.ctx.storage.get<number>("clock_offset_s")) ?? 0;
+    return Math.floor(Date.now() / 1000) + offset;
+  }
+
+  /** Test configuration only (the /__test/clock route): shift this registry's clock. */
+  async setClockOffset(offsetS: number): Promise<void> {
+    await this.ctx.storage.put("clock_offset_s", offsetS);
+  }
+
+  /**
+   * Consume a grant's refresh token (src/oauth.ts, strict rotation): "current" when `tokenHash` is
+   * the grant's current one (it is used up now), "reused" when the grant has another one (this
+   * one was rotated away or already consumed), "unknown" for a grant this registry never saw.
+   */
+  async consumeRefreshToken(grantId: string, tokenHash: string): Promise<"current" | "reused" | "unknown"> {
+    const key = REFRESH_PREFIX + grantId;
+    const current = await this.ctx.storage.get<string>(key);
+    if (current === undefined) return "unknown";
+    if (current !== tokenHash) return "reused";
+    await this.ctx.storage.put(key, `consumed:${tokenHash}`);
+    return "current";
+  }
+
+  /** The refresh token the library just issued for `grantId` is its current one. */
+  async recordRefreshToken(grantId: string, tokenHash: string): Promise<void> {
+    await this.ctx.storage.put(REFRESH_PREFIX + grantId, tokenHash);
+  }
+
+  /** Start a pairing, replacing any pending one: a fresh 6-digit code valid for `ttlS` seconds. */
+  async startPairing(ttlS: number): Promise<PairingTicket> {
+    const code = randomFromAlphabet("0123456789", 6);
+    const pairing: StoredPairing = {
+      pairing_id: `pair_${randomToken(9)}`,
+      code_verifier: await hmacHex(this.env.EDGE_HMAC_KEY, `pairing-code:${code}`),
+      expires_at: (await this.now()) + Math.min(ttlS, PAIRING_TTL_MAX_S),
+      failures: 0,
+    };
+    await this.ctx.storage.put("pairing", pairing);
+    return { pairing_id: pairing.pairing_id, code, expires_at: pairing.expires_at };
+  }
+
+  /**
+   * Redeem the pending pairing's code for a new device:
+   * 1. no pending pairing, or past its expiry: pairing_expired;
+   * 2. five wrong codes already: pairing_locked (even for the right code now);
+   * 3. a wrong code counts a failure (the fifth locks it): pairing_code_wrong;
+   * 4. the right code ends the pairing (a code works once) and records the device's verifier.
+   */
+  async redeemPairing(code: string, name: string): Promise<RedeemResult> {
+    const pairing = await this.ctx.storage.get<StoredPairing>("pairing");
+    if (pairing === undefined || (await this.now()) >= pairing.expires_at) {
+      return { ok: false, code: "pairing_expired", message: "no pairing is pending or it expired: open /pair for a new code" };
+    }
+    if (pairing.failures >= PAIRING_MAX_FAILURES) {
+      return { ok: false, code: "pairing_locked", message: "too many wrong codes: open /pair for a new code" };
+    }
+    const offered = await hmacHex(this.env.EDGE_HMAC_KEY, `pairing-code:${code}`);
+    if (!(await constantTimeEqual(offered, pairing.code_verifier))) {
+      pairing.failures += 1;
+      await this.ctx.storage.put("pairing", pairing);
+      return { ok: false, code: "pairing_code_wrong", message: "wrong pairing code: check the code /pair shows" };
+    }
+    await this.ctx.storage.delete("pairing");
+    const deviceSecret = randomToken(32);
+    const device: StoredDevice = {
+      device_id: `dev_${randomToken(12)}`,
+      name,
+      paired_at: await this.now(),
+      verifier: await hmacHex(this.env.EDGE_HMAC_KEY, `device-secret:${deviceSecret}`),
+    };
+    await this.ctx.storage.put(DEVICE_PREFIX + device.device_id, device);
+    return { ok: true, device_id: device.device_id, device_secret: deviceSecret };
+  }
+
+  /** Whether `secret` is the secret of device `deviceId` (an unknown device is never authentic). */
+  async authenticateDevice(deviceId: string, secret: string): Promise<boolean> {
+    const device = await this.ctx.storage.get<StoredDevice>(DEVICE_PREFIX + deviceId);
+    const offered = await hmacHex(this.env.EDGE_HMAC_KEY, `device-secret:${secret}`);
+    // Compare against a stand-in for an unknown device so both paths cost the same.
+    return (await constantTimeEqual(offered, device?.verifier ?? "0".repeat(64))) && device !== undefined;
+  }
+
+  /** The paired devices (no verifiers), oldest first. */
+  async listDevices(): Promise<DeviceRecord[]> {
+    const stored = await this.ctx.storage.list<StoredDevice>({ prefix: DEVICE_PREFIX });
+    return [...stored.values()]
+      .map(({ device_id, name, paired_at }) => ({ device_id, name, paired_at }))
+      .sort((a, b) => a.paired_at - b.paired_at);
+  }
+
+  async putConsent(consent: ConsentRecord): Promise<void> {
+    await this.ctx.storage.put(CONSENT_PREFIX + consent.request_id, consent);
+  }
+
+  /** The consent `requestId`, or null when unknown; expired ones are removed on the way. */
+  async getConsent(requestId: string): Promise<ConsentRecord | null> {
+    const consent = await this.ctx.storage.get<ConsentRecord>(CONSENT_PREFIX + requestId);
+    if (consent === undefined) return null;
+    if ((await this.now()) >= consent.expires_at) {
+      await this.ctx.storage.delete(CONSENT_PREFIX + requestId);
+      return null;
+    }
+    return consent;
+  }
+
+  /** The consents still pending, oldest first; expired ones are removed on the way. */
+  async listPendingConsents(): Promise<ConsentRecord[]> {
+    const now = await this.now();
+    const stored = await this.ctx.storage.list<ConsentRecord>({ prefix: CONSENT_PREFIX });
+    const expired = [...stored.entries()].filter(([, consent]) => now >= consent.expires_at).map(([key]) => key);
+    if (expired.length > 0) await this.ctx.storage.delete(expired);
+    return [...stored.values()]
+      .filter((consent) => now < consent.expires_at && consent.state === "pending")
+      .sort((a, b) => a.created_at - b.created_at);
+  }
+
+  /**
+   * Decide a pending consent: the transition happens at most once (calls run one at a time), so
+   * two approvals cannot complete the same request twice. Null when it is unknown or expired;
+   * the record as it stands when it was already decided.
+   */
+  async decideConsent(
+    requestId: string,
+    decide: { state: "approved" | "denied"; device_id: string; grant_id?: string; redirect_to: string },
+  ): Promise<ConsentRecord | null> {
+    const consent = await this.getConsent(requestId);
+    if (consent === null || consent.state !== "pending") return consent;
+    const decided: ConsentRecord = { ...consent, ...decide };
+    await this.putConsent(decided);
+    return decided;
+  }
+}
+
+/** The registry's single instance. */
+export function registry(env: Env): DurableObjectStub<EdgeRegistry> {
+  return env.EDGE_REGISTRY.get(env.EDGE_REGISTRY.idFromName("registry"));
+}

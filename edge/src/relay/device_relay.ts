@@ -1,0 +1,487 @@
+/**
+ * The Durable Object per paired workstation (named by its device id): it holds the link's
+ * WebSocket through the Hibernation API and relays tool calls over it (docs/edge-protocol.md).
+ *
+ * What must survive hibernation lives in the socket's attachment (per connection: hello seen,
+ * last frame heard and sent, the announced runtime) and in storage (per device: last heartbeat,
+ * the last runtime identity, connect and disconnect times). Pending calls live in memory only:
+ * a call in flight is an open RPC from the Worker, which keeps the object awake until it settles.
+ */
+
+import { DurableObject } from "cloudflare:workers";
+import { type KnownCatalog, catalogFor, publicTools, runtimeCatalogs, type Tool } from "./catalog.js";
+import { handleControlRequest } from "./control.js";
+import {
+  CLOSE_GOING_AWAY,
+  CLOSE_POLICY_VIOLATION,
+  CLOSE_SERVICE_RESTART,
+  CLOSE_TOO_BIG,
+  CLOSE_UNSUPPORTED_DATA,
+  type DeliveryState,
+  exceedsBytes,
+  FrameError,
+  HEARTBEAT_S,
+  type LinkFrame,
+  MAX_FRAME_BYTES,
+  MAX_RESULT_BYTES,
+  PROTOCOL_VERSION,
+  parseLinkFrame,
+  type RuntimeIdentity,
+  SILENCE_LIMIT_S,
+} from "./frames.js";
+
+/** How long the Edge waits for a tool_result before it cancels the call (ms). */
+export const DEFAULT_DEADLINE_MS = 120_000;
+/** How long a cancel waits for the link's cancel_ack before the call is answered without it. */
+const CANCEL_ACK_WAIT_MS = 10_000;
+
+/** The relay's variables (all optional; tests shorten the timings). */
+export interface RelayVars {
+  RELAY_HEARTBEAT_S?: string;
+  RELAY_SILENCE_LIMIT_S?: string;
+  RELAY_DEADLINE_MS?: string;
+}
+
+/** An Edge-side failure of a relayed call, shaped like the runtime's tool errors plus delivery. */
+export interface RelayError {
+  code: string;
+  message: string;
+  retryable: boolean;
+  delivery_state: DeliveryState;
+}
+
+export type CallOutcome = { result: Record<string, unknown> } | { error: RelayError };
+
+/** What herdr_devices and /status/<device> show: no secrets. */
+export interface DeviceStatus {
+  device_id: string | null;
+  online: boolean;
+  connected_at: string | null;
+  disconnected_at: string | null;
+  last_heartbeat_at: string | null;
+  link_version: string | null;
+  runtime: RuntimeIdentity | null;
+  /** Whether the runtime's contract is a frozen catalog the Edge relays to. */
+  contract_known: boolean;
+}
+
+export type ToolsOutcome = { tools: Tool[] } | { error: RelayError };
+
+interface Connection {
+  device_id: string;
+  connection_id: string;
+  hello: boolean;
+  connected_at: number;
+  last_heard_at: number;
+  last_sent_at: number;
+  sent_seq: number;
+  link_version: string | null;
+  runtime: RuntimeIdentity | null;
+}
+
+interface DeviceRecord {
+  device_id: string;
+  connected_at: number | null;
+  disconnected_at: number | null;
+  last_heartbeat_at: number | null;
+  link_version: string | null;
+  runtime: RuntimeIdentity | null;
+}
+
+interface Pending {
+  connection_id: string;
+  /** The MCP caller's key for notifications/cancelled (null when it has none). */
+  cancel_key: string | null;
+  settle: (outcome: CallOutcome) => void;
+  deadline: ReturnType<typeof setTimeout>;
+  chunks: string[];
+  chunk_count: number;
+  chunk_bytes: number;
+}
+
+const DEVICE_KEY = "device";
+
+export class DeviceRelay extends DurableObject<RelayVars> {
+  private readonly pending = new Map<string, Pending>();
+
+  /** The link's authenticated `GET /link/connect` upgrade, forwarded by the Worker. */
+  override async fetch(request: Request): Promise<Response> {
+    const deviceId = request.headers.get("Herdr-Device-Id");
+    if (request.headers.get("Upgrade")?.toLowerCase() !== "websocket" || !deviceId) {
+      return Response.json(
+        { error: { code: "upgrade_required", message: "connect with a WebSocket upgrade through /link/connect" } },
+        { status: 426 },
+      );
+    }
+    // A newer connection replaces the old one: its pending calls may have reached the runtime.
+    for (const old of this.ctx.getWebSockets()) {
+      this.dropConnection(old, CLOSE_SERVICE_RESTART, "replaced");
+    }
+    const pair = new WebSocketPair();
+    const now = Date.now();
+    const connection: Connection = {
+      device_id: deviceId,
+      connection_id: crypto.randomUUID(),
+      hello: false,
+      connected_at: now,
+      last_heard_at: now,
+      last_sent_at: now,
+      sent_seq: 0,
+      link_version: null,
+      runtime: null,
+    };
+    this.ctx.acceptWebSocket(pair[1], [connection.connection_id]);
+    pair[1].serializeAttachment(connection);
+    await this.ctx.storage.setAlarm(now + this.heartbeatMs());
+    return new Response(null, { status: 101, webSocket: pair[0] });
+  }
+
+  override async webSocketMessage(ws: WebSocket, message: string | ArrayBuffer): Promise<void> {
+    const connection = ws.deserializeAttachment() as Connection;
+    if (typeof message !== "string") {
+      this.dropConnection(ws, CLOSE_UNSUPPORTED_DATA, "frames are JSON text");
+      return;
+    }
+    if (exceedsBytes(message, MAX_FRAME_BYTES)) {
+      this.dropConnection(ws, CLOSE_TOO_BIG, `frame larger than ${MAX_FRAME_BYTES} bytes`);
+      return;
+    }
+    let frame: LinkFrame;
+    try {
+      frame = parseLinkFrame(message);
+    } catch (error) {
+      if (!(error instanceof FrameError)) throw error;
+      this.dropConnection(ws, CLOSE_POLICY_VIOLATION, error.message);
+      return;
+    }
+    if (!connection.hello && frame.type !== "hello") {
+      this.dropConnection(ws, CLOSE_POLICY_VIOLATION, "the first frame must be hello");
+      return;
+    }
+    connection.last_heard_at = Date.now();
+    await this.handleFrame(ws, connection, frame);
+    if (ws.readyState === WebSocket.OPEN) ws.serializeAttachment(connection);
+  }
+
+  override async webSocketClose(ws: WebSocket, code: number, reason: string): Promise<void> {
+    this.dropConnection(ws, code === 1005 || code === 1006 ? 1000 : code, reason);
+  }
+
+  override async webSocketError(ws: WebSocket): Promise<void> {
+    this.dropConnection(ws, 1011, "link error");
+  }
+
+  /** Heartbeats and the silence limit: the alarm runs while any connection is open. */
+  override async alarm(): Promise<void> {
+    const now = Date.now();
+    const sockets = this.ctx.getWebSockets();
+    for (const ws of sockets) {
+      const connection = ws.deserializeAttachment() as Connection;
+      if (now - connection.last_heard_at >= this.silenceMs()) {
+        this.dropConnection(ws, CLOSE_GOING_AWAY, "silence limit reached");
+      } else if (connection.hello && now - connection.last_sent_at >= this.heartbeatMs() - 1000) {
+        this.sendHeartbeat(ws, connection);
+        ws.serializeAttachment(connection);
+      }
+    }
+    if (this.ctx.getWebSockets().length > 0) {
+      await this.ctx.storage.setAlarm(Date.now() + Math.min(this.heartbeatMs(), this.silenceMs()));
+    }
+  }
+
+  /** Relay one tool call to the link and wait for its answer (never re-sent by the Edge). */
+  async call(tool: string, args: Record<string, unknown>, cancelKey: string | null): Promise<CallOutcome> {
+    const found = this.currentConnection();
+    if (!found) {
+      return relayError("device_offline", "the workstation's link is not connected; start `herdr-mcp link` there", true, "not_delivered");
+    }
+    const [ws, connection] = found;
+    const catalog = await catalogFor(connection.runtime?.contract);
+    if (!catalog) return contractMismatch(connection.runtime);
+    if (!catalog.tools.some((candidate) => candidate.name === tool)) {
+      return relayError("unknown_tool", `no tool ${tool} in the workstation's contract; call tools/list`, false, "not_delivered");
+    }
+    const id = crypto.randomUUID();
+    const deadlineMs = this.deadlineMs();
+    const frame = JSON.stringify({ type: "tool_request", id, tool, arguments: args, deadline_ms: deadlineMs });
+    if (exceedsBytes(frame, MAX_FRAME_BYTES)) {
+      return relayError("arguments_too_large", `the call's arguments exceed the ${MAX_FRAME_BYTES}-byte frame limit`, false, "not_delivered");
+    }
+    return new Promise<CallOutcome>((resolve) => {
+      const pending: Pending = {
+        connection_id: connection.connection_id,
+        cancel_key: cancelKey,
+        settle: (outcome) => {
+          clearTimeout(pending.deadline);
+          this.pending.delete(id);
+          resolve(outcome);
+        },
+        deadline: setTimeout(() => this.expire(id), deadlineMs),
+        chunks: [],
+        chunk_count: 0,
+        chunk_bytes: 0,
+      };
+      this.pending.set(id, pending);
+      try {
+        ws.send(frame);
+      } catch {
+        pending.settle(relayError("device_offline", "the link closed before the call was sent; call again", true, "not_delivered"));
+      }
+    });
+  }
+
+  /**
+   * Cancel the call the MCP client knows by `cancelKey`: the link is sent `cancel`, and the call
+   * is answered `cancelled` with the delivery state of its cancel_ack (or delivery_unknown when
+   * no ack comes in time). False when no such call is pending.
+   */
+  async cancel(cancelKey: string): Promise<boolean> {
+    for (const [id, pending] of this.pending) {
+      if (pending.cancel_key !== cancelKey) continue;
+      const ws = this.ctx.getWebSockets(pending.connection_id)[0];
+      try {
+        ws?.send(JSON.stringify({ type: "cancel", id }));
+      } catch {
+        // The link is gone: its close answers the call delivery_unknown.
+      }
+      clearTimeout(pending.deadline);
+      pending.deadline = setTimeout(
+        () => pending.settle(relayError("cancelled", "the call was cancelled; the link did not confirm in time, so it may have run", false, "delivery_unknown")),
+        CANCEL_ACK_WAIT_MS,
+      );
+      return true;
+    }
+    return false;
+  }
+
+  /** The tools/list a client of this device sees (the announced runtime catalog + herdr_devices). */
+  async tools(): Promise<ToolsOutcome> {
+    const runtime = this.currentConnection()?.[1].runtime ?? (await this.record())?.runtime ?? null;
+    let catalog: KnownCatalog | undefined;
+    if (runtime === null) {
+      // Never connected yet: the current public contract (edge epoch 8 = runtime epoch 5).
+      catalog = (await runtimeCatalogs()).find((candidate) => candidate.identity.epoch === 5);
+    } else {
+      catalog = await catalogFor(runtime.contract);
+    }
+    if (!catalog) {
+      const mismatch = contractMismatch(runtime);
+      return mismatch;
+    }
+    return { tools: publicTools(catalog) };
+  }
+
+  /** Online state, last heartbeat and the active runtime identity (no secrets). */
+  async status(): Promise<DeviceStatus> {
+    const record = await this.record();
+    const current = this.currentConnection()?.[1];
+    const runtime = current?.runtime ?? record?.runtime ?? null;
+    return {
+      device_id: current?.device_id ?? record?.device_id ?? null,
+      online: current !== undefined && Date.now() - current.last_heard_at < this.silenceMs(),
+      connected_at: iso(current?.connected_at ?? record?.connected_at ?? null),
+      disconnected_at: current ? null : iso(record?.disconnected_at ?? null),
+      last_heartbeat_at: iso(record?.last_heartbeat_at ?? null),
+      link_version: current?.link_version ?? record?.link_version ?? null,
+      runtime,
+      contract_known: (await catalogFor(runtime?.contract)) !== undefined,
+    };
+  }
+
+  private async handleFrame(ws: WebSocket, connection: Connection, frame: LinkFrame): Promise<void> {
+    switch (frame.type) {
+      case "hello":
+        if (connection.hello) {
+          this.dropConnection(ws, CLOSE_POLICY_VIOLATION, "hello was already received");
+        } else if (frame.device_id !== connection.device_id) {
+          this.dropConnection(ws, CLOSE_POLICY_VIOLATION, "hello names another device");
+        } else {
+          connection.hello = true;
+          connection.link_version = frame.link_version;
+          connection.runtime = frame.runtime;
+          this.send(ws, connection, {
+            type: "hello_ack",
+            protocol: PROTOCOL_VERSION,
+            connection_id: connection.connection_id,
+            heartbeat_s: this.heartbeatMs() / 1000,
+            silence_limit_s: this.silenceMs() / 1000,
+            max_frame_bytes: MAX_FRAME_BYTES,
+          });
+          await this.saveRecord(connection, { connected_at: connection.connected_at, disconnected_at: null });
+        }
+        return;
+      case "heartbeat":
+        connection.runtime = frame.runtime;
+        this.sendHeartbeat(ws, connection);
+        await this.saveRecord(connection, {});
+        return;
+      case "tool_result":
+        this.pendingOf(connection, frame.id)?.settle({ result: frame.result });
+        return;
+      case "tool_result_chunk":
+        this.takeChunk(connection, frame);
+        return;
+      case "tool_error": {
+        const { code, message, retryable, delivery_state } = frame;
+        this.pendingOf(connection, frame.id)?.settle({ error: { code, message, retryable, delivery_state } });
+        return;
+      }
+      case "cancel_ack":
+        this.pendingOf(connection, frame.id)?.settle(
+          relayError("cancelled", "the call was cancelled at the client's request", false, frame.delivery_state),
+        );
+        return;
+      case "control_request": {
+        const outcome = await handleControlRequest(this.env, connection.device_id, frame.method, frame.params);
+        this.send(ws, connection, { type: "control_result", id: frame.id, ...outcome });
+        return;
+      }
+      case "unknown":
+        return;
+    }
+  }
+
+  /** Reassemble a chunked result in order, refusing one above MAX_RESULT_BYTES. */
+  private takeChunk(connection: Connection, frame: Extract<LinkFrame, { type: "tool_result_chunk" }>): void {
+    const pending = this.pendingOf(connection, frame.id);
+    if (!pending) return;
+    const expected = pending.chunks.length;
+    if (frame.index !== expected || (expected > 0 && frame.count !== pending.chunk_count)) {
+      pending.settle(relayError("result_chunks_out_of_order", `chunk ${frame.index} of ${frame.count} arrived where chunk ${expected} of ${pending.chunk_count || frame.count} was due`, false, "delivered"));
+      return;
+    }
+    pending.chunk_count = frame.count;
+    pending.chunk_bytes += new TextEncoder().encode(frame.data).byteLength;
+    if (pending.chunk_bytes > MAX_RESULT_BYTES) {
+      pending.settle(relayError("result_too_large", `the result exceeds the Edge's ${MAX_RESULT_BYTES}-byte limit; ask for less (a range, a limit)`, false, "delivered"));
+      return;
+    }
+    pending.chunks.push(frame.data);
+    if (pending.chunks.length < frame.count) return;
+    let result: unknown;
+    try {
+      result = JSON.parse(pending.chunks.join(""));
+    } catch {
+      result = undefined;
+    }
+    if (typeof result !== "object" || result === null || Array.isArray(result)) {
+      pending.settle(relayError("result_malformed", "the reassembled result is not a JSON object", false, "delivered"));
+      return;
+    }
+    pending.settle({ result: result as Record<string, unknown> });
+  }
+
+  /** The deadline passed: cancel at the link and answer delivery_unknown (it may have run). */
+  private expire(id: string): void {
+    const pending = this.pending.get(id);
+    if (!pending) return;
+    try {
+      this.ctx.getWebSockets(pending.connection_id)[0]?.send(JSON.stringify({ type: "cancel", id }));
+    } catch {
+      // Gone already; the answer is the same.
+    }
+    pending.settle(relayError("deadline_exceeded", "the workstation did not answer in time; the call may have run, check before repeating it", false, "delivery_unknown"));
+  }
+
+  /**
+   * Close a connection and answer every call still pending on it delivery_unknown: it may have
+   * reached the runtime, so the Edge never re-sends it (on this link or the next).
+   */
+  private dropConnection(ws: WebSocket, code: number, reason: string): void {
+    const connection = ws.deserializeAttachment() as Connection | null;
+    if (connection) {
+      for (const [id, pending] of this.pending) {
+        if (pending.connection_id !== connection.connection_id) continue;
+        this.pending.get(id)?.settle(
+          relayError("link_lost", "the workstation's link dropped while the call was in flight; it may have run, check before repeating it", false, "delivery_unknown"),
+        );
+      }
+      if (connection.hello) {
+        this.ctx.waitUntil(this.saveRecord(connection, { disconnected_at: Date.now() }));
+      }
+    }
+    try {
+      ws.close(code, reason.slice(0, 120));
+    } catch {
+      // Already closed.
+    }
+  }
+
+  private pendingOf(connection: Connection, id: string): Pending | undefined {
+    const pending = this.pending.get(id);
+    return pending?.connection_id === connection.connection_id ? pending : undefined;
+  }
+
+  /** The open connection that has said hello (at most one: a new one replaces the old). */
+  private currentConnection(): [WebSocket, Connection] | undefined {
+    for (const ws of this.ctx.getWebSockets()) {
+      const connection = ws.deserializeAttachment() as Connection | null;
+      if (connection?.hello && ws.readyState === WebSocket.OPEN) return [ws, connection];
+    }
+    return undefined;
+  }
+
+  private sendHeartbeat(ws: WebSocket, connection: Connection): void {
+    connection.sent_seq += 1;
+    this.send(ws, connection, { type: "heartbeat", seq: connection.sent_seq });
+  }
+
+  private send(ws: WebSocket, connection: Connection, frame: Record<string, unknown>): void {
+    connection.last_sent_at = Date.now();
+    ws.send(JSON.stringify(frame));
+  }
+
+  private async record(): Promise<DeviceRecord | undefined> {
+    return this.ctx.storage.get<DeviceRecord>(DEVICE_KEY);
+  }
+
+  private async saveRecord(connection: Connection, change: Partial<DeviceRecord>): Promise<void> {
+    const previous = await this.record();
+    const record: DeviceRecord = {
+      device_id: connection.device_id,
+      connected_at: previous?.connected_at ?? connection.connected_at,
+      disconnected_at: previous?.disconnected_at ?? null,
+      last_heartbeat_at: connection.last_heard_at,
+      link_version: connection.link_version,
+      runtime: connection.runtime,
+      ...change,
+    };
+    await this.ctx.storage.put(DEVICE_KEY, record);
+  }
+
+  private heartbeatMs(): number {
+    return seconds(this.env.RELAY_HEARTBEAT_S, HEARTBEAT_S) * 1000;
+  }
+
+  private silenceMs(): number {
+    return seconds(this.env.RELAY_SILENCE_LIMIT_S, SILENCE_LIMIT_S) * 1000;
+  }
+
+  private deadlineMs(): number {
+    return seconds(this.env.RELAY_DEADLINE_MS, DEFAULT_DEADLINE_MS);
+  }
+}
+
+function relayError(code: string, message: string, retryable: boolean, delivery_state: DeliveryState): { error: RelayError } {
+  return { error: { code, message, retryable, delivery_state } };
+}
+
+function contractMismatch(runtime: RuntimeIdentity | null): { error: RelayError } {
+  const contract = runtime ? `epoch ${runtime.contract.epoch} ${runtime.contract.hash}` : "none";
+  return relayError(
+    "contract_mismatch",
+    `the workstation's runtime announces a contract the Edge does not know (${contract}); update the workstation or the Edge so both carry the same frozen catalog`,
+    false,
+    "not_delivered",
+  );
+}
+
+/** A positive number from a variable, else the default. */
+function seconds(value: string | undefined, fallback: number): number {
+  const parsed = Number(value);
+  return value !== undefined && Number.isFinite(parsed) && parsed > 0 ? parsed : fallback;
+}
+
+function iso(ms: number | null): string | null {
+  return ms === null ? null : new Date(ms).toISOString();
+}
