@@ -9,8 +9,9 @@
  */
 
 import { DurableObject } from "cloudflare:workers";
+import { handleControl } from "../consent.js";
+import type { Env } from "../env.js";
 import { type KnownCatalog, catalogFor, publicTools, runtimeCatalogs, type Tool } from "./catalog.js";
-import { handleControlRequest } from "./control.js";
 import {
   CLOSE_GOING_AWAY,
   CLOSE_POLICY_VIOLATION,
@@ -101,7 +102,7 @@ interface Pending {
 
 const DEVICE_KEY = "device";
 
-export class DeviceRelay extends DurableObject<RelayVars> {
+export class DeviceRelay extends DurableObject<Env & RelayVars> {
   private readonly pending = new Map<string, Pending>();
 
   /** The link's authenticated `GET /link/connect` upgrade, forwarded by the Worker. */
@@ -264,10 +265,7 @@ export class DeviceRelay extends DurableObject<RelayVars> {
     } else {
       catalog = await catalogFor(runtime.contract);
     }
-    if (!catalog) {
-      const mismatch = contractMismatch(runtime);
-      return mismatch;
-    }
+    if (!catalog) return contractMismatch(runtime);
     return { tools: publicTools(catalog) };
   }
 
@@ -332,7 +330,7 @@ export class DeviceRelay extends DurableObject<RelayVars> {
         );
         return;
       case "control_request": {
-        const outcome = await handleControlRequest(this.env, connection.device_id, frame.method, frame.params);
+        const outcome = await handleControl(this.env, connection.device_id, frame.method, frame.params);
         this.send(ws, connection, { type: "control_result", id: frame.id, ...outcome });
         return;
       }
@@ -450,15 +448,15 @@ export class DeviceRelay extends DurableObject<RelayVars> {
   }
 
   private heartbeatMs(): number {
-    return seconds(this.env.RELAY_HEARTBEAT_S, HEARTBEAT_S) * 1000;
+    return positive(this.env.RELAY_HEARTBEAT_S, HEARTBEAT_S) * 1000;
   }
 
   private silenceMs(): number {
-    return seconds(this.env.RELAY_SILENCE_LIMIT_S, SILENCE_LIMIT_S) * 1000;
+    return positive(this.env.RELAY_SILENCE_LIMIT_S, SILENCE_LIMIT_S) * 1000;
   }
 
   private deadlineMs(): number {
-    return seconds(this.env.RELAY_DEADLINE_MS, DEFAULT_DEADLINE_MS);
+    return positive(this.env.RELAY_DEADLINE_MS, DEFAULT_DEADLINE_MS);
   }
 }
 
@@ -477,7 +475,7 @@ function contractMismatch(runtime: RuntimeIdentity | null): { error: RelayError 
 }
 
 /** A positive number from a variable, else the default. */
-function seconds(value: string | undefined, fallback: number): number {
+function positive(value: string | undefined, fallback: number): number {
   const parsed = Number(value);
   return value !== undefined && Number.isFinite(parsed) && parsed > 0 ? parsed : fallback;
 }
