@@ -121,10 +121,6 @@ class AttestationError(RefusedFault):
         self.code: AttestationErrorCode = code
         self.message = message
 
-    def to_dict(self) -> dict[str, str]:
-        """The wire form: `{"code", "message"}`."""
-        return {"code": self.code, "message": self.message}
-
 
 @dataclass(frozen=True)
 class IdentityPolicy:

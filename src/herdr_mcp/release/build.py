@@ -60,14 +60,6 @@ _GIT_TIMEOUT_SECONDS = 120
 class BuildError(LocalFault):
     """A build that cannot be carried out as asked; `code` is stable, `message` says what to do."""
 
-    def __init__(self, code: str, message: str) -> None:
-        self.code = code
-        self.message = message
-        super().__init__(code, message)
-
-    def to_dict(self) -> dict[str, str]:
-        return {"code": self.code, "message": self.message}
-
 
 @dataclass(frozen=True)
 class BuildSystem:

@@ -73,14 +73,6 @@ _HOST_QUERY = (
 class BundleError(LocalFault):
     """A bundle (or release configuration) that cannot be made as asked; `code` is stable."""
 
-    def __init__(self, code: str, message: str) -> None:
-        self.code = code
-        self.message = message
-        super().__init__(code, message)
-
-    def to_dict(self) -> dict[str, str]:
-        return {"code": self.code, "message": self.message}
-
 
 @dataclass(frozen=True)
 class Channel:

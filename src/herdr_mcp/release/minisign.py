@@ -79,14 +79,6 @@ MAX_SIGNATURE_FILE_BYTES = 16 * 1024
 class SignatureError(RefusedFault):
     """A signature, key or key file that cannot be used; `code` is stable (see the module docstring)."""
 
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(code, message)
-        self.code = code
-        self.message = message
-
-    def to_dict(self) -> dict[str, str]:
-        return {"code": self.code, "message": self.message}
-
 
 def _b64decode(line: str | bytes, what: str, code: str) -> bytes:
     try:
