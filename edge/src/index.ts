@@ -11,6 +11,7 @@ import { errorResponse, jsonResponse, readJsonObject } from "./http.js";
 import { originOf, providerFor, tokenEndpoint } from "./oauth.js";
 import { connectLink, isAdmin, redeemPairing, startPairing } from "./pairing.js";
 import { registry } from "./registry.js";
+import { statusResponse } from "./relay/index.js";
 
 export { DeviceRelay } from "./relay/index.js";
 export { EdgeRegistry } from "./registry.js";
@@ -28,6 +29,7 @@ const routes: ExportedHandler<Env> = {
     if (pathname === "/pair" && method === "GET") return startPairing(request, env);
     if (pathname === "/link/pair" && method === "POST") return redeemPairing(request, env);
     if (pathname === "/link/connect" && method === "GET") return connectLink(request, env);
+    if (pathname.startsWith("/status/") && method === "GET") return statusResponse(env, decodeURIComponent(pathname.slice("/status/".length)));
     if (pathname.startsWith("/__test/") && env.EDGE_TEST_ROUTES === "1") return testRoute(request, env, pathname);
     return errorResponse(404, "not_found", `no route ${method} ${pathname}`);
   },
