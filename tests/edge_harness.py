@@ -1,0 +1,216 @@
+"""The Edge (edge/, a Cloudflare Worker) for tests: `npx wrangler dev --local` runs it under the
+real workerd on loopback, with its KV and Durable Objects persisted in a temporary directory.
+
+`running_edge(persist_dir)` starts one instance and stops its whole process group at the end;
+`Edge` holds its URL and the test secrets, and speaks the Edge's test routes (enabled only by
+`EDGE_TEST_ROUTES=1`, which this harness sets and wrangler.jsonc never does). `pkce_pair()` and
+`register_client()` are the OAuth client side the tests share.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import hashlib
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx2
+
+ROOT = Path(__file__).resolve().parents[1]
+EDGE_DIR = ROOT / "edge"
+WRANGLER = EDGE_DIR / "node_modules" / ".bin" / "wrangler"
+ADMIN_SECRET = "admin-secret-for-tests-" + "a" * 20
+EDGE_HMAC_KEY = "edge-hmac-key-for-tests-" + "k" * 20
+#: workerd's first start on a loaded 2-core machine takes seconds (esbuild bundles, workerd boots).
+START_TIMEOUT_S = 180.0
+#: `npm ci` of the Edge's packages, when the test command did not run it before (a plain pytest).
+NPM_CI_TIMEOUT_S = 600
+#: A redirect URI on loopback: the library accepts http there (OAuth 2.1 native-app rule).
+REDIRECT_URI = "http://127.0.0.1:9/callback"
+
+
+def ensure_edge_packages() -> None:
+    """`npm ci` in edge/ unless its packages are installed already (scripts/test runs it first);
+    an flock serialises test processes starting at once."""
+    with (EDGE_DIR / ".npm-ci.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not WRANGLER.exists():
+            subprocess.run(
+                ["npm", "ci", "--no-audit", "--no-fund"],
+                cwd=EDGE_DIR,
+                check=True,
+                timeout=NPM_CI_TIMEOUT_S,
+                stdout=subprocess.DEVNULL,
+            )
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@dataclass
+class Edge:
+    """One running Edge on loopback."""
+
+    base: str
+    log: Path
+
+    def get(self, path: str, **kwargs: Any) -> httpx2.Response:
+        return httpx2.get(self.base + path, timeout=30, **kwargs)
+
+    def post(self, path: str, **kwargs: Any) -> httpx2.Response:
+        return httpx2.post(self.base + path, timeout=30, **kwargs)
+
+    def admin_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {ADMIN_SECRET}"}
+
+    def control(self, device_id: str, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """A control method as the relay runs it for `device_id` (the test route)."""
+        answer = self.post(
+            "/__test/control",
+            headers=self.admin_headers(),
+            json={"device_id": device_id, "method": method, "params": params or {}},
+        )
+        assert answer.status_code == 200, answer.text
+        outcome: dict[str, Any] = answer.json()
+        return outcome
+
+    def shift_clock(self, offset_s: int) -> None:
+        """Shift the registry's clock (pairing and consent expiry) by `offset_s` seconds."""
+        answer = self.post("/__test/clock", headers=self.admin_headers(), json={"offset_s": offset_s})
+        assert answer.status_code == 200, answer.text
+
+    def start_pairing(self) -> dict[str, Any]:
+        answer = self.get("/pair", headers=self.admin_headers())
+        assert answer.status_code == 200, answer.text
+        ticket: dict[str, Any] = answer.json()
+        return ticket
+
+    def pair_device(self, name: str = "workstation") -> dict[str, Any]:
+        """A freshly paired device: its `device_id` and `device_secret`."""
+        code = self.start_pairing()["code"]
+        answer = self.post("/link/pair", json={"code": code, "name": name})
+        assert answer.status_code == 200, answer.text
+        device: dict[str, Any] = answer.json()
+        return device
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx2.get(url, timeout=5).status_code == 200
+    except httpx2.HTTPError:
+        return False
+
+
+@contextlib.contextmanager
+def running_edge(persist_dir: Path, extra_vars: dict[str, str] | None = None) -> Iterator[Edge]:
+    """The Worker under `wrangler dev --local` on a free loopback port, until the block ends."""
+    ensure_edge_packages()
+    port = _free_port()
+    variables = {
+        "ADMIN_SECRET": ADMIN_SECRET,
+        "EDGE_HMAC_KEY": EDGE_HMAC_KEY,
+        "EDGE_TEST_ROUTES": "1",
+        **(extra_vars or {}),
+    }
+    command = [
+        str(WRANGLER),
+        "dev",
+        "--local",
+        "--ip",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--inspector-port",
+        str(_free_port()),
+        "--persist-to",
+        str(persist_dir / "state"),
+        "--show-interactive-dev-session=false",
+        "--log-level",
+        "warn",
+    ]
+    for name, value in variables.items():
+        command += ["--var", f"{name}:{value}"]
+    home = persist_dir / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    env = {
+        **os.environ,
+        "WRANGLER_SEND_METRICS": "false",
+        "CI": "1",
+        # Wrangler's own config and logs stay in the test's directory, not the user's home.
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+    }
+    log = persist_dir / "wrangler.log"
+    with log.open("w") as log_file:
+        process = subprocess.Popen(
+            command,
+            cwd=EDGE_DIR,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    edge = Edge(f"http://127.0.0.1:{port}", log)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not _answers(edge.base + "/health"):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the Edge did not start: {log.read_text(errors='replace')[-3000:]}")
+            time.sleep(0.2)  # polling the Edge's start, bounded by the deadline above
+        yield edge
+    finally:
+        _stop_group(process)
+
+
+def _stop_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to wrangler and workerd (one process group), SIGKILL if they outlive 15 s."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=5)
+    # workerd may outlive wrangler by a moment: the group is gone only when none of it remains.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+def pkce_pair() -> tuple[str, str]:
+    """A PKCE verifier and its S256 challenge (RFC 7636)."""
+    verifier = secrets.token_urlsafe(48)
+    challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+    return verifier, challenge
+
+
+def register_client(edge: Edge, redirect_uri: str = REDIRECT_URI) -> dict[str, Any]:
+    """A public client registered by dynamic client registration (RFC 7591)."""
+    answer = edge.post(
+        "/register",
+        json={
+            "client_name": "Test Connector",
+            "redirect_uris": [redirect_uri],
+            "token_endpoint_auth_method": "none",
+            "grant_types": ["authorization_code", "refresh_token"],
+            "response_types": ["code"],
+        },
+    )
+    assert answer.status_code == 201, answer.text
+    client: dict[str, Any] = answer.json()
+    return client

@@ -1,0 +1,173 @@
+"""Pairing a workstation with the Edge and authenticating its link (docs/edge-protocol.md), against
+the real Worker under workerd (tests/edge_harness.py): the admin secret on /pair, a 6-digit code
+valid at most 10 minutes, once; five wrong codes lock it; only an HMAC verifier is kept; the link
+is authenticated by device secret in a header before anything reaches its Durable Object."""
+
+from __future__ import annotations
+
+import base64
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from tests.edge_harness import ADMIN_SECRET, EDGE_HMAC_KEY, Edge, running_edge
+
+
+@pytest.fixture(scope="module")
+def edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Edge]:
+    with running_edge(tmp_path_factory.mktemp("edge-pairing")) as running:
+        yield running
+
+
+@pytest.fixture
+def clock(edge: Edge) -> Iterator[Edge]:
+    """The registry clock back at real time after the test (the instance is shared)."""
+    yield edge
+    edge.shift_clock(0)
+
+
+def error_code(answer: httpx2.Response) -> str:
+    code: str = answer.json()["error"]["code"]
+    return code
+
+
+def test_health_answers_without_secrets(edge: Edge) -> None:
+    answer = edge.get("/health")
+    assert answer.status_code == 200
+    assert answer.json()["status"] == "ok"
+    assert ADMIN_SECRET not in answer.text and EDGE_HMAC_KEY not in answer.text
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Authorization": "Bearer wrong-secret"},
+        {"Authorization": f"Bearer {ADMIN_SECRET}x"},
+        {"Authorization": "Basic " + base64.b64encode(b"owner:wrong").decode()},
+    ],
+)
+def test_pair_refuses_without_the_admin_secret(edge: Edge, headers: dict[str, str]) -> None:
+    answer = edge.get("/pair", headers=headers)
+    assert answer.status_code == 401
+    assert error_code(answer) == "admin_unauthorized"
+    assert "code" not in answer.json()
+
+
+def test_pair_takes_the_admin_secret_as_basic_password(edge: Edge) -> None:
+    basic = base64.b64encode(f"owner:{ADMIN_SECRET}".encode()).decode()
+    answer = edge.get("/pair", headers={"Authorization": f"Basic {basic}", "Accept": "text/html"})
+    assert answer.status_code == 200
+    assert re.search(r"<strong>[0-9]{6}</strong>", answer.text)
+
+
+def test_a_pairing_code_has_six_digits_and_lives_at_most_ten_minutes(edge: Edge) -> None:
+    ticket = edge.start_pairing()
+    assert re.fullmatch(r"[0-9]{6}", ticket["code"])
+    # workerd runs on this machine: its clock is ours.
+    assert 0 < ticket["expires_at"] - time.time() <= 600 + 5
+
+
+def test_the_code_gives_a_device_id_and_secret_once(edge: Edge) -> None:
+    code = edge.start_pairing()["code"]
+    first = edge.post("/link/pair", json={"code": code, "name": "ws-1"})
+    assert first.status_code == 200, first.text
+    device = first.json()
+    assert re.fullmatch(r"dev_[A-Za-z0-9_-]{16}", device["device_id"])
+    assert re.fullmatch(r"[A-Za-z0-9_-]{43}", device["device_secret"])
+    again = edge.post("/link/pair", json={"code": code, "name": "ws-2"})
+    assert again.status_code == 403
+    assert error_code(again) == "pairing_expired"
+
+
+def test_five_wrong_codes_lock_the_pairing_and_the_sixth_attempt_is_refused(edge: Edge) -> None:
+    code = edge.start_pairing()["code"]
+    wrong = f"{(int(code) + 1) % 1_000_000:06d}"
+    for _ in range(5):
+        answer = edge.post("/link/pair", json={"code": wrong, "name": "attacker"})
+        assert answer.status_code == 401
+        assert error_code(answer) == "pairing_code_wrong"
+    # The sixth attempt, even with the right code, meets the lock.
+    locked = edge.post("/link/pair", json={"code": code, "name": "ws"})
+    assert locked.status_code == 403
+    assert error_code(locked) == "pairing_locked"
+    # A new pairing from the owner starts afresh.
+    assert edge.pair_device()["device_id"].startswith("dev_")
+
+
+def test_an_expired_code_is_refused(clock: Edge) -> None:
+    code = clock.start_pairing()["code"]
+    clock.shift_clock(601)
+    answer = clock.post("/link/pair", json={"code": code, "name": "ws"})
+    assert answer.status_code == 403
+    assert error_code(answer) == "pairing_expired"
+
+
+def test_a_new_pairing_replaces_the_pending_one(edge: Edge) -> None:
+    old = edge.start_pairing()["code"]
+    new = edge.start_pairing()["code"]
+    if old != new:  # one chance in a million that both codes are the same
+        assert error_code(edge.post("/link/pair", json={"code": old, "name": "ws"})) == "pairing_code_wrong"
+    assert edge.post("/link/pair", json={"code": new, "name": "ws"}).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"code": "12345", "name": "ws"},
+        {"code": 123456, "name": "ws"},
+        {"code": "123456"},
+        {"code": "123456", "name": ""},
+    ],
+)
+def test_a_malformed_pairing_request_is_invalid_argument(edge: Edge, body: dict[str, object]) -> None:
+    answer = edge.post("/link/pair", json=body)
+    assert answer.status_code == 400
+    assert error_code(answer) == "invalid_argument"
+
+
+def test_the_edge_keeps_no_device_secret(edge: Edge) -> None:
+    device = edge.pair_device()
+    state = Path(edge.log).parent / "state"
+    stored = b"".join(path.read_bytes() for path in state.rglob("*") if path.is_file())
+    assert stored, "the registry's storage is persisted under the state directory"
+    assert device["device_id"].encode() in stored
+    assert device["device_secret"].encode() not in stored
+
+
+def connect(edge: Edge, authorization: str | None, query: str = "") -> int:
+    headers = {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13"}
+    headers["Sec-WebSocket-Key"] = base64.b64encode(b"0123456789abcdef").decode()
+    if authorization is not None:
+        headers["Authorization"] = authorization
+    status: int = edge.get("/link/connect" + query, headers=headers).status_code
+    return status
+
+
+def test_link_connect_authenticates_the_device_secret(edge: Edge) -> None:
+    device = edge.pair_device()
+    other = edge.pair_device()
+    device_id, secret = device["device_id"], device["device_secret"]
+    refused = [
+        None,
+        f"Bearer {secret}",
+        f"Device {device_id}.{other['device_secret']}",
+        f"Device {device_id}.{secret[:-1]}A" if secret[-1] != "A" else f"Device {device_id}.{secret[:-1]}B",
+        f"Device dev_{'x' * 16}.{secret}",
+        f"Device {device_id}",
+    ]
+    for authorization in refused:
+        answer = edge.get(
+            "/link/connect", headers={} if authorization is None else {"Authorization": authorization}
+        )
+        assert answer.status_code == 401, authorization
+        assert error_code(answer) == "device_unauthorized"
+    # A secret in the URL is never read.
+    assert connect(edge, None, f"?device_id={device_id}&device_secret={secret}") == 401
+    # The right secret reaches the device's Durable Object (whatever it answers, it is not 401).
+    assert connect(edge, f"Device {device_id}.{secret}") != 401
