@@ -92,6 +92,35 @@ def test_a_hello_with_missing_fields_is_closed_1008(edge: Edge, device: dict[str
     assert link.close_code() == 1008
 
 
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"device_id": "dev_someone_else"},
+        {"link_version": "x" * 129},
+        {"protocol": 2},
+        {"runtime": {"generation": None, "version": "0.1.0", "contract": {"epoch": "5"}}},
+    ],
+)
+def test_a_hello_naming_another_device_or_malformed_is_closed_1008(
+    edge: Edge, device: dict[str, Any], change: dict[str, Any]
+) -> None:
+    link = open_link(edge, device)
+    hello = {
+        "type": "hello",
+        "protocol": 1,
+        "device_id": device["device_id"],
+        "link_version": "0.1.0",
+        "runtime": runtime_identity(),
+    }
+    link.send({**hello, **change})
+    assert link.close_code() == 1008
+
+
+def test_a_binary_frame_is_closed_1003(link: ScriptedLink) -> None:
+    link.socket.send(b"{}")
+    assert link.close_code() == 1003
+
+
 def test_a_300_kib_frame_is_closed_1009(link: ScriptedLink) -> None:
     link.send({"type": "padding", "data": "a" * (300 * 1024)})
     assert link.close_code() == 1009

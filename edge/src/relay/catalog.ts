@@ -24,6 +24,10 @@ interface CatalogFile {
   tools: Tool[];
 }
 
+/** The runtime epoch the public Edge contract (edge epoch 8) is made of: what tools/list serves
+ * for a device that has not announced a runtime yet. */
+export const PUBLIC_RUNTIME_EPOCH: number = edgeEpoch8.runtime_epoch;
+
 /** The edge-local tool, as frozen in edge-epoch-8.json. */
 export const DEVICES_TOOL: Tool = findTool(edgeEpoch8 as CatalogFile, "herdr_devices");
 

@@ -11,7 +11,7 @@
 import { DurableObject } from "cloudflare:workers";
 import { handleControl } from "../consent.js";
 import type { Env } from "../env.js";
-import { type KnownCatalog, catalogFor, publicTools, runtimeCatalogs, type Tool } from "./catalog.js";
+import { type KnownCatalog, catalogFor, PUBLIC_RUNTIME_EPOCH, publicTools, runtimeCatalogs, type Tool } from "./catalog.js";
 import {
   CLOSE_GOING_AWAY,
   CLOSE_POLICY_VIOLATION,
@@ -82,6 +82,8 @@ interface Connection {
 
 interface DeviceRecord {
   device_id: string;
+  /** The connection this record describes: a replaced one's late close must not overwrite it. */
+  connection_id: string;
   connected_at: number | null;
   disconnected_at: number | null;
   last_heartbeat_at: number | null;
@@ -165,7 +167,8 @@ export class DeviceRelay extends DurableObject<Env & RelayVars> {
   }
 
   override async webSocketClose(ws: WebSocket, code: number, reason: string): Promise<void> {
-    this.dropConnection(ws, code === 1005 || code === 1006 ? 1000 : code, reason);
+    // 1005, 1006 and 1015 are reported, never sent (RFC 6455 section 7.4.1).
+    this.dropConnection(ws, [1005, 1006, 1015].includes(code) ? 1000 : code, reason);
   }
 
   override async webSocketError(ws: WebSocket): Promise<void> {
@@ -260,8 +263,8 @@ export class DeviceRelay extends DurableObject<Env & RelayVars> {
     const runtime = this.currentConnection()?.[1].runtime ?? (await this.record())?.runtime ?? null;
     let catalog: KnownCatalog | undefined;
     if (runtime === null) {
-      // Never connected yet: the current public contract (edge epoch 8 = runtime epoch 5).
-      catalog = (await runtimeCatalogs()).find((candidate) => candidate.identity.epoch === 5);
+      // Never connected yet: the current public contract.
+      catalog = (await runtimeCatalogs()).find((candidate) => candidate.identity.epoch === PUBLIC_RUNTIME_EPOCH);
     } else {
       catalog = await catalogFor(runtime.contract);
     }
@@ -435,8 +438,10 @@ export class DeviceRelay extends DurableObject<Env & RelayVars> {
 
   private async saveRecord(connection: Connection, change: Partial<DeviceRecord>): Promise<void> {
     const previous = await this.record();
+    if (change.disconnected_at && previous?.connection_id !== connection.connection_id) return;
     const record: DeviceRecord = {
       device_id: connection.device_id,
+      connection_id: connection.connection_id,
       connected_at: previous?.connected_at ?? connection.connected_at,
       disconnected_at: previous?.disconnected_at ?? null,
       last_heartbeat_at: connection.last_heard_at,

@@ -40,6 +40,10 @@ export type LinkFrame =
   | { type: "control_request"; id: string; method: string; params: { [key: string]: unknown } }
   | { type: "unknown" };
 
+/** The longest identity string (device id, versions, generation, hash) a frame may carry: they are
+ * kept in the socket's attachment, which the Hibernation API caps at 2,048 bytes in all. */
+export const MAX_IDENTITY_CHARS = 128;
+
 /** A known frame type with missing or wrongly typed fields, or text that is not a JSON object. */
 export class FrameError extends Error {}
 
@@ -64,8 +68,8 @@ export function parseLinkFrame(text: string): LinkFrame {
       if (frame["protocol"] !== PROTOCOL_VERSION) throw new FrameError(`protocol must be ${PROTOCOL_VERSION}`);
       return {
         type: "hello",
-        device_id: string(frame["device_id"], "device_id"),
-        link_version: string(frame["link_version"], "link_version"),
+        device_id: short(frame["device_id"], "device_id"),
+        link_version: short(frame["link_version"], "link_version"),
         runtime: runtime(frame["runtime"]),
       };
     case "heartbeat":
@@ -115,6 +119,12 @@ function string(value: unknown, name: string): string {
   return value;
 }
 
+function short(value: unknown, name: string): string {
+  const text = string(value, name);
+  if (text.length > MAX_IDENTITY_CHARS) throw new FrameError(`${name} is longer than ${MAX_IDENTITY_CHARS} characters`);
+  return text;
+}
+
 function counter(value: unknown, name: string, minimum: number): number {
   if (typeof value !== "number" || !Number.isSafeInteger(value) || value < minimum) {
     throw new FrameError(`${name} must be an integer >= ${minimum}`);
@@ -130,17 +140,14 @@ function deliveryState(value: unknown): DeliveryState {
 }
 
 function runtime(value: unknown): RuntimeIdentity {
-  const runtime = object(value, "runtime");
-  const contract = object(runtime["contract"], "runtime.contract");
-  if (runtime["generation"] !== null && typeof runtime["generation"] !== "string") {
-    throw new FrameError("runtime.generation must be a string or null");
-  }
+  const fields = object(value, "runtime");
+  const contract = object(fields["contract"], "runtime.contract");
   return {
-    generation: runtime["generation"] as string | null,
-    version: string(runtime["version"], "runtime.version"),
+    generation: fields["generation"] === null ? null : short(fields["generation"], "runtime.generation"),
+    version: short(fields["version"], "runtime.version"),
     contract: {
       epoch: counter(contract["epoch"], "runtime.contract.epoch", 0),
-      hash: string(contract["hash"], "runtime.contract.hash"),
+      hash: short(contract["hash"], "runtime.contract.hash"),
       tool_count: counter(contract["tool_count"], "runtime.contract.tool_count", 0),
     },
   };

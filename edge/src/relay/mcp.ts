@@ -134,7 +134,20 @@ async function callTool(
     if (Object.keys(args).length > 0) return rpcResult(id, errorResult(invalidArgument("herdr_devices takes no arguments")));
     return rpcResult(id, jsonResult({ devices: await devices(env, props.device_id) }));
   }
-  const outcome: CallOutcome = await relayOf(env, props.device_id).call(name, args, await cancelKey(request, id));
+  let outcome: CallOutcome;
+  try {
+    outcome = await relayOf(env, props.device_id).call(name, args, await cancelKey(request, id));
+  } catch {
+    // The object was reset (a deploy, an eviction) while the call was in flight: it may have run.
+    outcome = {
+      error: {
+        code: "relay_reset",
+        message: "the Edge's relay restarted during the call; it may have run, check before repeating it",
+        retryable: false,
+        delivery_state: "delivery_unknown",
+      },
+    };
+  }
   return rpcResult(id, "error" in outcome ? errorResult(outcome.error) : outcome.result);
 }
 
