@@ -4,7 +4,8 @@ real workerd on loopback, with its KV and Durable Objects persisted in a tempora
 `running_edge(persist_dir)` starts one instance and stops its whole process group at the end;
 `Edge` holds its URL and the test secrets, and speaks the Edge's test routes (enabled only by
 `EDGE_TEST_ROUTES=1`, which this harness sets and wrangler.jsonc never does). `pkce_pair()` and
-`register_client()` are the OAuth client side the tests share.
+`register_client()` are the OAuth client side the tests share; `client_document_server()` serves
+a client ID metadata document over https on loopback, from a CA the Edge is told to trust.
 """
 
 from __future__ import annotations
@@ -13,11 +14,15 @@ import base64
 import contextlib
 import fcntl
 import hashlib
+import http.server
+import json
 import os
 import secrets
 import signal
 import socket
+import ssl
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+import trustme
 
 ROOT = Path(__file__).resolve().parents[1]
 EDGE_DIR = ROOT / "edge"
@@ -116,8 +122,11 @@ def _answers(url: str) -> bool:
 
 
 @contextlib.contextmanager
-def running_edge(persist_dir: Path, extra_vars: dict[str, str] | None = None) -> Iterator[Edge]:
-    """The Worker under `wrangler dev --local` on a free loopback port, until the block ends."""
+def running_edge(
+    persist_dir: Path, extra_vars: dict[str, str] | None = None, trust_ca: Path | None = None
+) -> Iterator[Edge]:
+    """The Worker under `wrangler dev --local` on a free loopback port, until the block ends.
+    `trust_ca`: the only CA workerd trusts for the Worker's outbound https (a test server's)."""
     ensure_edge_packages()
     port = _free_port()
     variables = {
@@ -153,6 +162,8 @@ def running_edge(persist_dir: Path, extra_vars: dict[str, str] | None = None) ->
         # Wrangler's own config and logs stay in the test's directory, not the user's home.
         "HOME": str(home),
         "XDG_CONFIG_HOME": str(home / ".config"),
+        # workerd reads its trusted CAs from SSL_CERT_FILE (checked with wrangler 4.86.0).
+        **({"SSL_CERT_FILE": str(trust_ca)} if trust_ca is not None else {}),
     }
     log = persist_dir / "wrangler.log"
     with log.open("w") as log_file:
@@ -214,3 +225,56 @@ def register_client(edge: Edge, redirect_uri: str = REDIRECT_URI) -> dict[str, A
     assert answer.status_code == 201, answer.text
     client: dict[str, Any] = answer.json()
     return client
+
+
+@dataclass
+class ClientDocument:
+    """A client ID metadata document served at `client_id` (an https URL on loopback)."""
+
+    client_id: str
+    ca_file: Path
+
+
+@contextlib.contextmanager
+def client_document_server(directory: Path, client_name: str = "Document Client") -> Iterator[ClientDocument]:
+    """An https server on loopback serving one client ID metadata document at /client.json."""
+    ca = trustme.CA()
+    ca_file = directory / "client-document-ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    document: dict[str, Any] = {}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps(document).encode()
+            self.send_response(200 if self.path == "/client.json" else 404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            # workerd reports "Network connection lost" on an HTTP/1.0 answer without it.
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            """Quiet: the tests read answers, not the access log."""
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    client_id = f"https://127.0.0.1:{server.server_address[1]}/client.json"
+    document.update(
+        client_id=client_id,
+        client_name=client_name,
+        redirect_uris=[REDIRECT_URI],
+        token_endpoint_auth_method="none",
+        grant_types=["authorization_code", "refresh_token"],
+        response_types=["code"],
+    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield ClientDocument(client_id, ca_file)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)

@@ -16,12 +16,27 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import httpx2
 import pytest
 
-from tests.edge_harness import REDIRECT_URI, Edge, pkce_pair, register_client, running_edge
+from tests.edge_harness import (
+    REDIRECT_URI,
+    ClientDocument,
+    Edge,
+    client_document_server,
+    pkce_pair,
+    register_client,
+    running_edge,
+)
 
 
 @pytest.fixture(scope="module")
-def edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Edge]:
-    with running_edge(tmp_path_factory.mktemp("edge-oauth")) as running:
+def client_document(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClientDocument]:
+    """A client ID metadata document on loopback https (the Edge trusts its CA)."""
+    with client_document_server(tmp_path_factory.mktemp("client-document")) as document:
+        yield document
+
+
+@pytest.fixture(scope="module")
+def edge(tmp_path_factory: pytest.TempPathFactory, client_document: ClientDocument) -> Iterator[Edge]:
+    with running_edge(tmp_path_factory.mktemp("edge-oauth"), trust_ca=client_document.ca_file) as running:
         yield running
 
 
@@ -387,3 +402,42 @@ def test_control_method_errors_have_stable_codes(
 def test_test_routes_need_the_admin_secret(edge: Edge) -> None:
     answer = edge.post("/__test/control", json={"device_id": "x", "method": "consent.list", "params": {}})
     assert answer.status_code == 401
+
+
+def test_client_id_metadata_documents_are_enabled(edge: Edge) -> None:
+    metadata = edge.get("/.well-known/oauth-authorization-server").json()
+    assert metadata["client_id_metadata_document_supported"] is True
+
+
+def test_a_client_id_document_that_cannot_be_fetched_is_refused(edge: Edge, device: dict[str, Any]) -> None:
+    before = pending_ids(edge, device)
+    # An https client_id is a metadata document URL; this one points at a closed loopback port
+    # (the Worker's fetches are strictly public anyway), so it cannot be fetched.
+    answer = edge.get(authorize_url(edge, "https://127.0.0.1:9/client.json", pkce_pair()[1]))
+    assert answer.status_code == 400
+    assert "location" not in answer.headers
+    assert answer.headers["x-error-code"] == "invalid_client"
+    assert pending_ids(edge, device) == before
+
+
+def test_a_client_id_metadata_document_client_connects_without_registering(
+    edge: Edge, device: dict[str, Any], client_document: ClientDocument
+) -> None:
+    verifier, challenge = pkce_pair()
+    consent = open_consent(edge, client_document.client_id, challenge)
+    pending = edge.control(device["device_id"], "consent.list")["result"]["pending"]
+    # The document's domain is shown next to the name it claims.
+    names = [entry["client_name"] for entry in pending if entry["request_id"] == consent.request_id]
+    assert names == ["Document Client (127.0.0.1)"]
+    edge.control(device["device_id"], "consent.approve", {"request_id": consent.request_id})
+    code = parse_qs(urlsplit(poll(edge, consent)["redirect_to"]).query)["code"][0]
+    answer = token(
+        edge,
+        grant_type="authorization_code",
+        code=code,
+        redirect_uri=REDIRECT_URI,
+        client_id=client_document.client_id,
+        code_verifier=verifier,
+    )
+    assert answer.status_code == 200, answer.text
+    assert call_mcp(edge, answer.json()["access_token"]).status_code != 401

@@ -18,7 +18,7 @@
  * token, then sends the browser to the client's redirect URI.
  */
 
-import { AuthorizationError, type AuthRequest } from "@cloudflare/workers-oauth-provider";
+import { AuthorizationError, type AuthRequest, CimdFetchError, type ConsentDescription } from "@cloudflare/workers-oauth-provider";
 import type { Env } from "./env.js";
 import { errorResponse, jsonResponse, randomFromAlphabet, randomToken, readJsonObject } from "./http.js";
 import { type GrantProps, oauthHelpers, originOf } from "./oauth.js";
@@ -37,17 +37,23 @@ const STATUS_BODY_MAX_BYTES = 4096;
 export async function authorize(request: Request, env: Env): Promise<Response> {
   const helpers = oauthHelpers(originOf(request), env);
   let authRequest: AuthRequest;
+  let described: ConsentDescription;
   try {
     authRequest = await helpers.parseAuthRequest(request);
+    described = await helpers.describeConsent(authRequest);
   } catch (error) {
     if (error instanceof AuthorizationError) {
       // Only a validated redirect URI may receive the error; anything else is shown here.
       if (error.redirectTo !== undefined) return Response.redirect(error.redirectTo, 302);
       return errorPage(400, error.code, error.description);
     }
+    if (error instanceof CimdFetchError) {
+      return errorPage(400, "invalid_client", "the client's metadata document (its https client_id) could not be fetched");
+    }
     return errorPage(400, "invalid_request", error instanceof Error ? error.message : "invalid authorization request");
   }
-  const client = await helpers.lookupClient(authRequest.clientId);
+  // A client ID metadata document's domain is the one name here the client cannot just claim.
+  const clientName = described.clientDomain === undefined ? described.clientName : `${described.clientName} (${described.clientDomain})`;
   const now = await registry(env).now();
   const pollToken = randomToken(32);
   const consent: ConsentRecord = {
@@ -55,7 +61,7 @@ export async function authorize(request: Request, env: Env): Promise<Response> {
     code: randomFromAlphabet(CODE_ALPHABET, CODE_LENGTH),
     poll_verifier: await sha256Hex(pollToken),
     client_id: authRequest.clientId,
-    client_name: client?.clientName ?? authRequest.clientId,
+    client_name: clientName,
     redirect_uri: authRequest.redirectUri,
     created_at: now,
     expires_at: now + CONSENT_TTL_S,
@@ -161,13 +167,21 @@ async function consentDecide(
   let grantId: string | undefined;
   if (state === "approved") {
     const props: GrantProps = { device_id: deviceId, request_id: requestId, client_name: consent.client_name };
-    ({ redirectTo } = await helpers.completeAuthorization({
-      request: authRequest,
-      userId: deviceId,
-      metadata: { client_name: consent.client_name, request_id: requestId },
-      scope: authRequest.scope,
-      props,
-    }));
+    try {
+      ({ redirectTo } = await helpers.completeAuthorization({
+        request: authRequest,
+        userId: deviceId,
+        metadata: { client_name: consent.client_name, request_id: requestId },
+        scope: authRequest.scope,
+        props,
+      }));
+    } catch (error) {
+      // A client ID metadata document is fetched again here; the client may have gone meanwhile.
+      if (error instanceof CimdFetchError) {
+        return failure("client_unavailable", "the client's metadata document could not be fetched: connect it again");
+      }
+      throw error;
+    }
     // The library's codes are `<user id>:<grant id>:<secret>`: the grant id is the middle part.
     grantId = new URL(redirectTo).searchParams.get("code")?.split(":")[1];
   } else {

@@ -1,7 +1,7 @@
 /**
  * OAuth 2.1 for MCP connectors, on @cloudflare/workers-oauth-provider: the library serves RFC 8414
  * metadata, RFC 9728 protected-resource metadata for /mcp (and the 401 challenge pointing at it),
- * dynamic client registration, the token endpoint (authorization code with PKCE S256 only: the
+ * dynamic client registration, client ID metadata documents, the token endpoint (authorization code with PKCE S256 only: the
  * library refuses `plain` and has no option to allow it), audience binding of every token to the
  * /mcp resource, and token validation for /mcp. Ours: the authorize page (src/consent.ts) and
  * strict refresh-token rotation (below).
@@ -37,6 +37,9 @@ export function oauthOptions(origin: string, defaultHandler: ExportedHandler<Env
     tokenEndpoint: `${origin}/token`,
     clientRegistrationEndpoint: `${origin}/register`,
     resourceMetadata: { resource: `${origin}/mcp`, resource_name: "herdr-mcp" },
+    // An https client_id names the client's metadata document, fetched by the library (needs the
+    // global_fetch_strictly_public flag, wrangler.jsonc); registration stays open for the rest.
+    clientIdMetadataDocumentEnabled: true,
     accessTokenTTL: ACCESS_TOKEN_TTL_S,
     refreshTokenTTL: REFRESH_TOKEN_IDLE_TTL_S,
     refreshTokenIdleTTL: REFRESH_TOKEN_IDLE_TTL_S,
