@@ -18,6 +18,8 @@ drift between a writer and its readers (the runtime token's path was built in fo
     services.json           which executable the installed services run (fails closed)
     service-rollback.json   macOS: what the last service install replaced
     dev-plane.json          present while a DEV generation is in charge
+    edge-device.json        the Edge this workstation is paired with: device id and secret (0600,
+                            fails closed; `link/edge_device.py`)
 
 How each small record is read and written, and whether a bad one fails open or closed, is
 `records.py`; the fail rule is declared where each record is defined.
@@ -54,6 +56,7 @@ FENCE_FILE = "update-fence.json"
 SERVICES_FILE = "services.json"
 SERVICE_ROLLBACK_FILE = "service-rollback.json"
 DEV_PLANE_FILE = "dev-plane.json"
+EDGE_DEVICE_FILE = "edge-device.json"
 
 
 def default_config_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -136,3 +139,7 @@ class Layout:
     @property
     def dev_plane_file(self) -> Path:
         return self.config_dir / DEV_PLANE_FILE
+
+    @property
+    def edge_device_file(self) -> Path:
+        return self.config_dir / EDGE_DEVICE_FILE

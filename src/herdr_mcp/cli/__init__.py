@@ -84,6 +84,7 @@ def _add_connect(commands: argparse._SubParsersAction[Any]) -> None:
 #: name -> (module, its `run(argv)` that raises what the one catch reports, its parser factory).
 DELEGATED: dict[str, tuple[str, str, str]] = {
     "link": ("herdr_mcp.link.cli", "run", "build_parser"),
+    "connector": ("herdr_mcp.link.cli", "connector_run", "build_connector_parser"),
     "dev": ("herdr_mcp.dev.cli", "run", "build_parser"),
     "service": ("herdr_mcp.service.cli", "run", "build_parser"),
     "rollback": ("herdr_mcp.service.cli", "rollback_run", "build_rollback_parser"),
@@ -160,6 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands.add_parser(
         "link", help="the stable local MCP endpoint in front of the active generation", add_help=False
+    )
+    commands.add_parser(
+        "connector", help="list|approve|deny|grants|revoke MCP connectors on the Edge", add_help=False
     )
     commands.add_parser("service", help="install|uninstall|status of the user services", add_help=False)
     commands.add_parser("rollback", help="macOS: re-activate the recorded service rollback", add_help=False)

@@ -8,23 +8,36 @@ the link never follows a generation the gate did not finish proving.
 The first line on stdout is `herdr-mcp link serving http://<host>:<port>/mcp` (with the real port
 when `--port 0`). When it cannot start: one line `herdr-mcp: error: <code>: <message>` and the
 exit status of the failure's fault (2 a bad argument, 4 a busy port or an unusable token file).
+
+When `<config dir>/edge-device.json` names a paired Edge, the link also keeps its outbound
+connection to it (`link/edge.py`). `herdr-mcp link pair|unpair|status` manage and show that;
+`herdr-mcp connector ...` (`connector_run`) carries the owner's consent and grant commands to
+the Edge through the running link's `/edge/control` (loopback, the link's bearer).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from pathlib import Path
+from typing import Any
+
+import httpx2
 
 from herdr_mcp.cli.arguments import CommandParser, dir_path, file_path, port, run_guarded, with_json
-from herdr_mcp.errors import LocalFault, UsageFault
+from herdr_mcp.errors import LocalFault, RefusedFault, UsageFault
 from herdr_mcp.generations import GenerationStore, recover_interrupted
 from herdr_mcp.layout import DEFAULT_LINK_PORT, LOOPBACK_HOSTS, Layout
-from herdr_mcp.link.router import LinkConfig, LinkHandler
+from herdr_mcp.link.edge import EdgeLink
+from herdr_mcp.link.edge_device import EdgeDevice, pair, read_device, remove_device, write_device
+from herdr_mcp.link.router import LinkConfig, LinkHandler, LinkRefusal
 from herdr_mcp.link.server import LinkServer
+from herdr_mcp.local_http import local_client
 from herdr_mcp.loopback import StopSignals, bind_loopback, freeze_startup_heap, stop_signals
-from herdr_mcp.tokens import load_or_create_token
+from herdr_mcp.terminal import printable
+from herdr_mcp.tokens import load_or_create_token, read_token
 
 #: In-flight requests get this long to finish on SIGTERM before the link closes their connections.
 GRACEFUL_SHUTDOWN_S = 30
@@ -48,7 +61,33 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["debug", "info", "warning", "error"],
         help="default: warning",
     )
+    commands = parser.add_subparsers(dest="action", required=False, metavar="{pair,unpair,status}")
+    paired = commands.add_parser(
+        "pair", help="pair this workstation with an Edge (code from its pairing page)"
+    )
+    paired.add_argument("--edge", required=True, help="the Edge's origin, https://<host>[:<port>]")
+    paired.add_argument("--code", required=True, help="the 6-digit pairing code the Edge shows")
+    paired.add_argument("--name", help="the name the Edge shows for this workstation (default: host name)")
+    _config_dir_option(paired)
+    unpaired = commands.add_parser("unpair", help="forget the paired Edge (device id and secret)")
+    _config_dir_option(unpaired)
+    status = commands.add_parser("status", help="the running link's Edge state and the pairing")
+    _config_dir_option(status)
+    _link_port_option(status)
     return with_json(parser)
+
+
+def _config_dir_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config-dir", type=dir_path, help="the config dir (default: user config)")
+
+
+def _link_port_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--link-port",
+        type=port,
+        default=DEFAULT_LINK_PORT,
+        help=f"the running link's port (default {DEFAULT_LINK_PORT})",
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -66,6 +105,8 @@ def run(argv: list[str]) -> int:
 
 
 def _run(args: argparse.Namespace, stop: StopSignals) -> int:
+    if args.action is not None:
+        return _ACTIONS[args.action](args)
     if args.host not in LOOPBACK_HOSTS:
         hosts = ", ".join(LOOPBACK_HOSTS)
         raise UsageFault("host_not_loopback", f"--host {args.host}: pass one of {hosts}")
@@ -80,6 +121,7 @@ def _run(args: argparse.Namespace, stop: StopSignals) -> int:
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     link = LinkHandler(LinkConfig(store=store, token=token, token_file=token_file))
+    edge = _edge_link(Layout(state_dir.parent), link)
     try:
         sock = bind_loopback(args.host, args.port)
     except OSError as exc:
@@ -92,6 +134,8 @@ def _run(args: argparse.Namespace, stop: StopSignals) -> int:
         sock.close()
         link.close()
         return 0
+    if edge is not None:
+        edge.start()
     server = LinkServer(sock, link)
     port = server.port
     host = f"[{args.host}]" if ":" in args.host else args.host
@@ -103,6 +147,231 @@ def _run(args: argparse.Namespace, stop: StopSignals) -> int:
     stop.wait()
     # SIGTERM (a service manager's stop) is a clean exit once the calls in flight are answered;
     # a second signal (another Ctrl-C) does not wait for them.
+    if edge is not None:
+        edge.stop()
     server.close(GRACEFUL_SHUTDOWN_S, cut_short=lambda: stop.count > 1)
     link.close()
     return 0
+
+
+def _edge_link(layout: Layout, link: LinkHandler) -> EdgeLink | None:
+    """The connection to the paired Edge (not started), or None when unpaired. A bad record keeps
+    the link local (it never connects with guessed data) and says so in its Edge state."""
+    try:
+        device = read_device(layout.edge_device_file)
+    except LocalFault as exc:
+        print(f"  not connecting to the Edge: {exc.code}: {exc.message}", file=sys.stderr)
+        link.edge = _BadRecord(exc)
+        return None
+    if device is None:
+        return None
+    edge = EdgeLink(device, link.forwarder)
+    link.edge = edge
+    print(f"  Edge: {device.edge_url} as {device.device_id}", file=sys.stderr)
+    return edge
+
+
+class _BadRecord:
+    """The Edge side of a link whose device record is bad: no connection, the reason in its state."""
+
+    def __init__(self, fault: LocalFault) -> None:
+        self._fault = fault
+
+    def status(self) -> dict[str, Any]:
+        return {"state": "unpaired", "last_error": f"{self._fault.code}: {self._fault.message}"}
+
+    def control(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        raise LinkRefusal(503, self._fault.code, self._fault.message)
+
+
+# -- link pair | unpair | status ---------------------------------------------------------------
+
+
+def _pair(args: argparse.Namespace) -> int:
+    path = Layout.of(args.config_dir).edge_device_file
+    present = read_device(path)  # a bad record is refused here too: unpair first
+    if present is not None:
+        raise UsageFault(
+            "edge_already_paired",
+            f"this workstation is paired with {present.edge_url} as {present.device_id}; "
+            "run `herdr-mcp link unpair` first",
+        )
+    device = pair(args.edge, args.code, args.name)
+    write_device(path, device)
+    if args.json:
+        print(json.dumps({"paired": True, **device.public(), "record": str(path)}, sort_keys=True))
+    else:
+        print(f"paired with {device.edge_url} as {device.device_id} ({device.name})")
+        print(f"  device record: {path}; restart the link (`herdr-mcp link`) to connect")
+    return 0
+
+
+def _unpair(args: argparse.Namespace) -> int:
+    path = Layout.of(args.config_dir).edge_device_file
+    removed = remove_device(path)
+    if args.json:
+        print(json.dumps({"unpaired": removed, "record": str(path)}, sort_keys=True))
+    else:
+        print(f"forgot the Edge ({path} removed)" if removed else "this workstation was not paired")
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    layout = Layout.of(args.config_dir)
+    try:
+        device: EdgeDevice | None = read_device(layout.edge_device_file)
+        record_error = None
+    except LocalFault as exc:
+        device, record_error = None, f"{exc.code}: {exc.message}"
+    try:
+        with local_client(timeout=5) as http:
+            answer = http.get(f"http://127.0.0.1:{args.link_port}/health")
+        health = answer.json() if answer.status_code == 200 else None
+    except (httpx2.HTTPError, ValueError):
+        health = None
+    if not isinstance(health, dict) or health.get("product") != "herdr-mcp-link":
+        raise LocalFault(
+            "link_unreachable",
+            f"no link answers on 127.0.0.1:{args.link_port}; start it (`herdr-mcp link`) or pass --link-port",
+        )
+    report = {
+        "paired": device is not None,
+        "device": None if device is None else device.public(),
+        "record_error": record_error,
+        "active": health.get("active"),
+        "edge": health.get("edge"),
+    }
+    if args.json:
+        print(json.dumps(report, sort_keys=True))
+        return 0
+    edge = report["edge"] if isinstance(report["edge"], dict) else {}
+    print(f"link on 127.0.0.1:{args.link_port}, active generation {report['active']}")
+    if device is not None:
+        print(f"paired with {device.edge_url} as {device.device_id} ({device.name})")
+    elif record_error:
+        print(f"device record unusable: {record_error}")
+    else:
+        print("not paired (`herdr-mcp link pair --edge <url> --code <code>`)")
+    for key in (
+        "state",
+        "connection_id",
+        "last_hello_ack",
+        "last_heartbeat_sent",
+        "reconnects",
+        "last_error",
+    ):
+        if key in edge:
+            print(f"  {key}: {edge[key]}")
+    return 0
+
+
+_ACTIONS = {"pair": _pair, "unpair": _unpair, "status": _status}
+
+
+# -- herdr-mcp connector ---------------------------------------------------------------------
+
+#: Edge errors that name something the owner typed (a request or grant id).
+_USAGE_CODES = frozenset({"consent_not_found", "consent_expired", "grant_not_found", "method_not_found"})
+
+
+def build_connector_parser() -> argparse.ArgumentParser:
+    parser = CommandParser(
+        prog="herdr-mcp connector",
+        description="approve, list and revoke MCP connectors (Web AIs) on the Edge",
+    )
+    commands = parser.add_subparsers(dest="action", required=True)
+    listed = commands.add_parser("list", help="consent requests waiting for the owner")
+    approve = commands.add_parser(
+        "approve", help="approve a consent request (compare the code with the page's)"
+    )
+    approve.add_argument("request_id", help="the request id the consent page shows")
+    deny = commands.add_parser("deny", help="deny a consent request")
+    deny.add_argument("request_id", help="the request id the consent page shows")
+    grants = commands.add_parser("grants", help="the connectors granted access")
+    revoke = commands.add_parser("revoke", help="revoke a grant: its tokens stop working at the next call")
+    revoke.add_argument("grant_id", help="the grant id `connector grants` shows")
+    for child in (listed, approve, deny, grants, revoke):
+        _config_dir_option(child)
+        _link_port_option(child)
+    return with_json(parser)
+
+
+def connector_main(argv: list[str]) -> int:
+    return run_guarded(lambda: connector_run(argv), argv)
+
+
+def connector_run(argv: list[str]) -> int:
+    """`herdr-mcp connector ...`: one control request through the running link; raises what the
+    CLI's one catch reports."""
+    args = build_connector_parser().parse_args(argv)
+    method, params = {
+        "list": ("consent.list", {}),
+        "approve": ("consent.approve", {"request_id": getattr(args, "request_id", None)}),
+        "deny": ("consent.deny", {"request_id": getattr(args, "request_id", None)}),
+        "grants": ("grant.list", {}),
+        "revoke": ("grant.revoke", {"grant_id": getattr(args, "grant_id", None)}),
+    }[args.action]
+    result = _control(Layout.of(args.config_dir), args.link_port, method, params)
+    if args.json:
+        print(json.dumps(result, sort_keys=True))
+        return 0
+    _print_control(args.action, result)
+    return 0
+
+
+def _control(layout: Layout, link_port: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    token = read_token(layout.link_token_file)  # TokenFileError: start the link first
+    try:
+        with local_client(timeout=30, headers={"Authorization": f"Bearer {token}"}) as http:
+            answer = http.post(
+                f"http://127.0.0.1:{link_port}/edge/control", json={"method": method, "params": params}
+            )
+        document = answer.json()
+    except (httpx2.HTTPError, ValueError):
+        raise LocalFault(
+            "link_unreachable", f"no link answers on 127.0.0.1:{link_port}; start it or pass --link-port"
+        ) from None
+    if answer.status_code == 401:
+        raise LocalFault(
+            "link_unauthorized",
+            f"the link on 127.0.0.1:{link_port} refused the token in {layout.link_token_file}; "
+            "pass the --config-dir of the link you mean",
+        )
+    error = document.get("error") if isinstance(document, dict) else None
+    if isinstance(error, dict):
+        code, message = str(error.get("code")), str(error.get("message"))
+        if answer.status_code == 200:  # the Edge's own answer
+            raise (UsageFault if code in _USAGE_CODES else RefusedFault)(code, message)
+        raise LocalFault(code, message)
+    result = document.get("result") if isinstance(document, dict) else None
+    if answer.status_code != 200 or not isinstance(result, dict):
+        raise LocalFault(
+            "link_answer_invalid", f"the link answered HTTP {answer.status_code} without a result"
+        )
+    return result
+
+
+def _print_control(action: str, result: dict[str, Any]) -> None:
+    def row(item: object, *keys: str) -> str:
+        fields = item if isinstance(item, dict) else {}
+        return "  ".join(printable(str(fields.get(key))) for key in keys)
+
+    if action == "list":
+        pending = result.get("pending") or []
+        if not pending:
+            print("no consent request is waiting")
+        for item in pending:
+            print(row(item, "request_id", "code", "client_name", "redirect_uri", "created_at"))
+    elif action == "approve":
+        print(f"approved: {row(result, 'request_id', 'client_name', 'grant_id')}")
+        print(f"  code {row(result, 'code')}: it must be the code the consent page shows")
+    elif action == "deny":
+        print(f"denied {row(result, 'request_id')}")
+    elif action == "grants":
+        grants = result.get("grants") or []
+        if not grants:
+            print("no connector holds a grant")
+        for item in grants:
+            print(row(item, "grant_id", "client_name", "created_at", "last_used_at"))
+    else:
+        print(f"revoked {row(result, 'grant_id')}")

@@ -52,7 +52,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from herdr_mcp.generations import (
     ControlFile,
@@ -361,6 +361,10 @@ class McpForwarder:
             log.warning("%s", exc)
             client.must_close = True  # a broken answer must not look whole
 
+    def authorized(self, request: Request) -> bool:
+        """Whether `request` carries the link's own bearer (compared in constant time)."""
+        return hmac.compare_digest(request.header(b"authorization") or b"", self._expected)
+
     def _unauthorized(self, client: ClientConnection) -> None:
         description = f"send the link's bearer token, kept in {self._token_file}"
         challenge = ((b"www-authenticate", b'Bearer realm="herdr-mcp-link"'),)
@@ -399,12 +403,76 @@ class McpForwarder:
 
     def _relay(self, request: Request, client: ClientConnection, spec: Generation, session: bytes) -> None:
         headers = [(name, value) for name, value in request.headers if name not in _NOT_FORWARDED]
-        headers.append((b"authorization", self._tokens.authorization(spec)))
         target = b"/mcp?" + request.query if request.query else b"/mcp"
+        response = self._send(spec, request.method, target, headers, request.body, ClientWatch(client.sock))
         try:
-            response = self._pool.request(
-                spec.endpoint, request.method, target, headers, request.body, ClientWatch(client.sock)
-            )
+            if response.status == 401:
+                # The generation's bearer gate refused before dispatch, so nothing ran. Relaying
+                # the 401 would tell the client that ITS token (the link's) is wrong.
+                raise self._generation_unauthorized(spec)
+            self._follow_session(request.method, session, response, spec)
+            self._relay_answer(response, client, spec)
+        finally:
+            response.close()
+
+    def exchange(
+        self, headers: list[tuple[bytes, bytes]], body: bytes, watch: ClientWatch, max_bytes: int
+    ) -> tuple[str, int, bytes]:
+        """One POST to `/mcp` of the active generation (steps 3-5 for a request that did not come over
+        HTTP: the Edge's `tool_request`), read whole: (generation, status, body).
+
+        Raises `LinkRefusal` (`not_delivered`, `delivery_unknown`; `result_too_large` when the body
+        passes `max_bytes`, the call having run), `UpstreamBroken` when the body broke off, and
+        `ClientGone` when `watch` says the caller gave up while the generation worked.
+        """
+        spec = self._route("")
+        self.leases.take(spec.generation)
+        try:
+            response = self._send(spec, b"POST", b"/mcp", headers, body, watch)
+            try:
+                if response.status == 401:
+                    raise self._generation_unauthorized(spec)
+                received = bytearray()
+                while not response.done:
+                    try:
+                        received += response.read()
+                    except AnswerBroken as exc:
+                        raise UpstreamBroken(
+                            f"generation {spec.generation} broke its answer ({exc.reason})"
+                        ) from exc
+                    if len(received) > max_bytes:
+                        raise LinkRefusal(
+                            502, "result_too_large", f"the answer is larger than {max_bytes} bytes"
+                        )
+                return spec.generation, response.status, bytes(received)
+            finally:
+                response.close()
+        finally:
+            self.leases.give_back(spec.generation)
+
+    def _generation_unauthorized(self, spec: Generation) -> LinkRefusal:
+        self._tokens.forget(spec)
+        return LinkRefusal(
+            503,
+            "not_delivered",
+            f"generation {spec.generation} refused the bearer the link sent it; register it "
+            "with its own token file (`herdr-mcp generation register --token-file`)",
+            "generation_unauthorized",
+        )
+
+    def _send(
+        self,
+        spec: Generation,
+        method: bytes,
+        target: bytes,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        watch: ClientWatch,
+    ) -> Response:
+        """Send once to `spec`, never again: its answer's head, or `LinkRefusal` saying whether it ran."""
+        headers.append((b"authorization", self._tokens.authorization(spec)))
+        try:
+            return self._pool.request(spec.endpoint, method, target, headers, body, watch)
         except NotDelivered as exc:
             raise LinkRefusal(
                 503,
@@ -421,22 +489,6 @@ class McpForwarder:
                 "have been carried out: check its effect before sending it again",
                 exc.reason,
             ) from exc
-        try:
-            if response.status == 401:
-                # The generation's bearer gate refused before dispatch, so nothing ran. Relaying
-                # the 401 would tell the client that ITS token (the link's) is wrong.
-                self._tokens.forget(spec)
-                raise LinkRefusal(
-                    503,
-                    "not_delivered",
-                    f"generation {spec.generation} refused the bearer the link sent it; register it "
-                    "with its own token file (`herdr-mcp generation register --token-file`)",
-                    "generation_unauthorized",
-                )
-            self._follow_session(request.method, session, response, spec)
-            self._relay_answer(response, client, spec)
-        finally:
-            response.close()
 
     @staticmethod
     def _relay_answer(response: Response, client: ClientConnection, spec: Generation) -> None:
@@ -489,8 +541,23 @@ class LinkConfig:
     token_reader: TokenReader | None = None
 
 
+class EdgeSide(Protocol):
+    """The link's connection to the Edge as the handler sees it (`link/edge.py`)."""
+
+    def status(self) -> dict[str, Any]:
+        """The Edge state, no secret."""
+
+    def control(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """A control request's answer (`{"result"}` or `{"error"}`); raises `LinkRefusal`."""
+
+
+#: A control request body is a method name and a few ids.
+MAX_CONTROL_BODY_BYTES = 16 * 1024
+
+
 class LinkHandler:
-    """The link's request handler (for `LinkServer`): `/mcp` forwarded, `/health` answered."""
+    """The link's request handler (for `LinkServer`): `/mcp` forwarded, `/health` answered, and
+    `/edge/control` (the owner's connector commands, carried to the Edge) when `edge` is set."""
 
     def __init__(self, config: LinkConfig) -> None:
         self.pool = UpstreamPool()
@@ -501,10 +568,14 @@ class LinkHandler:
             config.token_reader or default_token_reader(config.store),
             self.pool,
         )
+        #: Set once before the server starts (the Edge side is built around `forwarder`).
+        self.edge: EdgeSide | None = None
 
     def __call__(self, request: Request, client: ClientConnection) -> None:
         if request.path == b"/mcp":
             self.forwarder(request, client)
+        elif request.path == b"/edge/control":
+            self._edge_control(request, client)
         elif request.path == b"/health":
             if request.method == b"GET":
                 client.answer(200, json.dumps(self.health()).encode())
@@ -527,7 +598,46 @@ class LinkHandler:
             "pointer_error": pointer.error,
             "in_flight": self.forwarder.leases.in_flight(),
             "pinned_sessions": len(self.forwarder.sessions),
+            "edge": {"state": "unpaired"} if self.edge is None else self.edge.status(),
         }
+
+    def _edge_control(self, request: Request, client: ClientConnection) -> None:
+        """`POST /edge/control` `{"method", "params"}` with the link's bearer: the Edge's answer."""
+        if not self.forwarder.authorized(request):
+            self.forwarder._unauthorized(client)
+            return
+        if request.method != b"POST":
+            client.answer(
+                405, error_body("method_not_allowed", "/edge/control answers POST"), ((b"allow", b"POST"),)
+            )
+            return
+        try:
+            message = json.loads(request.body) if len(request.body) <= MAX_CONTROL_BODY_BYTES else None
+        except ValueError:
+            message = None
+        if not (
+            isinstance(message, dict)
+            and isinstance(message.get("method"), str)
+            and isinstance(message.get("params"), dict)
+        ):
+            client.answer(
+                400,
+                json.dumps({"error": {"code": "bad_request", "message": "send {method, params}"}}).encode(),
+            )
+            return
+        try:
+            if self.edge is None:
+                raise LinkRefusal(
+                    503, "edge_unpaired", "this workstation is not paired; run `herdr-mcp link pair`"
+                )
+            answer = self.edge.control(message["method"], message["params"])
+        except LinkRefusal as refusal:
+            client.answer(
+                refusal.status,
+                json.dumps({"error": {"code": refusal.code, "message": refusal.message}}).encode(),
+            )
+            return
+        client.answer(200, json.dumps(answer).encode())
 
     def close(self) -> None:
         """Close the idle upstream connections (exchanges in flight close theirs when they end)."""

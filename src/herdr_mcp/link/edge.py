@@ -1,0 +1,592 @@
+"""The link's outbound side: one WebSocket to the Edge, kept open while the link runs.
+
+When this workstation is paired (`link/edge_device.py`), `herdr-mcp link` dials
+`<edge>/link/connect` with `Authorization: Device <id>.<secret>` (a header, never the URL) and
+speaks protocol version 1 (docs/edge-protocol.md; the frames are `link/edge_frames.py`). It runs
+in a thread of its own with its own asyncio loop, beside the link's threaded HTTP server: the
+local path never waits on it.
+
+1. `hello` with the runtime identity of the active generation; then `hello_ack` within the
+   silence limit, else the connection is dropped. The link follows the `heartbeat_s`,
+   `silence_limit_s` and `max_frame_bytes` that `hello_ack` names.
+2. A `heartbeat` every `heartbeat_s`, each carrying the identity read again from the
+   generations' status and control files (the router's `ActivePointer`): an A/B activation shows
+   up in the next heartbeat, on the same connection.
+3. No frame at all for `silence_limit_s`: close 1001 and reconnect.
+4. `tool_request`: a 2026-07-28 MCP `tools/call` through the router (`McpForwarder.exchange`):
+   the active generation, a lease held until its answer is read, sent exactly once, never
+   retried. Its answer goes back as `tool_result` (or `tool_result_chunk` frames past the frame
+   cap), a failure as `tool_error` with the delivery state the router knows.
+5. `cancel`: the call in flight is abandoned by closing its connection to the generation, which
+   is how the 2026-07-28 protocol cancels (it drops `notifications/cancelled` sent over
+   HTTP); the answer is one `cancel_ack` (`not_delivered` when the call had not been handed to
+   the router yet, `delivered` when its answer had gone out, else `delivery_unknown`) and no
+   `tool_result` or `tool_error` for that id.
+6. The connection drops: every call in flight is abandoned the same way (the Edge has answered
+   it `delivery_unknown` and never resends). Reconnect after 1 s doubling to 60 s, plus a
+   random 0-50 %; the doubling starts over once a connection lived 60 s.
+
+No proxy is used for the Edge yet (`proxy=None`): a workstation that reaches the Internet only
+through a proxy cannot connect (docs/updater.md, "The link and the Edge").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import json
+import logging
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import websockets
+from websockets.asyncio.client import ClientConnection, connect
+
+from herdr_mcp import __version__
+from herdr_mcp.contract import FROZEN_EPOCHS, ContractError, contract_identity
+from herdr_mcp.link.edge_device import EdgeDevice
+from herdr_mcp.link.edge_frames import (
+    MAX_FRAME_BYTES,
+    MAX_RESULT_BYTES,
+    PROTOCOL,
+    SILENCE_LIMIT_S,
+    Cancel,
+    ControlResult,
+    FrameInvalid,
+    HelloAck,
+    ToolRequest,
+    encode,
+    parse_frame,
+    result_frames,
+)
+from herdr_mcp.link.router import LinkRefusal, McpForwarder, Pointer, UpstreamBroken
+from herdr_mcp.link.upstream import ClientGone, ClientWatch
+
+log = logging.getLogger("herdr_mcp.link.edge")
+
+#: The MCP revision whose requests carry no session (one POST, one answer; cancel = close).
+MCP_PROTOCOL = "2026-07-28"
+#: Calls in flight from the Edge at once (each holds a worker thread while the generation works);
+#: the upstream pool's own cap.
+MAX_CALLS = 256
+#: Ids of answered calls kept per connection, to tell a late `cancel` it came after the answer.
+FINISHED_IDS = 1024
+#: A control request (connector consent and grants) the Edge does not answer within this fails.
+CONTROL_TIMEOUT_S = 15.0
+CONTROL_METHODS = ("consent.list", "consent.approve", "consent.deny", "grant.list", "grant.revoke")
+_TOOL_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./")
+
+
+@dataclass(frozen=True)
+class Reconnect:
+    """docs/edge-protocol.md: 1 s doubling to 60 s, a random 0-50 % added, reset after 60 s lived."""
+
+    first_s: float = 1.0
+    max_s: float = 60.0
+    jitter: float = 0.5
+    stable_after_s: float = 60.0
+
+    def delay(self, failures: int, draw: float) -> float:
+        """The wait before reconnect number `failures` (from 0); `draw` is uniform in [0, 1)."""
+        base: float = min(self.max_s, self.first_s * 2.0 ** min(failures, 32))
+        return base * (1 + self.jitter * draw)
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def runtime_identity(pointer: Pointer) -> dict[str, Any]:
+    """The active generation's identity as the link knows it (docs/edge-protocol.md, `runtime`).
+
+    Version, contract hash and tool count are what the gate validated (the status file); the
+    epoch is the registered expected contract's when the hashes agree, else the frozen catalog's
+    of this installation with that hash. With no active (or no validated) generation, the link's
+    own package's identity stands in, with `generation: null`: calls are then `not_delivered`.
+    """
+    active = pointer.status.active
+    validation = pointer.status.status_of(active).validation if active is not None else None
+    if (
+        active is None
+        or validation is None
+        or validation.contract_hash is None
+        or validation.runtime_version is None
+    ):
+        return {"generation": active, "version": __version__, "contract": contract_identity().to_dict()}
+    epoch: int | None = None
+    with contextlib.suppress(Exception):
+        expected = pointer.control.find(active).expected_contract
+        if expected is not None and expected.hash == validation.contract_hash:
+            epoch = expected.epoch
+    for frozen in FROZEN_EPOCHS:
+        with contextlib.suppress(ContractError):
+            if epoch is None and contract_identity(frozen).hash == validation.contract_hash:
+                epoch = frozen
+    contract = {"epoch": epoch, "hash": validation.contract_hash, "tool_count": validation.tool_count}
+    return {"generation": active, "version": validation.runtime_version, "contract": contract}
+
+
+def _control_failed(code: str, message: str) -> LinkRefusal:
+    """A control request the link could not carry (the Edge's own errors are answers, not this)."""
+    return LinkRefusal(503, code, message)
+
+
+@dataclass
+class _Call:
+    """A `tool_request` in flight."""
+
+    id: str
+    deadline: float
+    clock: Callable[[], float]
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    #: The connection it came on is gone: nothing more is sent for it.
+    orphaned: bool = False
+    #: It was handed to the router (from here on it may have run).
+    handed: bool = False
+
+
+class _CallWatch(ClientWatch):
+    """Gives up the exchange with the generation when the call is cancelled or its deadline passed."""
+
+    def __init__(self, call: _Call) -> None:
+        super().__init__(None)
+        self.call = call
+
+    def gone(self) -> bool:
+        return self.call.cancelled.is_set() or self.call.clock() > self.call.deadline
+
+
+@dataclass
+class _Outcome:
+    frames: list[str]
+    delivery_state: str
+
+
+class EdgeLink:
+    """The outbound connection (module docstring); `start()` runs it in its own thread."""
+
+    def __init__(
+        self,
+        device: EdgeDevice,
+        forwarder: McpForwarder,
+        *,
+        reconnect: Reconnect = Reconnect(),
+        draw: Callable[[], float] = random.random,
+        clock: Callable[[], float] = time.monotonic,
+        open_timeout_s: float = 10.0,
+    ) -> None:
+        self._device = device
+        self._forwarder = forwarder
+        self._reconnect = reconnect
+        self._draw = draw
+        self._clock = clock
+        self._open_timeout_s = open_timeout_s
+        self._lock = threading.Lock()
+        self._state: dict[str, Any] = {
+            "state": "disconnected",
+            "edge_url": device.edge_url,
+            "device_id": device.device_id,
+            "connection_id": None,
+            "last_hello_ack": None,
+            "last_heartbeat_sent": None,
+            "last_frame_received": None,
+            "reconnects": 0,
+            "last_backoff_s": None,
+            "last_error": None,
+            "calls_in_flight": 0,
+        }
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+        self._ws: ClientConnection | None = None
+        self._calls: dict[str, _Call] = {}
+        self._controls: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._control_seq = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._executor = concurrent.futures.ThreadPoolExecutor(MAX_CALLS, thread_name_prefix="link-edge-call")
+        self._thread = threading.Thread(target=self._run, name="link-edge", daemon=True)
+        self._ready = threading.Event()
+
+    # -- from other threads -------------------------------------------------------------------
+
+    def start(self) -> EdgeLink:
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Close the connection and end the thread; calls in flight are abandoned."""
+        loop, stopping = self._loop, self._stopping
+        if loop is not None and stopping is not None:
+            with contextlib.suppress(RuntimeError):  # the loop already ended
+                loop.call_soon_threadsafe(stopping.set)
+        self._thread.join(timeout_s)
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def status(self) -> dict[str, Any]:
+        """The Edge state for `/health` and `herdr-mcp link status` (no secret)."""
+        with self._lock:
+            return {**self._state, "calls_in_flight": len(self._calls)}
+
+    def control(
+        self, method: str, params: dict[str, Any], timeout_s: float = CONTROL_TIMEOUT_S
+    ) -> dict[str, Any]:
+        """Send a `control_request` and wait for its `control_result`: `{"result": ...}` or
+        `{"error": {code, message}}` as the Edge answered. Raises `LinkRefusal` (503
+        `edge_not_connected`, `edge_timeout`, `method_not_found`)."""
+        if method not in CONTROL_METHODS:
+            raise _control_failed(
+                "method_not_found", f"{method!r} is not one of {', '.join(CONTROL_METHODS)}"
+            )
+        loop = self._loop
+        if loop is None or self._ws is None:
+            raise _control_failed("edge_not_connected", self._not_connected())
+        future = asyncio.run_coroutine_threadsafe(self._control(method, params, timeout_s), loop)
+        try:
+            return future.result(timeout_s + 5)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise _control_failed("edge_timeout", f"the Edge did not answer {method} in time") from None
+
+    def _not_connected(self) -> str:
+        error = self.status()["last_error"]
+        return "the link is not connected to the Edge" + (f" (last error: {error})" if error else "")
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def _set(self, **values: Any) -> None:
+        with self._lock:
+            self._state.update(values)
+
+    def _run(self) -> None:
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+        self._ready.set()
+        failures = 0
+        while not self._stopping.is_set():
+            self._set(state="connecting")
+            lived = 0.0
+            try:
+                lived = await self._connection()
+            except (OSError, TimeoutError, websockets.WebSocketException, FrameInvalid) as exc:
+                self._set(last_error=_describe(exc))
+                log.warning("Edge connection: %s", _describe(exc))
+            self._set(state="disconnected", connection_id=None)
+            if self._stopping.is_set():
+                break
+            failures = 0 if lived >= self._reconnect.stable_after_s else failures
+            delay = self._reconnect.delay(failures, self._draw())
+            failures += 1
+            with self._lock:
+                self._state["reconnects"] += 1
+                self._state["last_backoff_s"] = round(delay, 3)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), delay)
+
+    async def _connection(self) -> float:
+        """One connection, from dialling to its end; how long it lived after `hello_ack`."""
+        async with connect(
+            self._device.connect_url,
+            additional_headers={"Authorization": self._device.authorization},
+            user_agent_header=f"herdr-mcp-link/{__version__}",
+            compression=None,
+            proxy=None,
+            open_timeout=self._open_timeout_s,
+            ping_interval=None,  # the protocol's heartbeats do this
+            max_size=MAX_FRAME_BYTES,  # a larger frame closes 1009
+            close_timeout=2,
+        ) as ws:
+            identity = await asyncio.to_thread(self._identity)
+            hello = {"type": "hello", "protocol": PROTOCOL, "device_id": self._device.device_id}
+            await ws.send(encode({**hello, "link_version": __version__, "runtime": identity}))
+            ack = await self._hello_ack(ws)
+            opened = self._clock()
+            self._ws = ws
+            self._set(state="connected", connection_id=ack.connection_id, last_hello_ack=_now())
+            beating = asyncio.create_task(self._heartbeats(ws, ack))
+            stop = asyncio.create_task(self._stopping_wait())
+            try:
+                reading = asyncio.create_task(self._read(ws, ack))
+                done, _ = await asyncio.wait({reading, stop, beating}, return_when=asyncio.FIRST_COMPLETED)
+                for task in (reading, beating, stop):
+                    task.cancel()
+                for task in done:
+                    if task is not stop and not task.cancelled() and task.exception() is not None:
+                        raise task.exception()  # type: ignore[misc]
+                if stop in done:
+                    await ws.close(1001, "link stopping")
+            finally:
+                self._ws = None
+                self._orphan_all()
+            return self._clock() - opened
+
+    async def _stopping_wait(self) -> None:
+        assert self._stopping is not None
+        await self._stopping.wait()
+
+    async def _hello_ack(self, ws: ClientConnection) -> HelloAck:
+        try:
+            text = await asyncio.wait_for(ws.recv(), SILENCE_LIMIT_S)
+        except TimeoutError:
+            await ws.close(1001, "no hello_ack")
+            raise
+        frame = parse_frame(text)
+        if not isinstance(frame, HelloAck):
+            await ws.close(1008, "expected hello_ack")
+            raise FrameInvalid("the Edge's first frame was not hello_ack")
+        self._set(last_frame_received=_now())
+        return frame
+
+    def _identity(self) -> dict[str, Any]:
+        return runtime_identity(self._forwarder.pointer.current())
+
+    async def _heartbeats(self, ws: ClientConnection, ack: HelloAck) -> None:
+        seq = 0
+        while True:
+            await asyncio.sleep(ack.heartbeat_s)
+            seq += 1
+            identity = await asyncio.to_thread(self._identity)
+            await ws.send(encode({"type": "heartbeat", "seq": seq, "runtime": identity}))
+            self._set(last_heartbeat_sent=_now())
+
+    async def _read(self, ws: ClientConnection, ack: HelloAck) -> None:
+        finished: deque[str] = deque(maxlen=FINISHED_IDS)
+        while True:
+            try:
+                text = await asyncio.wait_for(ws.recv(), ack.silence_limit_s)
+            except TimeoutError:
+                await ws.close(1001, "silence")
+                raise TimeoutError(f"no frame from the Edge for {ack.silence_limit_s:g} s") from None
+            self._set(last_frame_received=_now())
+            try:
+                frame = parse_frame(text)
+            except FrameInvalid as exc:
+                await ws.close(1008, str(exc)[:120])
+                raise
+            if isinstance(frame, ToolRequest):
+                self._start_call(ws, frame, finished, ack.max_frame_bytes)
+            elif isinstance(frame, Cancel):
+                await self._cancel(ws, frame, finished)
+            elif isinstance(frame, ControlResult):
+                waiting = self._controls.pop(frame.id, None)
+                if waiting is not None and not waiting.done():
+                    waiting.set_result(
+                        {"result": frame.result} if frame.error is None else {"error": frame.error}
+                    )
+            # heartbeat, hello_ack again, unknown types: hearing them is all (the silence clock)
+
+    # -- tool calls ---------------------------------------------------------------------------
+
+    def _start_call(self, ws: ClientConnection, frame: ToolRequest, finished: deque[str], cap: int) -> None:
+        if frame.id in self._calls or frame.id in finished:
+            error = _tool_error(
+                frame.id, "request_id_in_use", "this id was already used on this connection", "not_delivered"
+            )
+            self._spawn(_send(ws, [error]))
+            return
+        call = _Call(frame.id, self._clock() + max(0, frame.deadline_ms) / 1000, self._clock)
+        self._calls[frame.id] = call
+        self._spawn(self._serve_call(ws, frame, call, finished, cap))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)  # the loop keeps only a weak reference
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve_call(
+        self, ws: ClientConnection, frame: ToolRequest, call: _Call, finished: deque[str], cap: int
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            outcome = await loop.run_in_executor(self._executor, self._call, frame, call, cap)
+        except RuntimeError:  # the executor shut down: the link is stopping
+            return
+        finally:
+            self._calls.pop(frame.id, None)
+            finished.append(frame.id)
+        if call.orphaned:
+            return
+        if call.cancelled.is_set():
+            await _send(
+                ws, [encode({"type": "cancel_ack", "id": frame.id, "delivery_state": outcome.delivery_state})]
+            )
+        else:
+            await _send(ws, outcome.frames)
+
+    def _call(self, frame: ToolRequest, call: _Call, cap: int) -> _Outcome:
+        """In a worker thread: the tool call through the router, once."""
+        if call.cancelled.is_set() or call.orphaned:
+            return _Outcome([], "not_delivered")
+        if not frame.tool or not set(frame.tool) <= _TOOL_NAME_CHARS:
+            return _error(frame.id, "tool_unknown", f"no tool is named {frame.tool!r}", "not_delivered")
+        body = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {
+                "name": frame.tool,
+                "arguments": frame.arguments,
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": MCP_PROTOCOL,
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                    "io.modelcontextprotocol/clientInfo": {
+                        "name": "herdr-mcp-link-edge",
+                        "version": __version__,
+                    },
+                },
+            },
+        }
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"accept", b"application/json, text/event-stream"),
+            (b"mcp-protocol-version", MCP_PROTOCOL.encode()),
+            (b"mcp-method", b"tools/call"),
+            (b"mcp-name", frame.tool.encode()),
+        ]
+        call.handed = True
+        try:
+            _, status, data = self._forwarder.exchange(
+                headers, json.dumps(body).encode(), _CallWatch(call), MAX_RESULT_BYTES
+            )
+        except LinkRefusal as refusal:
+            return _refused(frame.id, refusal)
+        except UpstreamBroken as exc:
+            return _error(frame.id, "delivery_unknown", str(exc), "delivery_unknown")
+        except ClientGone:
+            if call.cancelled.is_set():
+                return _Outcome([], "delivery_unknown")
+            return _error(
+                frame.id,
+                "deadline_exceeded",
+                "the deadline passed while the runtime worked; it may have run",
+                "delivery_unknown",
+            )
+        return _answer(frame.id, status, data, cap)
+
+    async def _cancel(self, ws: ClientConnection, frame: Cancel, finished: deque[str]) -> None:
+        call = self._calls.get(frame.id)
+        if call is not None:
+            call.cancelled.set()  # its task answers cancel_ack once the exchange is given up
+            return
+        state = "delivered" if frame.id in finished else "not_delivered"
+        await _send(ws, [encode({"type": "cancel_ack", "id": frame.id, "delivery_state": state})])
+
+    def _orphan_all(self) -> None:
+        for call in list(self._calls.values()):
+            call.orphaned = True
+            call.cancelled.set()
+        for waiting in self._controls.values():
+            if not waiting.done():
+                waiting.set_exception(
+                    _control_failed("edge_not_connected", "the connection to the Edge dropped")
+                )
+        self._controls.clear()
+
+    # -- control requests ---------------------------------------------------------------------
+
+    async def _control(self, method: str, params: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        ws = self._ws
+        if ws is None:
+            raise _control_failed("edge_not_connected", self._not_connected())
+        self._control_seq += 1
+        request_id = f"ctl-{self._control_seq}"
+        waiting: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._controls[request_id] = waiting
+        try:
+            await ws.send(
+                encode({"type": "control_request", "id": request_id, "method": method, "params": params})
+            )
+            return await asyncio.wait_for(waiting, timeout_s)
+        except TimeoutError:
+            raise _control_failed(
+                "edge_timeout", f"the Edge did not answer {method} within {timeout_s:g} s"
+            ) from None
+        except websockets.ConnectionClosed:
+            raise _control_failed("edge_not_connected", "the connection to the Edge dropped") from None
+        finally:
+            self._controls.pop(request_id, None)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, websockets.InvalidStatus):
+        return f"the Edge refused the connection: HTTP {exc.response.status_code}"
+    return f"{type(exc).__name__}: {exc}"[:300]
+
+
+async def _send(ws: ClientConnection, frames: list[str]) -> None:
+    with contextlib.suppress(websockets.ConnectionClosed):  # the Edge answers the pending call itself
+        for text in frames:
+            await ws.send(text)
+
+
+def _tool_error(request_id: str, code: str, message: str, delivery_state: str) -> str:
+    return encode(
+        {
+            "type": "tool_error",
+            "id": request_id,
+            "code": code,
+            "message": message,
+            "retryable": delivery_state == "not_delivered",
+            "delivery_state": delivery_state,
+        }
+    )
+
+
+def _error(request_id: str, code: str, message: str, delivery_state: str) -> _Outcome:
+    return _Outcome([_tool_error(request_id, code, message, delivery_state)], delivery_state)
+
+
+def _refused(request_id: str, refusal: LinkRefusal) -> _Outcome:
+    if refusal.code == "not_delivered":
+        return _error(request_id, refusal.reason or "not_delivered", refusal.message, "not_delivered")
+    if refusal.code == "result_too_large":
+        return _error(request_id, "result_too_large", refusal.message, "delivered")
+    return _error(request_id, "delivery_unknown", f"{refusal.message} ({refusal.reason})", "delivery_unknown")
+
+
+def _answer(request_id: str, status: int, data: bytes, cap: int) -> _Outcome:
+    """The generation's answer to the `tools/call` as frames (it ran: `delivered` either way)."""
+    message = _jsonrpc_answer(data)
+    if message is None:
+        return _error(
+            request_id,
+            "runtime_answer_invalid",
+            f"the runtime answered HTTP {status} without a JSON-RPC answer",
+            "delivered",
+        )
+    result = message.get("result")
+    if isinstance(result, dict):
+        return _Outcome(result_frames(request_id, result, cap), "delivered")
+    error = message.get("error")
+    text = error.get("message") if isinstance(error, dict) else None
+    return _error(request_id, "runtime_refused", str(text or "the runtime refused the call"), "delivered")
+
+
+def _jsonrpc_answer(data: bytes) -> dict[str, Any] | None:
+    """The JSON-RPC answer in a JSON body or in the `data:` lines of an event stream."""
+    texts = (
+        [data]
+        if data.lstrip().startswith(b"{")
+        else [line[5:] for line in data.splitlines() if line.startswith(b"data:")]
+    )
+    for text in texts:
+        try:
+            message = json.loads(text)
+        except ValueError:
+            continue
+        if (
+            isinstance(message, dict)
+            and message.get("id") == 1
+            and ("result" in message or "error" in message)
+        ):
+            return message
+    return None

@@ -1,0 +1,163 @@
+"""The frames of the link <-> Edge protocol, version 1 (docs/edge-protocol.md), as the link sees them.
+
+One parse boundary for what the Edge sends (`parse_frame`): a frame that exists is well-formed.
+A known `type` with a missing or wrongly typed field is `FrameInvalid` (the link closes 1008);
+an unknown `type` is `None` (ignored, for later additive frames).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+PROTOCOL = 1
+#: docs/edge-protocol.md: at most 256 KiB of UTF-8 per frame, in both directions.
+MAX_FRAME_BYTES = 262_144
+#: A `tool_result_chunk`'s `data`: at most 192 KiB of the result's JSON text.
+CHUNK_DATA_BYTES = 192 * 1024
+#: The Edge reassembles up to 16 MiB per result; the link refuses larger ones itself.
+MAX_RESULT_BYTES = 16 * 1024 * 1024
+#: The protocol's heartbeat and silence limit (hello_ack says them again; the link follows hello_ack).
+HEARTBEAT_S = 30.0
+SILENCE_LIMIT_S = 90.0
+DELIVERY_STATES = ("not_delivered", "delivery_unknown", "delivered")
+
+
+class FrameInvalid(ValueError):
+    """A frame from the Edge that breaks the protocol: the link closes with 1008."""
+
+
+@dataclass(frozen=True)
+class HelloAck:
+    connection_id: str
+    heartbeat_s: float
+    silence_limit_s: float
+    max_frame_bytes: int
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    seq: int
+
+
+@dataclass(frozen=True)
+class ToolRequest:
+    id: str
+    tool: str
+    arguments: dict[str, Any]
+    deadline_ms: int
+
+
+@dataclass(frozen=True)
+class Cancel:
+    id: str
+
+
+@dataclass(frozen=True)
+class ControlResult:
+    id: str
+    result: dict[str, Any] | None
+    error: dict[str, str] | None
+
+
+Frame = HelloAck | Heartbeat | ToolRequest | Cancel | ControlResult
+
+
+def _field(document: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
+    value = document.get(name)
+    if isinstance(value, bool) or not isinstance(value, kind):  # JSON true is no number here
+        raise FrameInvalid(f"{document.get('type')}: field {name!r} is missing or not a {kind}")
+    return value
+
+
+def parse_frame(text: str | bytes) -> Frame | None:
+    """One frame from the Edge; None for a type the link does not know. Raises `FrameInvalid`."""
+    if isinstance(text, bytes):
+        raise FrameInvalid("a frame is a text message, not a binary one")
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        raise FrameInvalid(f"not JSON: {exc}") from None
+    if not isinstance(document, dict) or not isinstance(document.get("type"), str):
+        raise FrameInvalid("a frame is a JSON object with a string `type`")
+    kind = document["type"]
+    if kind == "hello_ack":
+        if _field(document, "protocol", int) != PROTOCOL:
+            raise FrameInvalid(f"hello_ack: protocol {document['protocol']} is not {PROTOCOL}")
+        heartbeat = float(_field(document, "heartbeat_s", (int, float)))
+        silence = float(_field(document, "silence_limit_s", (int, float)))
+        cap = _field(document, "max_frame_bytes", int)
+        if not 0 < heartbeat < silence or not 1024 <= cap <= MAX_FRAME_BYTES:
+            raise FrameInvalid("hello_ack: heartbeat_s, silence_limit_s or max_frame_bytes out of range")
+        return HelloAck(_field(document, "connection_id", str), heartbeat, silence, cap)
+    if kind == "heartbeat":
+        return Heartbeat(_field(document, "seq", int))
+    if kind == "tool_request":
+        return ToolRequest(
+            _field(document, "id", str),
+            _field(document, "tool", str),
+            _field(document, "arguments", dict),
+            _field(document, "deadline_ms", int),
+        )
+    if kind == "cancel":
+        return Cancel(_field(document, "id", str))
+    if kind == "control_result":
+        result, error = document.get("result"), document.get("error")
+        if (result is None) == (error is None):
+            raise FrameInvalid("control_result: exactly one of `result` and `error`")
+        if result is not None and not isinstance(result, dict):
+            raise FrameInvalid("control_result: `result` is an object")
+        if error is not None and not (
+            isinstance(error, dict)
+            and isinstance(error.get("code"), str)
+            and isinstance(error.get("message"), str)
+        ):
+            raise FrameInvalid("control_result: `error` is {code, message}")
+        return ControlResult(_field(document, "id", str), result, error)
+    return None
+
+
+def encode(frame: dict[str, Any]) -> str:
+    """A frame the link sends, as the text of one WebSocket message."""
+    return json.dumps(frame, ensure_ascii=False, separators=(",", ":"))
+
+
+def result_frames(request_id: str, result: dict[str, Any], max_frame_bytes: int) -> list[str]:
+    """`tool_result`, or `tool_result_chunk` frames when it would pass `max_frame_bytes`.
+
+    A chunk's `data` is a slice of the result's JSON text (cut between characters, so the Edge
+    joins the slices and parses once); a slice is halved until its frame, with the escaping JSON
+    adds to a string, fits the cap.
+    """
+    whole = encode({"type": "tool_result", "id": request_id, "result": result})
+    if len(whole.encode()) <= max_frame_bytes:
+        return [whole]
+    text = encode(result)
+    slices: list[str] = []
+    start = 0
+    size = CHUNK_DATA_BYTES
+    while start < len(text):
+        piece = text[start : start + size]
+        # Room for the frame's own fields: an index and count of up to 10 digits each.
+        probe = encode(
+            {"type": "tool_result_chunk", "id": request_id, "index": 10**9, "count": 10**9, "data": piece}
+        )
+        if len(piece.encode()) > CHUNK_DATA_BYTES or len(probe.encode()) > max_frame_bytes:
+            size = max(1, size // 2)
+            continue
+        slices.append(piece)
+        start += len(piece)
+        size = CHUNK_DATA_BYTES
+    return [
+        encode(
+            {
+                "type": "tool_result_chunk",
+                "id": request_id,
+                "index": index,
+                "count": len(slices),
+                "data": piece,
+            }
+        )
+        for index, piece in enumerate(slices)
+    ]
