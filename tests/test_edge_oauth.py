@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,7 @@ from tests.edge_harness import (
     register_client,
     running_edge,
 )
+from tests.waiting import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -197,13 +199,22 @@ def test_authorization_code_with_pkce_completed_on_the_workstation(
     edge: Edge, device: dict[str, Any]
 ) -> None:
     tokens = connect_connector(edge, device)
+    assert grant_of(edge, device, tokens.grant_id)["last_used_at"] is None
     # The token opens /mcp (whatever the relay answers there, the OAuth check passed).
     assert call_mcp(edge, tokens.access).status_code != 401
+    grant = wait_until(
+        lambda: (listed := grant_of(edge, device, tokens.grant_id))["last_used_at"] and listed,
+        "the call recorded as the grant's last use",
+    )
+    assert grant["client_name"] == "Test Connector"
+    assert abs(grant["last_used_at"] - time.time()) < 120
+
+
+def grant_of(edge: Edge, device: dict[str, Any], grant_id: str) -> dict[str, Any]:
     grants = edge.control(device["device_id"], "grant.list")["result"]["grants"]
-    assert [grant["grant_id"] for grant in grants if grant["grant_id"] == tokens.grant_id] == [
-        tokens.grant_id
-    ]
-    assert {grant["client_name"] for grant in grants} == {"Test Connector"}
+    [grant] = [grant for grant in grants if grant["grant_id"] == grant_id]
+    assert isinstance(grant, dict)
+    return grant
 
 
 def test_a_wrong_code_verifier_is_refused(edge: Edge, device: dict[str, Any]) -> None:

@@ -210,14 +210,15 @@ async function consentDecide(
 /** The grants this device approved (the library's grant records; a grant belongs to the device). */
 async function grantList(env: Env, deviceId: string): Promise<ControlResult> {
   const grants = await listGrants(env, deviceId);
+  const uses = await registry(env).grantUses(grants.map((grant) => grant.id));
   return {
     result: {
       grants: grants.map((grant) => ({
         grant_id: grant.id,
         client_name: (grant.metadata as { client_name?: string } | undefined)?.client_name ?? grant.clientId,
         created_at: grant.createdAt,
-        // The library does not record uses of a grant; null until the relay records them.
-        last_used_at: null,
+        // Recorded by /mcp at most once a minute (src/oauth.ts); null before the first call.
+        last_used_at: uses[grant.id] ?? null,
       })),
     },
   };

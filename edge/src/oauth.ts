@@ -21,6 +21,24 @@ export interface GrantProps {
   client_name: string;
 }
 
+/** A grant's use is recorded at most once a minute per isolate (grant.list's last_used_at): one
+ * write to the registry per call would put the singleton in every call's way. */
+const GRANT_USE_RESOLUTION_S = 60;
+const recordedUses = new Map<string, number>();
+
+/** /mcp after the library checked the token: note the grant's use, then the relay's handler. */
+const recordingApiHandler = {
+  async fetch(request: Request, env: Env, ctx: ExecutionContext & { auth?: { token: string } }): Promise<Response> {
+    const grant = ctx.auth === undefined ? null : grantOf(ctx.auth.token);
+    const now = Math.floor(Date.now() / 1000);
+    if (grant !== null && (recordedUses.get(grant.grantId) ?? 0) + GRANT_USE_RESOLUTION_S <= now) {
+      recordedUses.set(grant.grantId, now);
+      ctx.waitUntil(registry(env).recordGrantUse(grant.grantId, now));
+    }
+    return mcpApiHandler.fetch(request, env, ctx);
+  },
+};
+
 /** One hour: a stolen access token is short-lived; the refresh token renews it. */
 const ACCESS_TOKEN_TTL_S = 3600;
 /** Thirty days of no use ends a connector (each refresh moves the end). */
@@ -31,7 +49,7 @@ const REFRESH_TOKEN_IDLE_TTL_S = 30 * 24 * 3600;
 export function oauthOptions(origin: string, defaultHandler: ExportedHandler<Env>): OAuthProviderOptions<Env> {
   return {
     apiRoute: "/mcp",
-    apiHandler: mcpApiHandler,
+    apiHandler: recordingApiHandler,
     defaultHandler,
     authorizeEndpoint: `${origin}/authorize`,
     tokenEndpoint: `${origin}/token`,

@@ -69,6 +69,7 @@ export interface ConsentRecord {
 const DEVICE_PREFIX = "device:";
 const CONSENT_PREFIX = "consent:";
 const REFRESH_PREFIX = "refresh:";
+const GRANT_USE_PREFIX = "grant-use:";
 
 export class EdgeRegistry extends DurableObject<Env> {
   /** Seconds since the epoch, shifted by the test clock offset (0 outside tests). */
@@ -99,6 +100,17 @@ export class EdgeRegistry extends DurableObject<Env> {
   /** The refresh token the library just issued for `grantId` is its current one. */
   async recordRefreshToken(grantId: string, tokenHash: string): Promise<void> {
     await this.ctx.storage.put(REFRESH_PREFIX + grantId, tokenHash);
+  }
+
+  /** A call used grant `grantId` at `at` (seconds): grant.list shows it as last_used_at. */
+  async recordGrantUse(grantId: string, at: number): Promise<void> {
+    await this.ctx.storage.put(GRANT_USE_PREFIX + grantId, at);
+  }
+
+  /** The last recorded use of each grant in `grantIds` (absent: never used). */
+  async grantUses(grantIds: string[]): Promise<Record<string, number>> {
+    const stored = await this.ctx.storage.get<number>(grantIds.map((id) => GRANT_USE_PREFIX + id));
+    return Object.fromEntries([...stored].map(([key, at]) => [key.slice(GRANT_USE_PREFIX.length), at]));
   }
 
   /** Start a pairing, replacing any pending one: a fresh 6-digit code valid for `ttlS` seconds. */
