@@ -330,6 +330,17 @@ def test_herdr_devices_and_status_show_online_state_and_identity_without_secrets
     assert _error(connector.call("herdr_devices", {"x": 1}))["code"] == "invalid_argument"
 
 
+def test_a_heartbeat_handled_while_a_control_request_runs_keeps_its_runtime(
+    edge: Edge, device: dict[str, Any], link: ScriptedLink
+) -> None:
+    link.send({"type": "control_request", "id": "c-list", "method": "consent.list", "params": {}})
+    link.send({"type": "heartbeat", "seq": 1, "runtime": runtime_identity(generation="gen-during-control")})
+    seen = {link.recv()["type"], link.recv()["type"]}
+    assert seen == {"control_result", "heartbeat"}
+    status = edge.get(f"/status/{device['device_id']}").json()
+    assert status["runtime"]["generation"] == "gen-during-control"
+
+
 def test_a_call_while_the_device_is_offline_is_device_offline_not_delivered(
     edge: Edge, device: dict[str, Any], connector: Connector
 ) -> None:

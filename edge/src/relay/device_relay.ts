@@ -332,13 +332,26 @@ export class DeviceRelay extends DurableObject<Env & RelayVars> {
           relayError("cancelled", "the call was cancelled at the client's request", false, frame.delivery_state),
         );
         return;
-      case "control_request": {
-        const outcome = await handleControl(this.env, connection.device_id, frame.method, frame.params);
-        this.send(ws, connection, { type: "control_result", id: frame.id, ...outcome });
+      case "control_request":
+        // Answered on its own: awaiting it here would let frames handled meanwhile (a heartbeat's
+        // new runtime) be overwritten when this handler saves the attachment it started with.
+        this.ctx.waitUntil(this.answerControl(ws, connection.device_id, frame));
         return;
-      }
       case "unknown":
         return;
+    }
+  }
+
+  private async answerControl(
+    ws: WebSocket,
+    deviceId: string,
+    frame: Extract<LinkFrame, { type: "control_request" }>,
+  ): Promise<void> {
+    const outcome = await handleControl(this.env, deviceId, frame.method, frame.params);
+    try {
+      ws.send(JSON.stringify({ type: "control_result", id: frame.id, ...outcome }));
+    } catch {
+      // The link closed meanwhile; the owner's command reports the lost connection itself.
     }
   }
 
