@@ -2,8 +2,9 @@
 
 `server` is its HTTP/1.1 server (a thread per client connection), `router` the request handler
 (routing by the active pointer, leases, legacy session pins, failure semantics: see its
-docstring), `upstream` its client to the generations; `cli` is `herdr-mcp link`. Its WSS
-connection to the Edge comes with the Edge issue.
+docstring), `upstream` its client to the generations; `cli` is `herdr-mcp link` (and
+`connector`). `edge` is its outbound connection to the Edge, `edge_frames` that protocol's frames,
+`edge_device` pairing and the device record.
 """
 
 from __future__ import annotations
