@@ -171,3 +171,19 @@ def test_link_connect_authenticates_the_device_secret(edge: Edge) -> None:
     assert connect(edge, None, f"?device_id={device_id}&device_secret={secret}") == 401
     # The right secret reaches the device's Durable Object (whatever it answers, it is not 401).
     assert connect(edge, f"Device {device_id}.{secret}") != 401
+
+
+@pytest.mark.slow
+def test_without_its_secrets_the_edge_refuses_to_pair(tmp_path: Path) -> None:
+    """An HMAC under an empty or short key would verify nothing: pairing and links refuse to run."""
+    with running_edge(tmp_path, extra_vars={"EDGE_HMAC_KEY": "short"}) as unconfigured:
+        assert unconfigured.get("/health").status_code == 200
+        for answer in (
+            unconfigured.get("/pair", headers=unconfigured.admin_headers()),
+            unconfigured.post("/link/pair", json={"code": "123456", "name": "ws"}),
+            unconfigured.get("/link/connect", headers={"Authorization": f"Device dev_{'x' * 16}.{'y' * 43}"}),
+        ):
+            assert answer.status_code == 503
+            assert error_code(answer) == "edge_not_configured"
+            assert "EDGE_HMAC_KEY" in answer.json()["error"]["message"]
+            assert "ADMIN_SECRET" not in answer.json()["error"]["message"]

@@ -26,6 +26,12 @@ const routes: ExportedHandler<Env> = {
     if (pathname === "/health" && method === "GET") return jsonResponse({ status: "ok", edge_version: EDGE_VERSION });
     if (pathname === "/authorize" && method === "GET") return authorize(request, env);
     if (pathname === "/authorize/status" && method === "POST") return consentStatus(request, env);
+    if (pathname === "/pair" || pathname.startsWith("/link/")) {
+      const missing = missingSecrets(env);
+      if (missing.length > 0) {
+        return errorResponse(503, "edge_not_configured", `set ${missing.join(" and ")} with \`npx wrangler secret put\` (edge/README.md)`);
+      }
+    }
     if (pathname === "/pair" && method === "GET") return startPairing(request, env);
     if (pathname === "/link/pair" && method === "POST") return redeemPairing(request, env);
     if (pathname === "/link/connect" && method === "GET") return connectLink(request, env);
@@ -34,6 +40,16 @@ const routes: ExportedHandler<Env> = {
     return errorResponse(404, "not_found", `no route ${method} ${pathname}`);
   },
 };
+
+/** Both secrets guard pairing and the links: unset or short, those routes refuse to run (an
+ * HMAC under an empty key would verify nothing). 32 characters: `openssl rand -base64 32` gives 44. */
+const SECRET_MIN_CHARS = 32;
+
+function missingSecrets(env: Env): string[] {
+  return (["ADMIN_SECRET", "EDGE_HMAC_KEY"] as const).filter(
+    (name) => typeof env[name] !== "string" || env[name].length < SECRET_MIN_CHARS,
+  );
+}
 
 /**
  * Test configuration only (EDGE_TEST_ROUTES=1, set by tests/edge_harness.py, never by
