@@ -287,6 +287,19 @@ def test_an_unknown_contract_is_refused_contract_mismatch_until_a_heartbeat_name
     link.close()
 
 
+def test_a_contract_whose_epoch_the_link_does_not_know_is_taken_and_refused_contract_mismatch(
+    edge: Edge, device: dict[str, Any], connector: Connector
+) -> None:
+    """src/herdr_mcp/link/edge.py announces epoch null for a hash matching no catalog it knows."""
+    unknown = runtime_identity()
+    unknown["contract"] = {"epoch": None, "hash": "sha256:" + "7" * 64, "tool_count": None}
+    link = open_link(edge, device)
+    assert link.hello(unknown)["type"] == "hello_ack"
+    error = _error(connector.call("herdr_inspect", {}))
+    assert (error["code"], error["delivery_state"]) == ("contract_mismatch", "not_delivered")
+    link.close()
+
+
 def test_tools_list_is_the_frozen_edge_epoch_8_catalog(connector: Connector, link: ScriptedLink) -> None:
     tools = connector.rpc("tools/list")["result"]["tools"]
     frozen = json.loads(EDGE_EPOCH_8.read_text(encoding="utf-8"))["tools"]

@@ -10,6 +10,7 @@
 import edgeEpoch8 from "../../../manifests/contracts/edge-epoch-8.json";
 import runtimeEpoch4 from "../../../manifests/contracts/runtime-epoch-4.json";
 import runtimeEpoch5 from "../../../manifests/contracts/runtime-epoch-5.json";
+import type { AnnouncedContract } from "./frames.js";
 import { type ContractIdentity, type Json, identityOf } from "./identity.js";
 
 export interface Tool {
@@ -49,7 +50,7 @@ export function runtimeCatalogs(): Promise<KnownCatalog[]> {
 }
 
 /** The frozen runtime catalog whose identity equals `identity`, or undefined (contract_mismatch). */
-export async function catalogFor(identity: ContractIdentity | null | undefined): Promise<KnownCatalog | undefined> {
+export async function catalogFor(identity: AnnouncedContract | null | undefined): Promise<KnownCatalog | undefined> {
   if (!identity) return undefined;
   const catalogs = await runtimeCatalogs();
   return catalogs.find(

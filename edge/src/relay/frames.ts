@@ -3,8 +3,6 @@
  * parse boundary for what the link sends. A frame that parses is well-formed; a known type with
  * missing or wrongly typed fields is a `FrameError` (the caller closes with 1008).
  */
-import type { ContractIdentity } from "./identity.js";
-
 export const PROTOCOL_VERSION = 1;
 /** docs/edge-protocol.md: at most 256 KiB of UTF-8 per frame, both directions. */
 export const MAX_FRAME_BYTES = 262_144;
@@ -24,10 +22,18 @@ export const CLOSE_SERVICE_RESTART = 1012;
 export type DeliveryState = "not_delivered" | "delivery_unknown" | "delivered";
 const DELIVERY_STATES: readonly string[] = ["not_delivered", "delivery_unknown", "delivered"];
 
+/** A contract as a link announces it: the epoch or tool count may be unknown to the link (null) for a
+ * runtime whose hash matches no catalog it knows; the Edge then refuses calls contract_mismatch. */
+export interface AnnouncedContract {
+  epoch: number | null;
+  hash: string;
+  tool_count: number | null;
+}
+
 export interface RuntimeIdentity {
   generation: string | null;
   version: string;
-  contract: ContractIdentity;
+  contract: AnnouncedContract;
 }
 
 export type LinkFrame =
@@ -146,9 +152,10 @@ function runtime(value: unknown): RuntimeIdentity {
     generation: fields["generation"] === null ? null : short(fields["generation"], "runtime.generation"),
     version: short(fields["version"], "runtime.version"),
     contract: {
-      epoch: counter(contract["epoch"], "runtime.contract.epoch", 0),
+      epoch: contract["epoch"] === null ? null : counter(contract["epoch"], "runtime.contract.epoch", 0),
       hash: short(contract["hash"], "runtime.contract.hash"),
-      tool_count: counter(contract["tool_count"], "runtime.contract.tool_count", 0),
+      tool_count:
+        contract["tool_count"] === null ? null : counter(contract["tool_count"], "runtime.contract.tool_count", 0),
     },
   };
 }
