@@ -35,7 +35,7 @@ from tests.edge_standin import (
     ToolGeneration,
     pairing_edge,
 )
-from tests.link_harness import LINK_TOKEN, store_active
+from tests.link_harness import LINK_TOKEN, running_link, store_active
 from tests.waiting import wait_until
 
 #: Reconnects within a test's patience.
@@ -573,3 +573,23 @@ def test_a_bad_device_record_fails_closed(tmp_path: Path, content: bytes) -> Non
     good = EdgeDevice("https://e.example", DEVICE_ID, DEVICE_SECRET, "n", "t")
     write_device(tmp_path / "other.json", good)
     assert read_device(tmp_path / "other.json") == good
+
+
+@pytest.mark.parametrize("record", [None, b'{"schema_version": 1, "edge_url": "http://example.com"}'])
+def test_a_link_unpaired_or_with_a_bad_record_serves_locally_and_says_why(
+    tmp_path: Path, record: bytes | None
+) -> None:
+    if record is not None:
+        Layout(tmp_path).edge_device_file.write_bytes(record)
+    with running_link(tmp_path / "generations", tmp_path / "link-token") as link:
+        edge = link.health()["edge"]
+        port = link.base.rsplit(":", 1)[1]
+        status, out, _ = cli(
+            "connector", "list", "--config-dir", str(tmp_path), "--link-port", port, "--json"
+        )
+    expected = "edge_unpaired" if record is None else "edge_device_invalid"
+    assert edge["state"] == "unpaired"
+    assert (status, json.loads(out)["error"]["code"]) == (EXIT_LOCAL, expected)
+    if record is not None:
+        assert edge["last_error"].startswith("edge_device_invalid: ")
+        assert "not connecting to the Edge: edge_device_invalid" in link.stderr
