@@ -387,8 +387,13 @@ def test_an_expired_consent_cannot_be_approved(clock: Edge, device: dict[str, An
     consent = open_consent(clock, client["client_id"], pkce_pair()[1])
     clock.shift_clock(601)
     answer = clock.control(device["device_id"], "consent.approve", {"request_id": consent.request_id})
-    assert answer["error"]["code"] == "consent_not_found"
+    assert answer["error"]["code"] == "consent_expired"
     assert consent.request_id not in pending_ids(clock, device)
+    status = clock.post(
+        "/authorize/status", json={"request_id": consent.request_id, "poll_token": consent.poll_token}
+    )
+    assert status.status_code == 410
+    assert status.json()["error"]["code"] == "consent_expired"
 
 
 @pytest.mark.parametrize(

@@ -88,9 +88,13 @@ export async function consentStatus(request: Request, env: Env): Promise<Respons
   if (typeof requestId !== "string" || typeof pollToken !== "string") {
     return errorResponse(400, "invalid_argument", 'send {"request_id": "...", "poll_token": "..."} from the consent page');
   }
-  const consent = await registry(env).getConsent(requestId);
-  if (consent === null || consent.poll_verifier !== (await sha256Hex(pollToken))) {
-    return errorResponse(404, "consent_not_found", "this consent request is unknown or expired: start the connection again");
+  const found = await registry(env).getConsent(requestId);
+  if (found === null || found.consent.poll_verifier !== (await sha256Hex(pollToken))) {
+    return errorResponse(404, "consent_not_found", "this consent request is unknown: start the connection again");
+  }
+  const { consent, expired } = found;
+  if (expired) {
+    return errorResponse(410, "consent_expired", "this consent request expired: start the connection again");
   }
   if (consent.state === "pending") return jsonResponse({ status: "pending", expires_at: consent.expires_at });
   return jsonResponse({ status: consent.state, redirect_to: consent.redirect_to });
@@ -140,8 +144,7 @@ async function consentList(env: Env): Promise<ControlResult> {
 
 /**
  * Approve or deny a pending consent:
- * 1. it must exist and be pending (an expired one is gone: consent_expired is not told apart
- *    from an unknown id, the registry removes expired records);
+ * 1. it must exist (consent_not_found), be unexpired (consent_expired) and pending;
  * 2. approving completes the authorization with the library: a grant for this device;
  * 3. the registry records the decision once; should another call have decided it in between,
  *    the grant made here is revoked again.
@@ -154,9 +157,13 @@ async function consentDecide(
 ): Promise<ControlResult> {
   const requestId = params["request_id"];
   if (typeof requestId !== "string") return failure("invalid_argument", "params.request_id must be a string");
-  const consent = await registry(env).getConsent(requestId);
-  if (consent === null) {
-    return failure("consent_not_found", `no pending consent ${requestId}: it is unknown or expired (list them with consent.list)`);
+  const found = await registry(env).getConsent(requestId);
+  if (found === null) {
+    return failure("consent_not_found", `no consent ${requestId}: check the request id the page shows (or consent.list)`);
+  }
+  const consent = found.consent;
+  if (found.expired) {
+    return failure("consent_expired", `consent ${requestId} expired: connect the client again for a new one`);
   }
   if (consent.state !== "pending") {
     return failure("consent_not_found", `consent ${requestId} was already ${consent.state}`);

@@ -16,6 +16,8 @@ export const PAIRING_TTL_MAX_S = 600;
 export const PAIRING_MAX_FAILURES = 5;
 /** A pending consent expires with the page that shows it. */
 export const CONSENT_TTL_S = 600;
+/** How long an expired consent is still told apart from an unknown one. */
+const CONSENT_RETAIN_S = 24 * 3600;
 
 export interface DeviceRecord {
   device_id: string;
@@ -179,23 +181,29 @@ export class EdgeRegistry extends DurableObject<Env> {
     await this.ctx.storage.put(CONSENT_PREFIX + consent.request_id, consent);
   }
 
-  /** The consent `requestId`, or null when unknown; expired ones are removed on the way. */
-  async getConsent(requestId: string): Promise<ConsentRecord | null> {
+  /**
+   * The consent `requestId` and whether it expired, or null when unknown. An expired consent is
+   * kept a day (so the owner hears consent_expired, not consent_not_found), then removed.
+   */
+  async getConsent(requestId: string): Promise<{ consent: ConsentRecord; expired: boolean } | null> {
     const consent = await this.ctx.storage.get<ConsentRecord>(CONSENT_PREFIX + requestId);
     if (consent === undefined) return null;
-    if ((await this.now()) >= consent.expires_at) {
+    const now = await this.now();
+    if (now >= consent.expires_at + CONSENT_RETAIN_S) {
       await this.ctx.storage.delete(CONSENT_PREFIX + requestId);
       return null;
     }
-    return consent;
+    return { consent, expired: now >= consent.expires_at };
   }
 
-  /** The consents still pending, oldest first; expired ones are removed on the way. */
+  /** The consents still pending, oldest first (long-expired ones are removed on the way). */
   async listPendingConsents(): Promise<ConsentRecord[]> {
     const now = await this.now();
     const stored = await this.ctx.storage.list<ConsentRecord>({ prefix: CONSENT_PREFIX });
-    const expired = [...stored.entries()].filter(([, consent]) => now >= consent.expires_at).map(([key]) => key);
-    if (expired.length > 0) await this.ctx.storage.delete(expired);
+    const gone = [...stored.entries()]
+      .filter(([, consent]) => now >= consent.expires_at + CONSENT_RETAIN_S)
+      .map(([key]) => key);
+    if (gone.length > 0) await this.ctx.storage.delete(gone);
     return [...stored.values()]
       .filter((consent) => now < consent.expires_at && consent.state === "pending")
       .sort((a, b) => a.created_at - b.created_at);
@@ -204,14 +212,16 @@ export class EdgeRegistry extends DurableObject<Env> {
   /**
    * Decide a pending consent: the transition happens at most once (calls run one at a time), so
    * two approvals cannot complete the same request twice. Null when it is unknown or expired;
-   * the record as it stands when it was already decided.
+   * the record as it stands when it was already decided (its redirect_to is another call's).
    */
   async decideConsent(
     requestId: string,
     decide: { state: "approved" | "denied"; device_id: string; grant_id?: string; redirect_to: string },
   ): Promise<ConsentRecord | null> {
-    const consent = await this.getConsent(requestId);
-    if (consent === null || consent.state !== "pending") return consent;
+    const found = await this.getConsent(requestId);
+    if (found === null || found.expired) return null;
+    const consent = found.consent;
+    if (consent.state !== "pending") return consent;
     const decided: ConsentRecord = { ...consent, ...decide };
     await this.putConsent(decided);
     return decided;
