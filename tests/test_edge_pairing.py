@@ -62,7 +62,9 @@ def test_pair_takes_the_admin_secret_as_basic_password(edge: Edge) -> None:
     basic = base64.b64encode(f"owner:{ADMIN_SECRET}".encode()).decode()
     answer = edge.get("/pair", headers={"Authorization": f"Basic {basic}", "Accept": "text/html"})
     assert answer.status_code == 200
-    assert re.search(r"<strong>[0-9]{6}</strong>", answer.text)
+    code = re.search(r"<strong>([0-9]{6})</strong>", answer.text)
+    assert code is not None
+    assert f"herdr-mcp link pair --edge {edge.base} --code {code.group(1)}" in answer.text
 
 
 def test_a_pairing_code_has_six_digits_and_lives_at_most_ten_minutes(edge: Edge) -> None:

@@ -20,7 +20,15 @@
 
 import { AuthorizationError, type AuthRequest, CimdFetchError, type ConsentDescription } from "@cloudflare/workers-oauth-provider";
 import type { Env } from "./env.js";
-import { errorResponse, jsonResponse, randomFromAlphabet, randomToken, readJsonObject } from "./http.js";
+import {
+  errorResponse,
+  escapeHtml,
+  jsonResponse,
+  randomFromAlphabet,
+  randomToken,
+  readJsonObject,
+  sha256Hex,
+} from "./http.js";
 import { type GrantProps, oauthHelpers, originOf } from "./oauth.js";
 import { CONSENT_TTL_S, type ConsentRecord, registry } from "./registry.js";
 
@@ -253,15 +261,6 @@ async function listGrants(env: Env, deviceId: string) {
     cursor = page.cursor;
   } while (cursor);
   return grants;
-}
-
-async function sha256Hex(text: string): Promise<string> {
-  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text));
-  return [...new Uint8Array(digest)].map((byte) => byte.toString(16).padStart(2, "0")).join("");
-}
-
-function escapeHtml(text: string): string {
-  return text.replace(/[&<>"']/g, (char) => `&#${char.charCodeAt(0)};`);
 }
 
 function errorPage(status: number, code: string, message: string): Response {

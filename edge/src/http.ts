@@ -69,3 +69,14 @@ export function randomFromAlphabet(alphabet: string, length: number): string {
   }
   return out;
 }
+
+/** `text` safe inside HTML text and attribute values. */
+export function escapeHtml(text: string): string {
+  return text.replace(/[&<>"']/g, (char) => `&#${char.charCodeAt(0)};`);
+}
+
+/** SHA-256 of `text` (UTF-8), hex. */
+export async function sha256Hex(text: string): Promise<string> {
+  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text));
+  return [...new Uint8Array(digest)].map((byte) => byte.toString(16).padStart(2, "0")).join("");
+}

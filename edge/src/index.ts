@@ -4,8 +4,7 @@
  * comes to `routes` below. /token goes through strict refresh rotation first (src/oauth.ts).
  */
 
-import { handleControl } from "./consent.js";
-import { authorize, consentStatus } from "./consent.js";
+import { authorize, consentStatus, handleControl } from "./consent.js";
 import type { Env } from "./env.js";
 import { errorResponse, jsonResponse, readJsonObject } from "./http.js";
 import { originOf, providerFor, tokenEndpoint } from "./oauth.js";

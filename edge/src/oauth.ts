@@ -9,6 +9,7 @@
 
 import { OAuthProvider, getOAuthApi, type OAuthHelpers, type OAuthProviderOptions } from "@cloudflare/workers-oauth-provider";
 import type { Env } from "./env.js";
+import { sha256Hex } from "./http.js";
 import { mcpApiHandler } from "./relay/index.js";
 import { registry } from "./registry.js";
 
@@ -85,11 +86,6 @@ export function providerFor(origin: string, defaultHandler: ExportedHandler<Env>
  * default handler is never called through them. */
 export function oauthHelpers(origin: string, env: Env): OAuthHelpers {
   return getOAuthApi(oauthOptions(origin, { fetch: () => new Response(null, { status: 404 }) }), env);
-}
-
-async function sha256Hex(text: string): Promise<string> {
-  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text));
-  return [...new Uint8Array(digest)].map((byte) => byte.toString(16).padStart(2, "0")).join("");
 }
 
 /** The library's tokens are `<user id>:<grant id>:<random>`. */

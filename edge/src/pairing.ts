@@ -9,7 +9,7 @@
  */
 
 import type { Env } from "./env.js";
-import { constantTimeEqual, errorResponse, jsonResponse, readJsonObject } from "./http.js";
+import { constantTimeEqual, errorResponse, escapeHtml, jsonResponse, readJsonObject } from "./http.js";
 import { PAIRING_TTL_MAX_S, registry } from "./registry.js";
 
 /** A pairing request is a code and a host name: 4 KiB is plenty. */
@@ -48,7 +48,7 @@ export async function startPairing(request: Request, env: Env): Promise<Response
   const ttl = pairingTtl(env);
   const ticket = await registry(env).startPairing(ttl);
   if ((request.headers.get("Accept") ?? "").includes("text/html")) {
-    return new Response(pairingPage(ticket.code, ticket.expires_at), {
+    return new Response(pairingPage(new URL(request.url).origin, ticket.code, ticket.expires_at), {
       headers: { "Content-Type": "text/html; charset=utf-8", "Cache-Control": "no-store", "X-Frame-Options": "DENY" },
     });
   }
@@ -104,12 +104,12 @@ export async function connectLink(request: Request, env: Env): Promise<Response>
   return env.DEVICE_RELAY.get(env.DEVICE_RELAY.idFromName(deviceId)).fetch(forwarded);
 }
 
-function pairingPage(code: string, expiresAt: number): string {
+function pairingPage(origin: string, code: string, expiresAt: number): string {
   return `<!doctype html><html><head><meta charset="utf-8"><title>Pair a workstation</title></head>
 <body style="font-family: system-ui; max-width: 36em; margin: 3em auto">
 <h1>Pair a workstation</h1>
 <p>On the workstation run:</p>
-<pre>herdr-mcp link pair --edge &lt;this origin&gt; --code ${code}</pre>
+<pre>herdr-mcp link pair --edge ${escapeHtml(origin)} --code ${code}</pre>
 <p style="font-size: 2.5em; letter-spacing: 0.2em"><strong>${code}</strong></p>
 <p>The code works once and expires at ${new Date(expiresAt * 1000).toISOString()}. Five wrong codes lock it; reload for a new one.</p>
 </body></html>`;
