@@ -372,6 +372,17 @@ def test_a_passed_deadline_is_delivery_unknown(tmp_path: Path, generation: ToolG
         wait_until(lambda: generation.abandoned == 1, "the exchange to be given up")
 
 
+def test_a_deadline_gone_before_sending_is_not_delivered(tmp_path: Path, generation: ToolGeneration) -> None:
+    with EdgeStandIn() as edge, linked(tmp_path, edge, generation) as world:
+        connected(world.link)
+        edge.send(request("d0", "echo", {}, deadline_ms=-1))
+        answer = answer_to(edge, "d0")
+        assert (answer["code"], answer["delivery_state"], answer["retryable"]) == (
+            "deadline_exceeded", "not_delivered", True,
+        )  # fmt: skip
+        assert generation.calls == []
+
+
 def test_a_call_in_flight_when_the_connection_drops_is_abandoned_not_resent(
     tmp_path: Path, generation: ToolGeneration
 ) -> None:

@@ -203,7 +203,8 @@ class EdgeLink:
             "calls_in_flight": 0,
         }
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._stopping: asyncio.Event | None = None
+        #: Bound to the link's loop on first use there (set from other threads through the loop).
+        self._stopping = asyncio.Event()
         self._ws: ClientConnection | None = None
         self._calls: dict[str, _Call] = {}
         self._controls: dict[str, asyncio.Future[dict[str, Any]]] = {}
@@ -222,10 +223,10 @@ class EdgeLink:
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Close the connection and end the thread; calls in flight are abandoned."""
-        loop, stopping = self._loop, self._stopping
-        if loop is not None and stopping is not None:
+        loop = self._loop
+        if loop is not None:
             with contextlib.suppress(RuntimeError):  # the loop already ended
-                loop.call_soon_threadsafe(stopping.set)
+                loop.call_soon_threadsafe(self._stopping.set)
         self._thread.join(timeout_s)
         self._executor.shutdown(wait=False, cancel_futures=True)
 
@@ -269,7 +270,6 @@ class EdgeLink:
 
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._stopping = asyncio.Event()
         self._ready.set()
         failures = 0
         while not self._stopping.is_set():
@@ -312,26 +312,26 @@ class EdgeLink:
             opened = self._clock()
             self._ws = ws
             self._set(state="connected", connection_id=ack.connection_id, last_hello_ack=_now())
-            beating = asyncio.create_task(self._heartbeats(ws, ack))
-            stop = asyncio.create_task(self._stopping_wait())
+            stop = asyncio.create_task(self._stopping.wait())
+            tasks: list[asyncio.Task[Any]] = [
+                stop,
+                asyncio.create_task(self._heartbeats(ws, ack)),
+                asyncio.create_task(self._read(ws, ack)),
+            ]
             try:
-                reading = asyncio.create_task(self._read(ws, ack))
-                done, _ = await asyncio.wait({reading, stop, beating}, return_when=asyncio.FIRST_COMPLETED)
-                for task in (reading, beating, stop):
+                done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+                for task in tasks:
                     task.cancel()
                 for task in done:
-                    if task is not stop and not task.cancelled() and task.exception() is not None:
-                        raise task.exception()  # type: ignore[misc]
+                    error = None if task.cancelled() else task.exception()
+                    if error is not None:
+                        raise error
                 if stop in done:
                     await ws.close(1001, "link stopping")
             finally:
                 self._ws = None
                 self._orphan_all()
             return self._clock() - opened
-
-    async def _stopping_wait(self) -> None:
-        assert self._stopping is not None
-        await self._stopping.wait()
 
     async def _hello_ack(self, ws: ClientConnection) -> HelloAck:
         try:
@@ -426,6 +426,10 @@ class EdgeLink:
         """In a worker thread: the tool call through the router, once."""
         if call.cancelled.is_set() or call.orphaned:
             return _Outcome([], "not_delivered")
+        if call.clock() > call.deadline:
+            return _error(
+                frame.id, "deadline_exceeded", "the deadline passed before the call was sent", "not_delivered"
+            )
         if not frame.tool or not set(frame.tool) <= _TOOL_NAME_CHARS:
             return _error(frame.id, "tool_unknown", f"no tool is named {frame.tool!r}", "not_delivered")
         body = {
