@@ -457,3 +457,26 @@ def test_a_client_id_metadata_document_client_connects_without_registering(
     )
     assert answer.status_code == 200, answer.text
     assert call_mcp(edge, answer.json()["access_token"]).status_code != 401
+
+
+def test_a_token_is_refused_at_another_origin_of_the_same_edge(edge: Edge, device: dict[str, Any]) -> None:
+    """Tokens are bound to `<origin>/mcp`: the same Worker reached under another host name is
+    another resource, and a token minted for the first is refused there."""
+    tokens = connect_connector(edge, device)
+    port = urlsplit(edge.base).port
+    answer = httpx2.post(
+        f"{edge.base}/mcp",
+        headers={
+            "Host": f"localhost:{port}",
+            "Authorization": f"Bearer {tokens.access}",
+            "Accept": "application/json, text/event-stream",
+        },
+        json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+        timeout=30,
+    )
+    assert answer.status_code == 401
+    assert (
+        f"http://localhost:{port}/.well-known/oauth-protected-resource/mcp"
+        in answer.headers["www-authenticate"]
+    )
+    assert call_mcp(edge, tokens.access).status_code != 401
