@@ -164,21 +164,27 @@ def _authorize_page(edge: Edge, client_id: str, challenge: str) -> dict[str, str
     return boot
 
 
-def connect_connector(edge: Edge, link: ScriptedLink) -> Connector:
-    """A connector authorized by the owner through `link` (a `control_request` consent.approve)."""
+@dataclass
+class Authorization:
+    """An authorization request waiting for the owner's approval (the consent page's state)."""
+
+    client_id: str
+    verifier: str
+    request_id: str
+    poll_token: str
+
+
+def begin_authorization(edge: Edge) -> Authorization:
+    """Register a public client and open the consent page (authorization code + PKCE S256)."""
     client = register_client(edge)
     verifier, challenge = pkce_pair()
     boot = _authorize_page(edge, client["client_id"], challenge)
-    link.send(
-        {
-            "type": "control_request",
-            "id": "c1",
-            "method": "consent.approve",
-            "params": {"request_id": boot["request_id"]},
-        }
-    )
-    approved = link.recv_type("control_result")
-    assert approved["id"] == "c1" and "result" in approved, approved
+    return Authorization(client["client_id"], verifier, boot["request_id"], boot["poll_token"])
+
+
+def finish_authorization(edge: Edge, authorization: Authorization) -> Connector:
+    """After the approval: the page's status poll, then the token exchange."""
+    boot = {"request_id": authorization.request_id, "poll_token": authorization.poll_token}
     status = edge.post("/authorize/status", json=boot).json()
     assert status["status"] == "approved", status
     code = parse_qs(urlparse(status["redirect_to"]).query)["code"][0]
@@ -188,10 +194,20 @@ def connect_connector(edge: Edge, link: ScriptedLink) -> Connector:
             "grant_type": "authorization_code",
             "code": code,
             "redirect_uri": REDIRECT_URI,
-            "client_id": client["client_id"],
-            "code_verifier": verifier,
+            "client_id": authorization.client_id,
+            "code_verifier": authorization.verifier,
             "resource": edge.base + "/mcp",
         },
     )
     assert token.status_code == 200, token.text
     return Connector(edge, token.json()["access_token"])
+
+
+def connect_connector(edge: Edge, link: ScriptedLink) -> Connector:
+    """A connector authorized by the owner through `link` (a `control_request` consent.approve)."""
+    authorization = begin_authorization(edge)
+    params = {"request_id": authorization.request_id}
+    link.send({"type": "control_request", "id": "c1", "method": "consent.approve", "params": params})
+    approved = link.recv_type("control_result")
+    assert approved["id"] == "c1" and "result" in approved, approved
+    return finish_authorization(edge, authorization)
