@@ -168,6 +168,27 @@ def test_a_tool_call_is_relayed_to_the_link_and_back(
     assert answer.result(timeout=WAIT_S) == result
 
 
+def test_concurrent_calls_are_each_answered_with_their_own_result(
+    connector: Connector, link: ScriptedLink
+) -> None:
+    count = 100
+    with ThreadPoolExecutor(max_workers=count) as pool:
+        answers = [pool.submit(connector.call, "herdr_fs_read", {"path": f"/f{n}"}) for n in range(count)]
+        requests = [link.recv_type("tool_request") for _ in range(count)]
+        for request in reversed(requests):  # answered out of order
+            text = request["arguments"]["path"]
+            link.send(
+                {
+                    "type": "tool_result",
+                    "id": request["id"],
+                    "result": {"content": [{"type": "text", "text": text}]},
+                }
+            )
+        results = [answer.result(timeout=WAIT_S) for answer in answers]
+    assert [result["content"][0]["text"] for result in results] == [f"/f{n}" for n in range(count)]
+    assert len({request["id"] for request in requests}) == count
+
+
 def test_a_tool_error_from_the_link_reaches_the_client(
     connector: Connector, link: ScriptedLink, calls: ThreadPoolExecutor
 ) -> None:
