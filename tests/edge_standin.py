@@ -312,13 +312,16 @@ def pairing_edge(answer: tuple[int, dict[str, Any]]) -> Iterator[PairingEdge]:
 class ToolGeneration(StandIn):
     """A stand-in generation answering 2026-07-28 `tools/call` POSTs by tool name:
     `echo` (its arguments back), `big` (a text of `size` times `char`), `hold` (no answer
-    until the link closes the connection: `abandoned` counts those). `calls` lists every call's
+    until the link closes the connection: `abandoned` counts those), `gate` (its arguments back once
+    `release` is set). `calls` lists every call's
     tool and arguments, as received."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.headers: list[bytes] = []
         self.abandoned = 0
+        #: `gate` calls answer once this is set.
+        self.release = threading.Event()
         super().__init__()
 
     def _serve(self) -> None:
@@ -340,6 +343,8 @@ class ToolGeneration(StandIn):
                     if connection.recv(1) == b"":
                         self.abandoned += 1
                     return
+                if params["name"] == "gate":
+                    self.release.wait(60)
                 if params["name"] == "big":
                     text = str(params["arguments"].get("char", "x")) * int(params["arguments"]["size"])
                     result: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": False}

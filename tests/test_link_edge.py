@@ -12,6 +12,7 @@ import io
 import json
 import os
 import stat
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -396,6 +397,48 @@ def test_a_call_in_flight_when_the_connection_drops_is_abandoned_not_resent(
             lambda: edge.connections == 2 and world.link.status()["state"] == "connected", "reconnected"
         )
         assert len(generation.calls) == 1
+        assert not [
+            item
+            for item in edge.frames
+            if item.frame.get("id") == "h1" and item.frame["type"] != "tool_request"
+        ]
+
+
+def test_stopping_lets_calls_in_flight_finish_and_refuses_new_ones(
+    tmp_path: Path, generation: ToolGeneration
+) -> None:
+    with EdgeStandIn() as edge, linked(tmp_path, edge, generation) as world:
+        connected(world.link)
+        edge.send(request("g1", "gate", {"n": 1}))
+        wait_until(lambda: generation.calls, "the call to reach the generation")
+        world.link.begin_stop()  # SIGTERM: the link stops taking calls
+        edge.send(request("g2", "echo", {}))
+        refused = answer_to(edge, "g2")
+        assert (refused["code"], refused["delivery_state"], refused["retryable"]) == (
+            "link_stopping",
+            "not_delivered",
+            True,
+        )
+        stopping = threading.Thread(target=world.link.stop, args=(30.0,))
+        stopping.start()
+        generation.release.set()
+        assert answer_to(edge, "g1")["result"]["structuredContent"] == {"n": 1}
+        stopping.join(30)
+        assert not stopping.is_alive()
+        wait_until(lambda: edge.closed, "the connection to close")
+        assert edge.closed == [(1, 1001)] and edge.connections == 1
+        assert [name for name, _ in generation.calls] == ["gate"]
+
+
+def test_stopping_without_grace_abandons_calls_in_flight(tmp_path: Path, generation: ToolGeneration) -> None:
+    with EdgeStandIn() as edge, linked(tmp_path, edge, generation) as world:
+        connected(world.link)
+        edge.send(request("h1", "hold", {}))
+        wait_until(lambda: generation.calls, "the call to reach the generation")
+        world.link.stop(0.0)
+        wait_until(lambda: generation.abandoned == 1, "the exchange to be given up")
+        wait_until(lambda: edge.closed, "the connection to close")
+        assert edge.closed == [(1, 1001)]
         assert not [
             item
             for item in edge.frames

@@ -21,6 +21,7 @@ import argparse
 import json
 import logging
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -147,9 +148,14 @@ def _run(args: argparse.Namespace, stop: StopSignals) -> int:
     stop.wait()
     # SIGTERM (a service manager's stop) is a clean exit once the calls in flight are answered;
     # a second signal (another Ctrl-C) does not wait for them.
+    # Calls from the Edge get the same grace as local ones, at the same time; new ones are refused
+    # `not_delivered` meanwhile, and the connection closes once they are answered.
+    deadline = time.monotonic() + GRACEFUL_SHUTDOWN_S
     if edge is not None:
-        edge.stop()
+        edge.begin_stop()
     server.close(GRACEFUL_SHUTDOWN_S, cut_short=lambda: stop.count > 1)
+    if edge is not None:
+        edge.stop(max(0.0, deadline - time.monotonic()), cut_short=lambda: stop.count > 1)
     link.close()
     return 0
 

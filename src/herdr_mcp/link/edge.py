@@ -213,6 +213,7 @@ class EdgeLink:
         self._executor = concurrent.futures.ThreadPoolExecutor(MAX_CALLS, thread_name_prefix="link-edge-call")
         self._thread = threading.Thread(target=self._run, name="link-edge", daemon=True)
         self._ready = threading.Event()
+        self._draining = threading.Event()
 
     # -- from other threads -------------------------------------------------------------------
 
@@ -221,13 +222,22 @@ class EdgeLink:
         self._ready.wait(10)
         return self
 
-    def stop(self, timeout_s: float = 5.0) -> None:
-        """Close the connection and end the thread; calls in flight are abandoned."""
+    def begin_stop(self) -> None:
+        """Take no new `tool_request` (each is answered `link_stopping`, `not_delivered`)."""
+        self._draining.set()
+
+    def stop(self, grace_s: float = 0.0, cut_short: Callable[[], bool] = lambda: False) -> None:
+        """Take no new calls, give those in flight up to `grace_s` (less once `cut_short()`), then
+        close the connection (1001) and end the thread; calls still in flight are abandoned."""
+        self._draining.set()
+        deadline = time.monotonic() + grace_s
+        while self._calls and time.monotonic() < deadline and not cut_short():
+            time.sleep(0.02)
         loop = self._loop
         if loop is not None:
             with contextlib.suppress(RuntimeError):  # the loop already ended
                 loop.call_soon_threadsafe(self._stopping.set)
-        self._thread.join(timeout_s)
+        self._thread.join(5)
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     def status(self) -> dict[str, Any]:
@@ -390,6 +400,12 @@ class EdgeLink:
         if frame.id in self._calls or frame.id in finished:
             error = _tool_error(
                 frame.id, "request_id_in_use", "this id was already used on this connection", "not_delivered"
+            )
+            self._spawn(_send(ws, [error]))
+            return
+        if self._draining.is_set():
+            error = _tool_error(
+                frame.id, "link_stopping", "the link is stopping; send it again", "not_delivered"
             )
             self._spawn(_send(ws, [error]))
             return
