@@ -326,6 +326,9 @@ def test_a_token_for_another_resource_is_refused(edge: Edge, device: dict[str, A
     )
     assert refreshed.status_code == 400
     assert refreshed.json()["error"] == "invalid_target"
+    # A refused refresh rotated nothing: the same refresh token still works once.
+    again = token(edge, grant_type="refresh_token", refresh_token=tokens.refresh, client_id=tokens.client_id)
+    assert again.status_code == 200, again.text
 
 
 def test_refresh_rotates_and_reuse_of_a_rotated_token_revokes_the_grant(

@@ -15,6 +15,4 @@ export interface Env {
   EDGE_HMAC_KEY: string;
   /** Test configuration only: "1" enables the /__test/ routes (never set in wrangler.jsonc). */
   EDGE_TEST_ROUTES?: string;
-  /** Test configuration only: a pairing TTL below the 10 minutes (seconds). */
-  PAIRING_TTL_S?: string;
 }

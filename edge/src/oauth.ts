@@ -103,7 +103,9 @@ function grantOf(token: string): { userId: string; grantId: string } | null {
  * refresh token hash:
  * 1. a refresh with a token that is not the grant's current one revokes the grant: invalid_grant;
  * 2. the current one is consumed before the library runs (two parallel uses: the second is reuse);
- * 3. the refresh token the library answers becomes the grant's current one.
+ * 3. the refresh token the library answers becomes the grant's current one; should the library
+ *    refuse the refresh (a wrong client_id, another resource), nothing rotated and the presented
+ *    token is current again.
  */
 export async function tokenEndpoint(
   request: Request,
@@ -113,10 +115,13 @@ export async function tokenEndpoint(
 ): Promise<Response> {
   const form = await request.clone().formData().catch(() => null);
   const presented = form?.get("grant_type") === "refresh_token" ? form.get("refresh_token") : null;
+  let consumed: { grantId: string; tokenHash: string } | null = null;
   if (typeof presented === "string") {
     const grant = grantOf(presented);
     if (grant !== null) {
-      const verdict = await registry(env).consumeRefreshToken(grant.grantId, await sha256Hex(presented));
+      const tokenHash = await sha256Hex(presented);
+      const verdict = await registry(env).consumeRefreshToken(grant.grantId, tokenHash);
+      if (verdict === "current") consumed = { grantId: grant.grantId, tokenHash };
       if (verdict === "reused") {
         await oauthHelpers(originOf(request), env).revokeGrant(grant.grantId, grant.userId);
         return Response.json(
@@ -127,6 +132,9 @@ export async function tokenEndpoint(
     }
   }
   const response = await provider.fetch(request, env, ctx);
+  if (!response.ok && consumed !== null) {
+    await registry(env).restoreRefreshToken(consumed.grantId, consumed.tokenHash);
+  }
   if (response.ok) {
     const body: unknown = await response.clone().json().catch(() => null);
     const issued = typeof body === "object" && body !== null ? (body as Record<string, unknown>)["refresh_token"] : undefined;

@@ -45,20 +45,13 @@ export async function startPairing(request: Request, env: Env): Promise<Response
       "WWW-Authenticate": 'Basic realm="herdr-mcp edge pairing"',
     });
   }
-  const ttl = pairingTtl(env);
-  const ticket = await registry(env).startPairing(ttl);
+  const ticket = await registry(env).startPairing(PAIRING_TTL_MAX_S);
   if ((request.headers.get("Accept") ?? "").includes("text/html")) {
     return new Response(pairingPage(new URL(request.url).origin, ticket.code, ticket.expires_at), {
       headers: { "Content-Type": "text/html; charset=utf-8", "Cache-Control": "no-store", "X-Frame-Options": "DENY" },
     });
   }
   return jsonResponse({ pairing_id: ticket.pairing_id, code: ticket.code, expires_at: ticket.expires_at });
-}
-
-/** The pairing TTL: PAIRING_TTL_S when a test configuration sets it lower, else 10 minutes. */
-function pairingTtl(env: Env): number {
-  const configured = Number(env.PAIRING_TTL_S);
-  return Number.isInteger(configured) && configured > 0 ? Math.min(configured, PAIRING_TTL_MAX_S) : PAIRING_TTL_MAX_S;
 }
 
 /** `POST /link/pair` `{code, name}`: the device id and secret, once. */

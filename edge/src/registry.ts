@@ -10,7 +10,7 @@ import { DurableObject } from "cloudflare:workers";
 import type { Env } from "./env.js";
 import { constantTimeEqual, hmacHex, randomFromAlphabet, randomToken } from "./http.js";
 
-/** At most 10 minutes (issue 11); a shorter TTL is a test configuration. */
+/** A pairing code lives at most 10 minutes (issue 11). */
 export const PAIRING_TTL_MAX_S = 600;
 /** The fifth wrong code locks the pending pairing; the owner starts a new one. */
 export const PAIRING_MAX_FAILURES = 5;
@@ -99,6 +99,13 @@ export class EdgeRegistry extends DurableObject<Env> {
     return "current";
   }
 
+  /** The library refused a refresh with the grant's current token (a bad client_id, say): the
+   * token was not rotated, so it is current again unless another call used it meanwhile. */
+  async restoreRefreshToken(grantId: string, tokenHash: string): Promise<void> {
+    const key = REFRESH_PREFIX + grantId;
+    if ((await this.ctx.storage.get<string>(key)) === `consumed:${tokenHash}`) await this.ctx.storage.put(key, tokenHash);
+  }
+
   /** The refresh token the library just issued for `grantId` is its current one. */
   async recordRefreshToken(grantId: string, tokenHash: string): Promise<void> {
     await this.ctx.storage.put(REFRESH_PREFIX + grantId, tokenHash);
@@ -115,7 +122,8 @@ export class EdgeRegistry extends DurableObject<Env> {
     return Object.fromEntries([...stored].map(([key, at]) => [key.slice(GRANT_USE_PREFIX.length), at]));
   }
 
-  /** Start a pairing, replacing any pending one: a fresh 6-digit code valid for `ttlS` seconds. */
+  /** Start a pairing, replacing any pending one: a fresh 6-digit code valid for `ttlS` seconds
+   * (at most PAIRING_TTL_MAX_S). */
   async startPairing(ttlS: number): Promise<PairingTicket> {
     const code = randomFromAlphabet("0123456789", 6);
     const pairing: StoredPairing = {
