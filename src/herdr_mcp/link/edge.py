@@ -25,6 +25,8 @@ local path never waits on it.
 6. The connection drops: every call in flight is abandoned the same way (the Edge has answered
    it `delivery_unknown` and never resends). Reconnect after 1 s doubling to 60 s, plus a
    random 0-50 %; the doubling starts over once a connection lived 60 s.
+7. Stopping (SIGTERM): new `tool_request`s are answered `link_stopping` (`not_delivered`), the
+   calls in flight get the link's grace, then the connection closes 1001.
 
 No proxy is used for the Edge yet (`proxy=None`): a workstation that reaches the Internet only
 through a proxy cannot connect (docs/updater.md, "The link and the Edge").
