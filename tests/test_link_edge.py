@@ -295,6 +295,19 @@ def test_a_tool_request_is_served_once_through_the_router(tmp_path: Path, genera
         assert not edge.violations
 
 
+def test_200_concurrent_calls_are_each_answered_once(tmp_path: Path, generation: ToolGeneration) -> None:
+    with EdgeStandIn() as edge, linked(tmp_path, edge, generation) as world:
+        connected(world.link)
+        for number in range(200):
+            edge.send(request(f"c{number}", "echo", {"n": number}))
+        wait_until(lambda: len(edge.of_type("tool_result")) >= 200, "200 answers")
+        answers = {item.frame["id"]: item.frame for item in edge.of_type("tool_result")}
+        assert len(edge.of_type("tool_result")) == 200
+        assert all(answers[f"c{n}"]["result"]["structuredContent"] == {"n": n} for n in range(200))
+        assert sorted(arguments["n"] for _, arguments in generation.calls) == list(range(200))
+        assert not edge.of_type("tool_error") and not edge.violations
+
+
 def test_nothing_active_is_not_delivered_and_retryable(tmp_path: Path) -> None:
     with EdgeStandIn() as edge, linked(tmp_path, edge, None) as world:
         connected(world.link)
