@@ -9,6 +9,7 @@ import base64
 import re
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx2
@@ -99,6 +100,19 @@ def test_five_wrong_codes_lock_the_pairing_and_the_sixth_attempt_is_refused(edge
     assert error_code(locked) == "pairing_locked"
     # A new pairing from the owner starts afresh.
     assert edge.pair_device()["device_id"].startswith("dev_")
+
+
+def test_parallel_guesses_get_five_tries_in_all(edge: Edge) -> None:
+    """The lockout counter lives in one Durable Object whose calls run one at a time: twenty
+    guesses at once still meet exactly five "wrong" answers, then the lock."""
+    code = edge.start_pairing()["code"]
+    wrong = [f"{(int(code) + offset) % 1_000_000:06d}" for offset in range(1, 21)]
+    with ThreadPoolExecutor(max_workers=20) as pool:
+        answers = list(
+            pool.map(lambda guess: edge.post("/link/pair", json={"code": guess, "name": "x"}), wrong)
+        )
+    codes = sorted(error_code(answer) for answer in answers)
+    assert codes == ["pairing_code_wrong"] * 5 + ["pairing_locked"] * 15
 
 
 def test_an_expired_code_is_refused(clock: Edge) -> None:
