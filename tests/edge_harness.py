@@ -73,6 +73,8 @@ class Edge:
 
     base: str
     log: Path
+    #: wrangler's process group (wrangler, its node child and workerd), gone after the block.
+    process_group: int
 
     def get(self, path: str, **kwargs: Any) -> httpx2.Response:
         return httpx2.get(self.base + path, timeout=30, **kwargs)
@@ -176,7 +178,7 @@ def running_edge(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    edge = Edge(f"http://127.0.0.1:{port}", log)
+    edge = Edge(f"http://127.0.0.1:{port}", log, process.pid)
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
         while not _answers(edge.base + "/health"):
@@ -198,9 +200,28 @@ def _stop_group(process: subprocess.Popen[bytes]) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=5)
-    # workerd may outlive wrangler by a moment: the group is gone only when none of it remains.
+    # workerd and esbuild may outlive wrangler by a moment: the group is stopped only when none
+    # of it runs any more (a zombie waiting for init to reap it counts as gone).
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 15
+    while live_group_members(process.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)  # waiting for SIGKILL to land, bounded by the deadline above
+
+
+def live_group_members(process_group: int) -> list[int]:
+    """The processes of `process_group` still running (zombies are not), from /proc."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        # Fields after the command name: state, ppid, pgrp, ...
+        state, _ppid, pgrp = text[text.rfind(")") + 2 :].split()[:3]
+        if int(pgrp) == process_group and state not in ("Z", "X"):
+            members.append(int(stat.parent.name))
+    return members
 
 
 def pkce_pair() -> tuple[str, str]:

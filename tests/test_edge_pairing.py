@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from tests.edge_harness import ADMIN_SECRET, EDGE_HMAC_KEY, Edge, running_edge
+from tests.edge_harness import ADMIN_SECRET, EDGE_HMAC_KEY, Edge, live_group_members, running_edge
 
 
 @pytest.fixture(scope="module")
@@ -203,3 +203,5 @@ def test_without_its_secrets_the_edge_refuses_to_pair(tmp_path: Path) -> None:
             assert error_code(answer) == "edge_not_configured"
             assert "EDGE_HMAC_KEY" in answer.json()["error"]["message"]
             assert "ADMIN_SECRET" not in answer.json()["error"]["message"]
+    # The harness stops wrangler, workerd and esbuild: their whole process group.
+    assert live_group_members(unconfigured.process_group) == []
