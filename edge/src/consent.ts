@@ -29,7 +29,7 @@ import {
   readJsonObject,
   sha256Hex,
 } from "./http.js";
-import { type GrantProps, oauthHelpers, originOf } from "./oauth.js";
+import { type GrantProps, grantHelpers, oauthHelpers, originOf } from "./oauth.js";
 import { CONSENT_TTL_S, type ConsentRecord, registry } from "./registry.js";
 
 export type ControlResult =
@@ -246,13 +246,13 @@ async function grantRevoke(env: Env, deviceId: string, params: Record<string, un
   if (!grants.some((grant) => grant.id === grantId)) {
     return failure("grant_not_found", `no grant ${grantId} for this device (list them with grant.list)`);
   }
-  // Any origin's helpers revoke the same records: revocation does not depend on the resource.
-  await oauthHelpers("https://edge.invalid", env).revokeGrant(grantId, deviceId);
+  await grantHelpers(env).revokeGrant(grantId, deviceId);
+  await registry(env).forgetGrant(grantId);
   return { result: { grant_id: grantId, revoked: true } };
 }
 
 async function listGrants(env: Env, deviceId: string) {
-  const helpers = oauthHelpers("https://edge.invalid", env);
+  const helpers = grantHelpers(env);
   const grants = [];
   let cursor: string | undefined;
   do {

@@ -88,6 +88,13 @@ export function oauthHelpers(origin: string, env: Env): OAuthHelpers {
   return getOAuthApi(oauthOptions(origin, { fetch: () => new Response(null, { status: 404 }) }), env);
 }
 
+/** The helpers for grant records (list, revoke), which name no origin: any origin's helpers
+ * reach the same records, so a placeholder origin serves callers that have none (a control
+ * method arriving over the link). */
+export function grantHelpers(env: Env): OAuthHelpers {
+  return oauthHelpers("https://edge.invalid", env);
+}
+
 /** The library's tokens are `<user id>:<grant id>:<random>`. */
 function grantOf(token: string): { userId: string; grantId: string } | null {
   const parts = token.split(":");
@@ -124,6 +131,7 @@ export async function tokenEndpoint(
       if (verdict === "current") consumed = { grantId: grant.grantId, tokenHash };
       if (verdict === "reused") {
         await oauthHelpers(originOf(request), env).revokeGrant(grant.grantId, grant.userId);
+        await registry(env).forgetGrant(grant.grantId);
         return Response.json(
           { error: "invalid_grant", error_description: "refresh token already used: the grant is revoked, authorize again" },
           { status: 400, headers: { "Cache-Control": "no-store" } },

@@ -111,6 +111,11 @@ export class EdgeRegistry extends DurableObject<Env> {
     await this.ctx.storage.put(REFRESH_PREFIX + grantId, tokenHash);
   }
 
+  /** A revoked grant's refresh and use records go with it. */
+  async forgetGrant(grantId: string): Promise<void> {
+    await this.ctx.storage.delete([REFRESH_PREFIX + grantId, GRANT_USE_PREFIX + grantId]);
+  }
+
   /** A call used grant `grantId` at `at` (seconds): grant.list shows it as last_used_at. */
   async recordGrantUse(grantId: string, at: number): Promise<void> {
     await this.ctx.storage.put(GRANT_USE_PREFIX + grantId, at);
