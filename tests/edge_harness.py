@@ -130,23 +130,13 @@ def running_edge(
     """The Worker under `wrangler dev --local` on a free loopback port, until the block ends.
     `trust_ca`: the only CA workerd trusts for the Worker's outbound https (a test server's)."""
     ensure_edge_packages()
-    port = _free_port()
     variables = {
         "ADMIN_SECRET": ADMIN_SECRET,
         "EDGE_HMAC_KEY": EDGE_HMAC_KEY,
         "EDGE_TEST_ROUTES": "1",
         **(extra_vars or {}),
     }
-    command = [
-        str(WRANGLER),
-        "dev",
-        "--local",
-        "--ip",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--inspector-port",
-        str(_free_port()),
+    options = [
         "--persist-to",
         str(persist_dir / "state"),
         "--show-interactive-dev-session=false",
@@ -154,7 +144,7 @@ def running_edge(
         "warn",
     ]
     for name, value in variables.items():
-        command += ["--var", f"{name}:{value}"]
+        options += ["--var", f"{name}:{value}"]
     home = persist_dir / "home"
     home.mkdir(parents=True, exist_ok=True)
     env = {
@@ -168,26 +158,47 @@ def running_edge(
         **({"SSL_CERT_FILE": str(trust_ca)} if trust_ca is not None else {}),
     }
     log = persist_dir / "wrangler.log"
-    with log.open("w") as log_file:
-        process = subprocess.Popen(
-            command,
-            cwd=EDGE_DIR,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    edge = Edge(f"http://127.0.0.1:{port}", log, process.pid)
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not _answers(edge.base + "/health"):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the Edge did not start: {log.read_text(errors='replace')[-3000:]}")
-            time.sleep(0.2)  # polling the Edge's start, bounded by the deadline above
-        yield edge
-    finally:
-        _stop_group(process)
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        port = _free_port()
+        command = [str(WRANGLER), "dev", "--local", "--ip", "127.0.0.1", "--port", str(port)]
+        command += ["--inspector-port", str(_free_port()), *options]
+        with log.open("w") as log_file:
+            process = subprocess.Popen(
+                command,
+                cwd=EDGE_DIR,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        edge = Edge(f"http://127.0.0.1:{port}", log, process.pid)
+        try:
+            if _started(edge, process):
+                yield edge
+                return
+            output = log.read_text(errors="replace")
+            if "Address already in use" not in output or attempt == PORT_ATTEMPTS:
+                raise RuntimeError(f"the Edge did not start: {output[-3000:]}")
+        finally:
+            _stop_group(process)
+
+
+#: The free port the harness picked may be taken by another process before wrangler binds it.
+PORT_ATTEMPTS = 3
+
+
+def _started(edge: Edge, process: subprocess.Popen[bytes]) -> bool:
+    """Wait until the Edge answers /health (True) or wrangler exits (False)."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not _answers(edge.base + "/health"):
+        if process.poll() is not None:
+            return False
+        if time.monotonic() > deadline:
+            output = edge.log.read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"the Edge did not answer within {START_TIMEOUT_S:g} s: {output}")
+        time.sleep(0.2)  # polling the Edge's start, bounded by the deadline above
+    return True
 
 
 def _stop_group(process: subprocess.Popen[bytes]) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import re
+import socket
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -15,6 +16,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
+from tests import edge_harness
 from tests.edge_harness import ADMIN_SECRET, EDGE_HMAC_KEY, Edge, live_group_members, running_edge
 
 
@@ -205,3 +207,18 @@ def test_without_its_secrets_the_edge_refuses_to_pair(tmp_path: Path) -> None:
             assert "ADMIN_SECRET" not in answer.json()["error"]["message"]
     # The harness stops wrangler, workerd and esbuild: their whole process group.
     assert live_group_members(unconfigured.process_group) == []
+
+
+@pytest.mark.slow
+def test_the_harness_retries_a_port_taken_before_wrangler_binds_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        ports = iter([taken.getsockname()[1]])
+        free_port = edge_harness._free_port
+        monkeypatch.setattr(edge_harness, "_free_port", lambda: next(ports, None) or free_port())
+        with running_edge(tmp_path) as edge:
+            assert edge.get("/health").status_code == 200
+            assert edge.base != f"http://127.0.0.1:{taken.getsockname()[1]}"
