@@ -354,6 +354,21 @@ def test_refresh_rotates_and_reuse_of_a_rotated_token_revokes_the_grant(
     assert tokens.grant_id not in {grant["grant_id"] for grant in grants}
 
 
+def test_a_forged_refresh_token_does_not_revoke_the_grant(edge: Edge, device: dict[str, Any]) -> None:
+    """Only a token the Edge issued counts as reused: one made up from a grant's public parts
+    (`<user>:<grant>:` is in every token of the grant) is refused and revokes nothing."""
+    tokens = connect_connector(edge, device)
+    user, grant, _ = tokens.refresh.split(":")
+    forged = token(
+        edge, grant_type="refresh_token", refresh_token=f"{user}:{grant}:forged", client_id=tokens.client_id
+    )
+    assert forged.status_code == 400
+    assert forged.json()["error"] == "invalid_grant"
+    assert call_mcp(edge, tokens.access).status_code != 401
+    real = token(edge, grant_type="refresh_token", refresh_token=tokens.refresh, client_id=tokens.client_id)
+    assert real.status_code == 200, real.text
+
+
 def test_a_revoked_grant_stops_working_at_the_next_call(edge: Edge, device: dict[str, Any]) -> None:
     tokens = connect_connector(edge, device)
     assert call_mcp(edge, tokens.access).status_code != 401

@@ -1,9 +1,9 @@
 /**
  * OAuth 2.1 for MCP connectors, on @cloudflare/workers-oauth-provider: the library serves RFC 8414
  * metadata, RFC 9728 protected-resource metadata for /mcp (and the 401 challenge pointing at it),
- * dynamic client registration, client ID metadata documents, the token endpoint (authorization code with PKCE S256 only: the
- * library refuses `plain` and has no option to allow it), audience binding of every token to the
- * /mcp resource, and token validation for /mcp. Ours: the authorize page (src/consent.ts) and
+ * dynamic client registration, client ID metadata documents, the token endpoint (authorization
+ * code with PKCE S256 only: the library refuses `plain` and has no option to allow it), audience
+ * binding of every token to the /mcp resource, and token validation for /mcp. Ours: the authorize page (src/consent.ts) and
  * strict refresh-token rotation (below).
  */
 
@@ -71,11 +71,15 @@ export function originOf(request: Request): string {
 }
 
 const providers = new Map<string, OAuthProvider<Env>>();
+/** A deployment answers at one or two origins (workers.dev, a custom domain). */
+const MAX_CACHED_ORIGINS = 8;
 
 /** The provider for `origin`, built once per isolate (its options are fixed per origin). */
 export function providerFor(origin: string, defaultHandler: ExportedHandler<Env>): OAuthProvider<Env> {
   let provider = providers.get(origin);
   if (provider === undefined) {
+    // The origin comes from the Host header; a flood of made-up hosts must not grow this forever.
+    if (providers.size >= MAX_CACHED_ORIGINS) providers.clear();
     provider = new OAuthProvider<Env>(oauthOptions(origin, defaultHandler));
     providers.set(origin, provider);
   }
@@ -106,9 +110,10 @@ function grantOf(token: string): { userId: string; grantId: string } | null {
  * keeps the previous one valid (a grace for a lost response) and refuses older ones without
  * touching the grant. OAuth 2.1 (section 4.3.1) asks more of public clients: a refresh token
  * works once, and a second use means it leaked, so the whole grant (every token of its family)
- * is revoked. The registry (one Durable Object, calls one at a time) holds each grant's current
- * refresh token hash:
- * 1. a refresh with a token that is not the grant's current one revokes the grant: invalid_grant;
+ * is revoked. The registry (one Durable Object, calls one at a time) holds the hashes of each
+ * grant's current and earlier refresh tokens:
+ * 1. a refresh with one of the grant's earlier tokens revokes the grant: invalid_grant (a token
+ *    it never issued revokes nothing: the library refuses it);
  * 2. the current one is consumed before the library runs (two parallel uses: the second is reuse);
  * 3. the refresh token the library answers becomes the grant's current one; should the library
  *    refuse the refresh (a wrong client_id, another resource), nothing rotated and the presented

@@ -72,6 +72,18 @@ const DEVICE_PREFIX = "device:";
 const CONSENT_PREFIX = "consent:";
 const REFRESH_PREFIX = "refresh:";
 const GRANT_USE_PREFIX = "grant-use:";
+/** Earlier refresh tokens remembered per grant: three weeks of hourly refreshes, 32 KB of hashes
+ * (a Durable Object value may hold 128 KiB); a token rotated away longer ago is refused by the
+ * library all the same, only without revoking the grant. */
+const REFRESH_CHAIN_KEPT = 500;
+
+/** A grant's refresh tokens (SHA-256, hex): the current one, or the one a call is consuming,
+ * and the earlier ones (oldest first). */
+interface RefreshChain {
+  current?: string;
+  consumed?: string;
+  previous: string[];
+}
 
 export class EdgeRegistry extends DurableObject<Env> {
   /** Seconds since the epoch, shifted by the test clock offset (0 outside tests). */
@@ -87,28 +99,42 @@ export class EdgeRegistry extends DurableObject<Env> {
 
   /**
    * Consume a grant's refresh token (src/oauth.ts, strict rotation): "current" when `tokenHash` is
-   * the grant's current one (it is used up now), "reused" when the grant has another one (this
-   * one was rotated away or already consumed), "unknown" for a grant this registry never saw.
+   * the grant's current one (it is used up now); "reused" when it is one this grant was issued
+   * before (rotated away, or consumed by a call still running); "unknown" for anything else, a
+   * grant this registry never saw or a made-up token (the library refuses it, nothing is revoked:
+   * the grant's id is in every token of it, so a made-up token proves no leak).
    */
   async consumeRefreshToken(grantId: string, tokenHash: string): Promise<"current" | "reused" | "unknown"> {
     const key = REFRESH_PREFIX + grantId;
-    const current = await this.ctx.storage.get<string>(key);
-    if (current === undefined) return "unknown";
-    if (current !== tokenHash) return "reused";
-    await this.ctx.storage.put(key, `consumed:${tokenHash}`);
-    return "current";
+    const chain = await this.ctx.storage.get<RefreshChain>(key);
+    if (chain === undefined) return "unknown";
+    if (chain.current === tokenHash) {
+      await this.ctx.storage.put(key, { previous: chain.previous, consumed: tokenHash } satisfies RefreshChain);
+      return "current";
+    }
+    return chain.consumed === tokenHash || chain.previous.includes(tokenHash) ? "reused" : "unknown";
   }
 
   /** The library refused a refresh with the grant's current token (a bad client_id, say): the
    * token was not rotated, so it is current again unless another call used it meanwhile. */
   async restoreRefreshToken(grantId: string, tokenHash: string): Promise<void> {
     const key = REFRESH_PREFIX + grantId;
-    if ((await this.ctx.storage.get<string>(key)) === `consumed:${tokenHash}`) await this.ctx.storage.put(key, tokenHash);
+    const chain = await this.ctx.storage.get<RefreshChain>(key);
+    if (chain?.consumed === tokenHash) {
+      await this.ctx.storage.put(key, { previous: chain.previous, current: tokenHash } satisfies RefreshChain);
+    }
   }
 
-  /** The refresh token the library just issued for `grantId` is its current one. */
+  /** The refresh token the library just issued for `grantId` is its current one; the consumed one
+   * joins the grant's earlier tokens. */
   async recordRefreshToken(grantId: string, tokenHash: string): Promise<void> {
-    await this.ctx.storage.put(REFRESH_PREFIX + grantId, tokenHash);
+    const key = REFRESH_PREFIX + grantId;
+    const chain = await this.ctx.storage.get<RefreshChain>(key);
+    const previous = [...(chain?.previous ?? []), ...(chain?.consumed === undefined ? [] : [chain.consumed])];
+    await this.ctx.storage.put(key, {
+      previous: previous.slice(-REFRESH_CHAIN_KEPT),
+      current: tokenHash,
+    } satisfies RefreshChain);
   }
 
   /** A revoked grant's refresh and use records go with it. */
