@@ -12,6 +12,7 @@ import json
 import re
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
@@ -117,6 +118,10 @@ def poll(edge: Edge, consent: Consent) -> dict[str, Any]:
 
 def token(edge: Edge, **form: str) -> httpx2.Response:
     return edge.post("/token", data=form)
+
+
+def refresh_with(edge: Edge, refresh_token: str, client_id: str) -> httpx2.Response:
+    return token(edge, grant_type="refresh_token", refresh_token=refresh_token, client_id=client_id)
 
 
 @dataclass
@@ -352,6 +357,24 @@ def test_refresh_rotates_and_reuse_of_a_rotated_token_revokes_the_grant(
     assert call_mcp(edge, rotated["access_token"]).status_code == 401
     grants = edge.control(device["device_id"], "grant.list")["result"]["grants"]
     assert tokens.grant_id not in {grant["grant_id"] for grant in grants}
+
+
+def test_two_parallel_uses_of_one_refresh_token_revoke_the_grant(edge: Edge, device: dict[str, Any]) -> None:
+    """A refresh token works once even when both uses arrive together: the second is a reuse."""
+    tokens = connect_connector(edge, device)
+
+    def refresh(_: int) -> httpx2.Response:
+        return refresh_with(edge, tokens.refresh, tokens.client_id)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        answers = list(pool.map(refresh, range(2)))
+    assert sorted(answer.status_code for answer in answers)[-1] == 400
+    assert call_mcp(edge, tokens.access).status_code == 401
+    for answer in answers:
+        if answer.status_code == 200:
+            issued = answer.json()
+            assert call_mcp(edge, issued["access_token"]).status_code == 401
+            assert refresh_with(edge, issued["refresh_token"], tokens.client_id).status_code == 400
 
 
 def test_a_forged_refresh_token_does_not_revoke_the_grant(edge: Edge, device: dict[str, Any]) -> None:
