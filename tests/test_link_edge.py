@@ -247,13 +247,23 @@ def reconnected_times(link: EdgeLink, count: int) -> bool:
 
 
 def test_a_connection_that_lived_long_enough_resets_the_backoff(tmp_path: Path) -> None:
-    timing = RecordedReconnect(first_s=0.1, max_s=5, stable_after_s=0)
+    timing = RecordedReconnect(first_s=0.1, max_s=5, stable_after_s=0.3)
     with EdgeStandIn() as edge, linked(tmp_path, edge, None, reconnect=timing, draw=lambda: 0.0) as world:
         for number in (1, 2, 3):
             wait_until(functools.partial(connected_times, edge, world.link, number), f"connection {number}")
+            # Two heartbeats of the link (every 0.2 s) on this connection: it lived over 0.3 s.
+            wait_until(functools.partial(beats_on, edge, number, 2), f"two heartbeats on connection {number}")
             edge.close_current()
             wait_until(functools.partial(reconnected_times, world.link, number), f"reconnect {number}")
         assert timing.delays[:3] == [0.1, 0.1, 0.1]  # never 0.2, 0.4: each connection lived long enough
+        # Attempts that fail do not reset it: they double.
+        edge.stop()
+        wait_until(functools.partial(reconnected_times, world.link, 5), "two more attempts")
+        assert timing.delays[4] == 2 * timing.delays[3]
+
+
+def beats_on(edge: EdgeStandIn, connection: int, count: int) -> bool:
+    return len([item for item in edge.of_type("heartbeat") if item.connection == connection]) >= count
 
 
 def test_an_oversized_frame_from_the_edge_closes_1009(tmp_path: Path) -> None:

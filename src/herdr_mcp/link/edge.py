@@ -216,6 +216,7 @@ class EdgeLink:
         self._thread = threading.Thread(target=self._run, name="link-edge", daemon=True)
         self._ready = threading.Event()
         self._draining = threading.Event()
+        self._opened_at: float | None = None
 
     # -- from other threads -------------------------------------------------------------------
 
@@ -286,16 +287,21 @@ class EdgeLink:
         failures = 0
         while not self._stopping.is_set():
             self._set(state="connecting")
-            lived = 0.0
+            self._opened_at = None
             try:
-                lived = await self._connection()
+                await self._connection()
             except (OSError, TimeoutError, websockets.WebSocketException, FrameInvalid) as exc:
                 self._set(last_error=_describe(exc))
                 log.warning("Edge connection: %s", _describe(exc))
+            except Exception as exc:  # a bug must not end the Edge side for good: log it, reconnect
+                self._set(last_error=_describe(exc))
+                log.exception("Edge connection failed unexpectedly")
             self._set(state="disconnected", connection_id=None)
             if self._stopping.is_set():
                 break
-            failures = 0 if lived >= self._reconnect.stable_after_s else failures
+            opened = self._opened_at
+            if opened is not None and self._clock() - opened >= self._reconnect.stable_after_s:
+                failures = 0
             delay = self._reconnect.delay(failures, self._draw())
             failures += 1
             with self._lock:
@@ -304,8 +310,8 @@ class EdgeLink:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), delay)
 
-    async def _connection(self) -> float:
-        """One connection, from dialling to its end; how long it lived after `hello_ack`."""
+    async def _connection(self) -> None:
+        """One connection, from dialling to its end (`_opened_at`: when its `hello_ack` came)."""
         async with connect(
             self._device.connect_url,
             additional_headers={"Authorization": self._device.authorization},
@@ -321,7 +327,7 @@ class EdgeLink:
             hello = {"type": "hello", "protocol": PROTOCOL, "device_id": self._device.device_id}
             await ws.send(encode({**hello, "link_version": __version__, "runtime": identity}))
             ack = await self._hello_ack(ws)
-            opened = self._clock()
+            self._opened_at = self._clock()
             self._ws = ws
             self._set(state="connected", connection_id=ack.connection_id, last_hello_ack=_now())
             stop = asyncio.create_task(self._stopping.wait())
@@ -343,7 +349,6 @@ class EdgeLink:
             finally:
                 self._ws = None
                 self._orphan_all()
-            return self._clock() - opened
 
     async def _hello_ack(self, ws: ClientConnection) -> HelloAck:
         try:
