@@ -407,6 +407,27 @@ def test_a_deadline_gone_before_sending_is_not_delivered(tmp_path: Path, generat
         assert generation.calls == []
 
 
+def test_a_bug_while_serving_a_call_is_answered_and_the_link_goes_on(
+    tmp_path: Path,
+    generation: ToolGeneration,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken(*_: object) -> tuple[str, int, bytes]:
+        raise KeyError("a bug")
+
+    with EdgeStandIn() as edge, linked(tmp_path, edge, generation) as world:
+        connected(world.link)
+        monkeypatch.setattr(world.handler.forwarder, "exchange", broken)
+        edge.send(request("b1", "echo", {}))
+        answer = answer_to(edge, "b1")
+        assert (answer["code"], answer["delivery_state"]) == ("link_internal_error", "delivery_unknown")
+        assert "serving tool_request b1 failed" in caplog.text
+        monkeypatch.undo()
+        edge.send(request("b2", "echo", {}))
+        assert answer_to(edge, "b2")["type"] == "tool_result"
+
+
 def test_a_call_in_flight_when_the_connection_drops_is_abandoned_not_resent(
     tmp_path: Path, generation: ToolGeneration
 ) -> None:

@@ -150,8 +150,6 @@ class _Call:
     cancelled: threading.Event = field(default_factory=threading.Event)
     #: The connection it came on is gone: nothing more is sent for it.
     orphaned: bool = False
-    #: It was handed to the router (from here on it may have run).
-    handed: bool = False
 
 
 class _CallWatch(ClientWatch):
@@ -433,6 +431,11 @@ class EdgeLink:
             outcome = await loop.run_in_executor(self._executor, self._call, frame, call, cap)
         except RuntimeError:  # the executor shut down: the link is stopping
             return
+        except Exception:  # a bug: the Edge still gets an answer, not a wait until the deadline
+            log.exception("serving tool_request %s failed", frame.id)
+            outcome = _error(
+                frame.id, "link_internal_error", "the link failed; it may have run", "delivery_unknown"
+            )
         finally:
             self._calls.pop(frame.id, None)
             finished.append(frame.id)
@@ -479,7 +482,6 @@ class EdgeLink:
             (b"mcp-method", b"tools/call"),
             (b"mcp-name", frame.tool.encode()),
         ]
-        call.handed = True
         try:
             _, status, data = self._forwarder.exchange(
                 headers, json.dumps(body).encode(), _CallWatch(call), MAX_RESULT_BYTES
