@@ -163,6 +163,7 @@
         ps.httptools
         ps.rich
         v.tomli-w
+        ps.websockets
       ];
 
       herdrMcpFor =

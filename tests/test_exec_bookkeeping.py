@@ -16,14 +16,20 @@ import pytest
 
 from herdr_mcp.runtime.exec_sessions import ExecSessions
 from herdr_mcp.runtime.exec_sessions.processes import SESSION_ENV, ProcessTable, process_identity, start_ticks
-from tests.waiting import wait_until_async
+from tests.waiting import wait_until, wait_until_async
 
 
 def _sleeper(session_id: str | None = None) -> subprocess.Popen[bytes]:
     env = dict(os.environ)
     if session_id is not None:
         env[SESSION_ENV] = session_id
-    return subprocess.Popen(["sleep", "300"], env=env, start_new_session=True)
+    process = subprocess.Popen(["sleep", "300"], env=env, start_new_session=True)
+    if session_id is not None and sys.platform == "linux":
+        # Popen returns once exec has closed the error pipe, which the kernel does before it lays
+        # out the new environment: for a moment /proc/<pid>/environ reads empty (seen under load).
+        marker = f"{SESSION_ENV}={session_id}".encode()
+        wait_until(lambda: marker in Path(f"/proc/{process.pid}/environ").read_bytes(), "the exec to finish")
+    return process
 
 
 @pytest.fixture

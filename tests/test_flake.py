@@ -37,6 +37,7 @@ NIX_ATTRIBUTES = {
     "httptools": "ps.httptools",
     "rich": "ps.rich",
     "tomli-w": "v.tomli-w",
+    "websockets": "ps.websockets",
 }
 _REQUIREMENT = re.compile(r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^]]*\])?\s*(?P<spec>[^;]*)")
 
