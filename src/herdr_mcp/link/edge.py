@@ -28,8 +28,8 @@ local path never waits on it.
 7. Stopping (SIGTERM): new `tool_request`s are answered `link_stopping` (`not_delivered`), the
    calls in flight get the link's grace, then the connection closes 1001.
 
-No proxy is used for the Edge yet (`proxy=None`): a workstation that reaches the Internet only
-through a proxy cannot connect (docs/updater.md, "The link and the Edge").
+No proxy is used for the Edge yet (`proxy=None` where websockets has proxies): a workstation that
+reaches the Internet only through a proxy cannot connect (docs/updater.md, "The link and the Edge").
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import inspect
 import json
 import logging
 import random
@@ -83,6 +84,11 @@ FINISHED_IDS = 1024
 #: A control request (connector consent and grants) the Edge does not answer within this fails.
 CONTROL_TIMEOUT_S = 15.0
 CONTROL_METHODS = ("consent.list", "consent.approve", "consent.deny", "grant.list", "grant.revoke")
+#: websockets 15 added proxies, on by default from the environment; the link takes none (module
+#: docstring). Version 14, which pyproject.toml allows, has none and refuses the argument.
+_NO_PROXY: dict[str, Any] = (
+    {"proxy": None} if "proxy" in inspect.signature(connect.__init__).parameters else {}
+)
 _TOOL_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./")
 
 
@@ -315,7 +321,7 @@ class EdgeLink:
             additional_headers={"Authorization": self._device.authorization},
             user_agent_header=f"herdr-mcp-link/{__version__}",
             compression=None,
-            proxy=None,
+            **_NO_PROXY,
             open_timeout=self._open_timeout_s,
             ping_interval=None,  # the protocol's heartbeats do this
             max_size=MAX_FRAME_BYTES,  # a larger frame closes 1009
