@@ -118,7 +118,9 @@ def test_children_that_left_the_group_are_found_and_killed(
             result = await sessions.run(workdir, command, 10_000)
             child = escaped_pid(workdir) if command == DOUBLE_FORK else int(result["stdout"])
             pids.append(child)
-            assert os.getpgid(child) != shell_pid(tmp_path / "spool", result["session_id"])
+            # `echo $!` may print before the child has called setsid: wait for it to leave the group.
+            shell = shell_pid(tmp_path / "spool", result["session_id"])
+            await wait_until_async(lambda: os.getpgid(child) != shell, "the child to leave the shell's group")
             assert result["completed"] is True
             await wait_until_async(
                 lambda: sessions.read(result["session_id"]).get("descendant_pids") == [child],
