@@ -41,7 +41,7 @@ from herdr_mcp.generations import (
     rollback,
 )
 from herdr_mcp.generations.cli import main as generation_main
-from herdr_mcp.link.router import STATUS_POLL_S
+from herdr_mcp.link.pointer import STATUS_POLL_S
 from herdr_mcp.link.upstream import UpstreamPool
 from tests.link_harness import (
     LINK_TOKEN,

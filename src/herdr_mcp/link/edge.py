@@ -66,10 +66,13 @@ from herdr_mcp.link.edge_frames import (
     HelloAck,
     ToolRequest,
     encode,
+    jsonrpc_answer,
     parse_frame,
     result_frames,
+    tool_error_frame,
 )
-from herdr_mcp.link.router import LinkRefusal, McpForwarder, Pointer, UpstreamBroken
+from herdr_mcp.link.pointer import Pointer
+from herdr_mcp.link.router import LinkRefusal, McpForwarder, UpstreamBroken
 from herdr_mcp.link.upstream import ClientGone, ClientWatch
 
 log = logging.getLogger("herdr_mcp.link.edge")
@@ -409,13 +412,13 @@ class EdgeLink:
 
     def _start_call(self, ws: ClientConnection, frame: ToolRequest, finished: deque[str], cap: int) -> None:
         if frame.id in self._calls or frame.id in finished:
-            error = _tool_error(
+            error = tool_error_frame(
                 frame.id, "request_id_in_use", "this id was already used on this connection", "not_delivered"
             )
             self._spawn(_send(ws, [error]))
             return
         if self._draining.is_set():
-            error = _tool_error(
+            error = tool_error_frame(
                 frame.id, "link_stopping", "the link is stopping; send it again", "not_delivered"
             )
             self._spawn(_send(ws, [error]))
@@ -563,21 +566,8 @@ async def _send(ws: ClientConnection, frames: list[str]) -> None:
             await ws.send(text)
 
 
-def _tool_error(request_id: str, code: str, message: str, delivery_state: str) -> str:
-    return encode(
-        {
-            "type": "tool_error",
-            "id": request_id,
-            "code": code,
-            "message": message,
-            "retryable": delivery_state == "not_delivered",
-            "delivery_state": delivery_state,
-        }
-    )
-
-
 def _error(request_id: str, code: str, message: str, delivery_state: str) -> _Outcome:
-    return _Outcome([_tool_error(request_id, code, message, delivery_state)], delivery_state)
+    return _Outcome([tool_error_frame(request_id, code, message, delivery_state)], delivery_state)
 
 
 def _refused(request_id: str, refusal: LinkRefusal) -> _Outcome:
@@ -590,7 +580,7 @@ def _refused(request_id: str, refusal: LinkRefusal) -> _Outcome:
 
 def _answer(request_id: str, status: int, data: bytes, cap: int) -> _Outcome:
     """The generation's answer to the `tools/call` as frames (it ran: `delivered` either way)."""
-    message = _jsonrpc_answer(data)
+    message = jsonrpc_answer(data)
     if message is None:
         return _error(
             request_id,
@@ -604,24 +594,3 @@ def _answer(request_id: str, status: int, data: bytes, cap: int) -> _Outcome:
     error = message.get("error")
     text = error.get("message") if isinstance(error, dict) else None
     return _error(request_id, "runtime_refused", str(text or "the runtime refused the call"), "delivered")
-
-
-def _jsonrpc_answer(data: bytes) -> dict[str, Any] | None:
-    """The JSON-RPC answer in a JSON body or in the `data:` lines of an event stream."""
-    texts = (
-        [data]
-        if data.lstrip().startswith(b"{")
-        else [line[5:] for line in data.splitlines() if line.startswith(b"data:")]
-    )
-    for text in texts:
-        try:
-            message = json.loads(text)
-        except ValueError:
-            continue
-        if (
-            isinstance(message, dict)
-            and message.get("id") == 1
-            and ("result" in message or "error" in message)
-        ):
-            return message
-    return None

@@ -161,3 +161,38 @@ def result_frames(request_id: str, result: dict[str, Any], max_frame_bytes: int)
         )
         for index, piece in enumerate(slices)
     ]
+
+
+def tool_error_frame(request_id: str, code: str, message: str, delivery_state: str) -> str:
+    """A `tool_error` frame; only a call that was not delivered may be resent (`retryable`)."""
+    return encode(
+        {
+            "type": "tool_error",
+            "id": request_id,
+            "code": code,
+            "message": message,
+            "retryable": delivery_state == "not_delivered",
+            "delivery_state": delivery_state,
+        }
+    )
+
+
+def jsonrpc_answer(data: bytes) -> dict[str, Any] | None:
+    """The JSON-RPC answer in a JSON body or in the `data:` lines of an event stream."""
+    texts = (
+        [data]
+        if data.lstrip().startswith(b"{")
+        else [line[5:] for line in data.splitlines() if line.startswith(b"data:")]
+    )
+    for text in texts:
+        try:
+            message = json.loads(text)
+        except ValueError:
+            continue
+        if (
+            isinstance(message, dict)
+            and message.get("id") == 1
+            and ("result" in message or "error" in message)
+        ):
+            return message
+    return None

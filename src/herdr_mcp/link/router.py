@@ -1,7 +1,8 @@
 """The link's request handler: `/mcp` forwarded to a generation, `/health` about the link itself.
 
-It runs in the link's connection threads (link/server.py): the pointer, leases, session pins,
-token cache and upstream pool below are shared between them, each behind its own lock.
+It runs in the link's connection threads (link/server.py): the pointer, leases and session pins
+(link/pointer.py), the token cache and the upstream pool are shared between them, each behind
+its own lock.
 
 Routing, for each `/mcp` request, in this order:
 
@@ -45,25 +46,20 @@ import contextlib
 import hmac
 import json
 import logging
-import os
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from herdr_mcp.generations import (
-    ControlFile,
     Generation,
     GenerationError,
     GenerationStore,
-    StatusFile,
     TokenReader,
     default_token_reader,
 )
-from herdr_mcp.generations.gate import OBSERVING, recover_abandoned
+from herdr_mcp.link.pointer import ActivePointer, Leases, SessionPins
 from herdr_mcp.link.server import MAX_BODY_BYTES, ClientConnection, Request, error_body
 from herdr_mcp.link.upstream import (
     AnswerBroken,
@@ -77,12 +73,8 @@ from herdr_mcp.link.upstream import (
 
 log = logging.getLogger("herdr_mcp.link")
 
-#: How stale the active pointer may be: the status file is stat()ed at most this often.
-STATUS_POLL_S = 0.1
 #: A generation's bearer is re-read from its token file at most this often (and after a 401).
 TOKEN_RECHECK_S = 1.0
-#: The SDK's default session cap per runtime, for two generations.
-MAX_PINNED_SESSIONS = 2 * 10_000
 #: JSON-RPC "server error" range: the link's own failures.
 LINK_ERROR_CODE = -32000
 GENERATION_HEADER = "herdr-mcp-generation"
@@ -115,137 +107,6 @@ class LinkRefusal(Exception):
 
 class UpstreamBroken(Exception):
     """The generation broke its answer after the link had started relaying it."""
-
-
-# -- the active pointer -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Pointer:
-    """What the link last read: the status (with `active`) and the control file (endpoints)."""
-
-    control: ControlFile
-    status: StatusFile
-    error: str | None = None
-
-
-def _file_identity(path: Path) -> tuple[int, int, int] | None:
-    try:
-        info = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return info.st_ino, info.st_mtime_ns, info.st_size
-
-
-class ActivePointer:
-    """Follows `runtime-status.json` (and `runtime-control.json` for endpoints).
-
-    Both files are replaced atomically by their writers, so a changed inode, mtime or size means
-    a new version. They are stat()ed at most every `STATUS_POLL_S` and read only when one changed.
-    A file that fails to parse leaves the last good pointer in place (and `error` set): the
-    writers never write what they would not read back, so this is someone else's edit.
-
-    An interrupted activation. While the status says `outcome: observing`, each poll asks the gate
-    to repair an abandoned one (`recover_abandoned`: it takes the generations lock without
-    waiting, so a live activator, which holds it for the whole activation, is left alone and a
-    request never waits on the lock). A repair means the activator died mid-observation: new
-    requests go to the generation it put back at once. The repair is one small file write, done
-    once per interrupted activation.
-    """
-
-    def __init__(self, store: GenerationStore, clock: Callable[[], float] = time.monotonic) -> None:
-        self._store = store
-        self._clock = clock
-        self._checked_at: float | None = None
-        self._identity: tuple[object, object] | None = None
-        self._pointer = Pointer(ControlFile(), StatusFile())
-        self._lock = threading.Lock()
-
-    def current(self) -> Pointer:
-        with self._lock:
-            return self._current()
-
-    def _current(self) -> Pointer:
-        now = self._clock()
-        if self._checked_at is not None and now - self._checked_at < STATUS_POLL_S:
-            return self._pointer
-        self._checked_at = now
-        identity = (_file_identity(self._store.status_path), _file_identity(self._store.control_path))
-        if identity != self._identity:
-            self._identity = identity
-            try:
-                self._pointer = Pointer(self._store.read_control(), self._store.read_status())
-            except GenerationError as exc:
-                self._pointer = Pointer(self._pointer.control, self._pointer.status, exc.code)
-                log.warning("keeping the last good active pointer: %s", exc)
-        if self._pointer.status.outcome == OBSERVING:
-            self._check_interrupted()
-        return self._pointer
-
-    def _check_interrupted(self) -> None:
-        try:
-            repaired = recover_abandoned(self._store)
-        except GenerationError as exc:
-            log.warning("cannot check for an interrupted activation: %s", exc)
-            return
-        if repaired is None:
-            return
-        log.warning(
-            "an activation was interrupted (no process held the generations lock); rolled back to %s",
-            repaired.active,
-        )
-        self._pointer = Pointer(self._pointer.control, repaired, self._pointer.error)
-        self._identity = None  # re-read the files at the next poll
-
-
-# -- leases and sessions ----------------------------------------------------------------------
-
-
-class Leases:
-    """In-flight requests per generation."""
-
-    def __init__(self) -> None:
-        self._counts: dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    def take(self, generation: str) -> None:
-        with self._lock:
-            self._counts[generation] = self._counts.get(generation, 0) + 1
-
-    def give_back(self, generation: str) -> None:
-        with self._lock:
-            self._counts[generation] -= 1
-
-    def in_flight(self) -> dict[str, int]:
-        with self._lock:
-            return dict(sorted(self._counts.items()))
-
-
-class SessionPins:
-    """Legacy MCP session id -> the generation that created it (oldest forgotten past the cap)."""
-
-    def __init__(self, cap: int = MAX_PINNED_SESSIONS) -> None:
-        self._pins: OrderedDict[str, str] = OrderedDict()
-        self._cap = cap
-        self._lock = threading.Lock()
-
-    def pin(self, session: str, generation: str) -> None:
-        with self._lock:
-            self._pins[session] = generation
-            self._pins.move_to_end(session)
-            while len(self._pins) > self._cap:
-                self._pins.popitem(last=False)
-
-    def generation_of(self, session: str) -> str | None:
-        with self._lock:
-            return self._pins.get(session)
-
-    def forget(self, session: str) -> None:
-        with self._lock:
-            self._pins.pop(session, None)
-
-    def __len__(self) -> int:
-        return len(self._pins)
 
 
 # -- the /mcp endpoint ------------------------------------------------------------------------
