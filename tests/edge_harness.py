@@ -125,10 +125,14 @@ def _answers(url: str) -> bool:
 
 @contextlib.contextmanager
 def running_edge(
-    persist_dir: Path, extra_vars: dict[str, str] | None = None, trust_ca: Path | None = None
+    persist_dir: Path,
+    extra_vars: dict[str, str] | None = None,
+    trust_ca: Path | None = None,
+    port: int | None = None,
 ) -> Iterator[Edge]:
     """The Worker under `wrangler dev --local` on a free loopback port, until the block ends.
-    `trust_ca`: the only CA workerd trusts for the Worker's outbound https (a test server's)."""
+    `trust_ca`: the only CA workerd trusts for the Worker's outbound https (a test server's).
+    `port`: this port instead of a free one (an Edge restarted where its link dials)."""
     ensure_edge_packages()
     variables = {
         "ADMIN_SECRET": ADMIN_SECRET,
@@ -159,8 +163,8 @@ def running_edge(
     }
     log = persist_dir / "wrangler.log"
     for attempt in range(1, PORT_ATTEMPTS + 1):
-        port = _free_port()
-        command = [str(WRANGLER), "dev", "--local", "--ip", "127.0.0.1", "--port", str(port)]
+        listen = port if port is not None else _free_port()
+        command = [str(WRANGLER), "dev", "--local", "--ip", "127.0.0.1", "--port", str(listen)]
         command += ["--inspector-port", str(_free_port()), *options]
         with log.open("w") as log_file:
             process = subprocess.Popen(
@@ -172,7 +176,7 @@ def running_edge(
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        edge = Edge(f"http://127.0.0.1:{port}", log, process.pid)
+        edge = Edge(f"http://127.0.0.1:{listen}", log, process.pid)
         try:
             if _started(edge, process):
                 yield edge
