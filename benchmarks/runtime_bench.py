@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.runtime_harness import make_repo, running_runtime
 
+from benchmarks.timing import interleaved, percentile
 from herdr_mcp.local_http import local_async_client
 from herdr_mcp.sim import SimConfig, SimulatorThread
 
@@ -77,27 +78,6 @@ async def _timed(call: Callable[[], Awaitable[Any]], count: int, warmup: int) ->
     return samples
 
 
-async def _interleaved(
-    calls: list[Callable[[], Awaitable[Any]]], count: int, warmup: int
-) -> list[list[float]]:
-    """Time the calls in turn, round after round, so drift in machine load hits all alike."""
-    for _ in range(warmup):
-        for call in calls:
-            await call()
-    samples: list[list[float]] = [[] for _ in calls]
-    for _ in range(count):
-        for call, bucket in zip(calls, samples, strict=True):
-            start = time.perf_counter()
-            await call()
-            bucket.append((time.perf_counter() - start) * 1000)
-    return samples
-
-
-def _p(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 async def _client_session(stack: contextlib.AsyncExitStack, url: str, token: str) -> Client:
     http = await stack.enter_async_context(
         local_async_client(headers={"Authorization": f"Bearer {token}"}, timeout=120)
@@ -130,7 +110,7 @@ async def _measure(args: argparse.Namespace, runtime: Client, echo: Client, repo
     idle_rss = _rss_kib(pid)
 
     rows = []
-    echo_samples, read_samples, list_samples = await _interleaved(
+    echo_samples, read_samples, list_samples = await interleaved(
         [
             lambda: ok(echo, "echo", {"text": payload}),
             lambda: ok(runtime, "herdr_fs_read", read_args),
@@ -143,7 +123,12 @@ async def _measure(args: argparse.Namespace, runtime: Client, echo: Client, repo
     for name, samples in (("echo (peer)", echo_samples), ("herdr_fs_read 4KiB", read_samples),
                           ("herdr_fs_list", list_samples)):  # fmt: skip
         rows.append(
-            (name, statistics.median(samples), _p(samples, 0.95), statistics.median(samples) / echo_p50)
+            (
+                name,
+                statistics.median(samples),
+                percentile(samples, 0.95),
+                statistics.median(samples) / echo_p50,
+            )
         )
     print(f"\n== tools/call latency over Streamable HTTP ({args.calls} calls each, ms)")
     print(f"{'call':<22}{'p50':>9}{'p95':>9}{'p50 / echo':>13}")

@@ -20,7 +20,6 @@ import contextlib
 import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -33,30 +32,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.npm_tools import FILESYSTEM_SERVER, npm_program
 from tests.runtime_harness import make_repo
 
+from benchmarks.timing import interleaved, percentile
+
 BENCHMARKS = Path(__file__).resolve().parent
 TARGET_RATIO = 1.2
 CONTENT = b"0123456789abcde\n" * 256  # 4 KiB
-
-
-async def _interleaved(
-    calls: list[Callable[[], Awaitable[Any]]], count: int, warmup: int
-) -> list[list[float]]:
-    """Time the calls in turn, round after round, so drift in machine load hits all alike."""
-    for _ in range(warmup):
-        for call in calls:
-            await call()
-    samples: list[list[float]] = [[] for _ in calls]
-    for _ in range(count):
-        for call, bucket in zip(calls, samples, strict=True):
-            start = time.perf_counter()
-            await call()
-            bucket.append((time.perf_counter() - start) * 1000)
-    return samples
-
-
-def _p(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 async def measure(args: argparse.Namespace, repo: Path, config_dir: Path) -> None:
@@ -94,14 +74,14 @@ async def measure(args: argparse.Namespace, repo: Path, config_dir: Path) -> Non
             return once
 
         names = list(servers)
-        samples = await _interleaved([call(name) for name in names], args.calls, args.warmup)
+        samples = await interleaved([call(name) for name in names], args.calls, args.warmup)
     p50 = {name: statistics.median(bucket) for name, bucket in zip(names, samples, strict=True)}
     print(
         f"== tools/call over stdio, same SDK client ({args.calls} calls each after {args.warmup} warm-up, ms)"
     )
     print(f"{'server':<18}{'call':<24}{'p50':>8}{'p95':>8}")
     for name, bucket in zip(names, samples, strict=True):
-        print(f"{name:<18}{calls[name][0] + ' 4KiB':<24}{p50[name]:>8.3f}{_p(bucket, 0.95):>8.3f}")
+        print(f"{name:<18}{calls[name][0] + ' 4KiB':<24}{p50[name]:>8.3f}{percentile(bucket, 0.95):>8.3f}")
     ratio = p50["herdr-mcp stdio"] / p50["reference (npm)"]
     print(f"herdr_fs_read / reference read_text_file p50: {ratio:.2f} (target <= {TARGET_RATIO})")
     print(f"herdr_fs_read / SDK echo p50:                 {p50['herdr-mcp stdio'] / p50['SDK echo']:.2f}")
