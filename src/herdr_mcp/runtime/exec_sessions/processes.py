@@ -120,6 +120,11 @@ def _read_proc(pid: int | str, name: str, *, whole: bool) -> bytes | None:
         os.close(fd)
 
 
+def _is_kernel_thread(pid: int) -> bool:
+    fields = _stat_fields(pid)
+    return fields is None or int(fields[6]) & _PF_KTHREAD != 0
+
+
 def _stat_fields(pid: int | str) -> list[bytes] | None:
     """The fields of /proc/<pid>/stat after the command name: state, ppid, pgrp, session, ..."""
     text = _read_proc(pid, "stat", whole=False)
@@ -128,10 +133,29 @@ def _stat_fields(pid: int | str) -> list[bytes] | None:
     return text[text.rfind(b")") + 2 :].split()
 
 
+#: PF_KTHREAD in the flags of /proc/<pid>/stat: a kernel thread, whose environment is always empty.
+_PF_KTHREAD = 0x00200000
+#: Reads of an empty environment of a user process before it counts as unmarked.
+_EXEC_REREADS = 50
+
+
 def _marker(pid: int) -> str | None:
-    """The session id in the environment process `pid` started with, if any."""
+    """The session id in the environment process `pid` started with, if any.
+
+    A process in the middle of execve has an empty /proc/<pid>/environ for a moment (the kernel
+    lays out the new environment after the old image is gone): a descendant read then would be
+    missed for good once its session is judged finished (seen with `setsid -f sh -c '...; exec
+    sleep'`). So an empty environment of a user process is read again until it fills in; only a
+    kernel thread's, or one still empty after the rereads (a process started with `env -i`), is
+    taken as it is.
+    """
     environ = _read_proc(pid, "environ", whole=True)
-    if environ is None:
+    for _ in range(_EXEC_REREADS):
+        if environ != b"" or _is_kernel_thread(pid):
+            break
+        os.sched_yield()
+        environ = _read_proc(pid, "environ", whole=True)
+    if not environ:
         return None
     for entry in environ.split(b"\0"):
         if entry.startswith(_MARKER_PREFIX):
