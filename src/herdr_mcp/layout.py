@@ -20,6 +20,9 @@ drift between a writer and its readers (the runtime token's path was built in fo
     dev-plane.json          present while a DEV generation is in charge
     edge-device.json        the Edge this workstation is paired with: device id and secret (0600,
                             fails closed; `link/edge_device.py`)
+    ipc/                    0700: the runtimes' Unix sockets for the native host (0600):
+                            runtime.sock (a runtime without generations), <generation>.sock
+                            (one per generation; `browser_ipc.active_socket` picks the active one)
 
 How each small record is read and written, and whether a bad one fails open or closed, is
 `records.py`; the fail rule is declared where each record is defined.
@@ -57,6 +60,8 @@ SERVICES_FILE = "services.json"
 SERVICE_ROLLBACK_FILE = "service-rollback.json"
 DEV_PLANE_FILE = "dev-plane.json"
 EDGE_DEVICE_FILE = "edge-device.json"
+IPC_DIR = "ipc"
+RUNTIME_SOCKET = "runtime.sock"
 
 
 def default_config_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -143,3 +148,16 @@ class Layout:
     @property
     def edge_device_file(self) -> Path:
         return self.config_dir / EDGE_DEVICE_FILE
+
+    @property
+    def ipc_dir(self) -> Path:
+        return self.config_dir / IPC_DIR
+
+    @property
+    def runtime_socket(self) -> Path:
+        """The Unix socket of a runtime started without generations (`serve`'s default)."""
+        return self.ipc_dir / RUNTIME_SOCKET
+
+    def generation_socket(self, generation: str) -> Path:
+        """The Unix socket of the runtime of `generation` (a checked generation id)."""
+        return self.ipc_dir / f"{generation}.sock"
