@@ -4,9 +4,9 @@ again on the same port with the same --persist-to directory. The paired device s
 the persisted KV), the link reconnects on its own within 10 s of the Edge answering again, and the
 next tools/call through /mcp is served by the runtime.
 
-The 10 s hold because the link's backoff (1 s doubling, 0-50 % added; docs/edge-protocol.md) has
-grown only as far as the Edge's downtime: the wait after the Edge is back is measured and named in
-the failure message when it is not.
+The 10 s hold because the link's backoff (1 s doubling to a 6 s cap, 0-50 % added, so at most 9 s;
+docs/edge-protocol.md) bounds the wait after the Edge is back, however long it was away; the wait
+is measured and named in the failure message when it is over 10 s.
 """
 
 from __future__ import annotations

@@ -37,10 +37,11 @@ from tests.edge_standin import (
     pairing_edge,
 )
 from tests.link_harness import LINK_TOKEN, running_link, store_active
+from tests.logging_proxy import LoggingProxy, proxy_env
 from tests.waiting import wait_until
 
 #: Reconnects within a test's patience.
-FAST = Reconnect(first_s=0.05, max_s=0.4)
+FAST = Reconnect(first_s=0.05, max_s=0.4, refused_s=0.2)
 
 
 @dataclass
@@ -53,8 +54,8 @@ class Linked:
     config_dir: Path
 
 
-def _device(edge: EdgeStandIn, secret: str = DEVICE_SECRET) -> EdgeDevice:
-    return EdgeDevice(edge.url, DEVICE_ID, secret, "test-host", "2026-12-01T00:00:00Z")
+def _device(edge: EdgeStandIn, secret: str = DEVICE_SECRET, edge_url: str | None = None) -> EdgeDevice:
+    return EdgeDevice(edge_url or edge.url, DEVICE_ID, secret, "test-host", "2026-12-01T00:00:00Z")
 
 
 @contextlib.contextmanager
@@ -66,6 +67,7 @@ def linked(
     reconnect: Reconnect | None = None,
     draw: Any = None,
     secret: str = DEVICE_SECRET,
+    edge_url: str | None = None,
 ) -> Iterator[Linked]:
     """A link in this process (its HTTP server and its Edge side) in front of `generation`."""
     if generation is None:
@@ -78,7 +80,10 @@ def linked(
     (tmp_path / "link-token").write_text(LINK_TOKEN)
     (tmp_path / "link-token").chmod(0o600)
     link = EdgeLink(
-        _device(edge, secret), handler.forwarder, reconnect=reconnect or FAST, draw=draw or (lambda: 0.5)
+        _device(edge, secret, edge_url),
+        handler.forwarder,
+        reconnect=reconnect or FAST,
+        draw=draw or (lambda: 0.5),
     )
     handler.edge = link
     server = LinkServer(bind_loopback("127.0.0.1", 0), handler).start()
@@ -155,8 +160,10 @@ def test_a_wrong_device_secret_is_refused_and_reported(tmp_path: Path) -> None:
         status = wait_until(
             lambda: (now := world.link.status())["reconnects"] >= 2 and now, "two refused attempts"
         )
-        assert status["state"] != "connected"
+        assert status["state"] == "refused"
         assert "HTTP 401" in status["last_error"]
+        # Asked again only after the refused wait (0.2 s here, 5 min by default), plus the jitter.
+        assert status["last_backoff_s"] == pytest.approx(0.2 * (1 + 0.5 * 0.5))
         assert edge.connections == 0
 
 
@@ -217,10 +224,12 @@ class RecordedReconnect(Reconnect):
 
 def test_reconnects_back_off_with_jitter_and_the_edge_coming_back(tmp_path: Path) -> None:
     schedule = Reconnect()
-    # 1 s doubling to 60 s, 0-50 % added.
-    assert [schedule.delay(n, 0.0) for n in range(8)] == [1, 2, 4, 8, 16, 32, 60, 60]
-    assert schedule.delay(0, 0.999) == pytest.approx(1.4995) and schedule.delay(9, 0.5) == 75
-    assert schedule.delay(10_000, 0.0) == 60
+    # 1 s doubling to 6 s, 0-50 % added: never more than 9 s, however long the Edge is away.
+    assert [schedule.delay(n, 0.0) for n in range(6)] == [1, 2, 4, 6, 6, 6]
+    assert schedule.delay(0, 0.999) == pytest.approx(1.4995) and schedule.delay(9, 0.5) == 7.5
+    assert schedule.delay(10_000, 0.0) == 6
+    assert max(schedule.delay(n, 0.999_999) for n in range(64)) < 9
+    assert schedule.refused_s == 300
 
     draws = iter([0.0, 0.5, 0.25] + [0.0] * 1000)
     timing = RecordedReconnect(first_s=0.1, max_s=0.5, stable_after_s=3600)
@@ -691,3 +700,34 @@ def test_a_link_unpaired_or_with_a_bad_record_serves_locally_and_says_why(
     if record is not None:
         assert edge["last_error"].startswith("edge_device_invalid: ")
         assert "not connecting to the Edge: edge_device_invalid" in link.stderr
+
+
+def test_the_edge_is_reached_through_the_environment_proxy_and_never_for_loopback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A workstation behind a proxy reaches its Edge through a CONNECT tunnel (the device secret
+    travels inside the tunnel, never in what the proxy reads); a loopback Edge goes direct."""
+    with EdgeStandIn() as edge, LoggingProxy("forward", tunnel_to=("127.0.0.1", edge.port)) as proxy:
+        for name, value in proxy_env(proxy.url).items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        for name in ("direct", "proxied", "exempt"):
+            (tmp_path / name).mkdir()
+        with linked(tmp_path / "direct", edge, None) as world:
+            connected(world.link)
+        assert proxy.requests() == []  # 127.0.0.1: never through the proxy
+
+        remote = f"http://edge.invalid:{edge.port}"  # does not resolve: only the proxy can reach it
+        with linked(tmp_path / "proxied", edge, None, edge_url=remote) as world:
+            connected(world.link)
+        lines = [seen.request_line for seen in proxy.requests()]
+        assert lines and all(line.startswith(f"CONNECT edge.invalid:{edge.port} ") for line in lines)
+        assert not any(DEVICE_SECRET in value for seen in proxy.requests() for _, value in seen.headers)
+
+        monkeypatch.setenv("NO_PROXY", "edge.invalid")
+        monkeypatch.setenv("no_proxy", "edge.invalid")
+        with linked(tmp_path / "exempt", edge, None, edge_url=remote) as world:
+            wait_until(lambda: world.link.status()["reconnects"] >= 1, "an attempt without the proxy")
+            assert world.link.status()["state"] != "connected"  # edge.invalid does not resolve
+        assert len(proxy.requests()) == len(lines)  # NO_PROXY: the proxy was not asked again

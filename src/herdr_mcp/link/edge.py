@@ -23,13 +23,17 @@ local path never waits on it.
    the router yet, `delivered` when its answer had gone out, else `delivery_unknown`) and no
    `tool_result` or `tool_error` for that id.
 6. The connection drops: every call in flight is abandoned the same way (the Edge has answered
-   it `delivery_unknown` and never resends). Reconnect after 1 s doubling to 60 s, plus a
-   random 0-50 %; the doubling starts over once a connection lived 60 s.
+   it `delivery_unknown` and never resends). Reconnect after 1 s doubling to 6 s, plus a
+   random 0-50 % (so at most 9 s: the link is back within 10 s of the Edge answering again,
+   however long it was away); the doubling starts over once a connection lived 60 s. An Edge
+   that refuses the device (401 or 403: unpaired on the Edge, a wrong secret) is asked again
+   only every 5 minutes (plus the jitter), and `link status` says `refused`.
 7. Stopping (SIGTERM): new `tool_request`s are answered `link_stopping` (`not_delivered`), the
    calls in flight get the link's grace, then the connection closes 1001.
 
-No proxy is used for the Edge yet (`proxy=None` where websockets has proxies): a workstation that
-reaches the Internet only through a proxy cannot connect (docs/updater.md, "The link and the Edge").
+The connection goes through the proxy the environment names for the Edge's host (`proxies.py`:
+`HTTPS_PROXY`/`ALL_PROXY` for wss, `NO_PROXY`; never for a loopback Edge), as an HTTP CONNECT
+tunnel (or SOCKS, when python-socks is installed) with TLS end to end to the Edge.
 """
 
 from __future__ import annotations
@@ -37,7 +41,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import inspect
 import json
 import logging
 import random
@@ -48,6 +51,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import websockets
 from websockets.asyncio.client import ClientConnection, connect
@@ -74,6 +78,7 @@ from herdr_mcp.link.edge_frames import (
 from herdr_mcp.link.pointer import Pointer
 from herdr_mcp.link.router import LinkRefusal, McpForwarder, UpstreamBroken
 from herdr_mcp.link.upstream import ClientGone, ClientWatch
+from herdr_mcp.proxies import proxy_for
 
 log = logging.getLogger("herdr_mcp.link.edge")
 
@@ -87,22 +92,19 @@ FINISHED_IDS = 1024
 #: A control request (connector consent and grants) the Edge does not answer within this fails.
 CONTROL_TIMEOUT_S = 15.0
 CONTROL_METHODS = ("consent.list", "consent.approve", "consent.deny", "grant.list", "grant.revoke")
-#: websockets 15 added proxies, on by default from the environment; the link takes none (module
-#: docstring). Version 14, which pyproject.toml allows, has none and refuses the argument.
-_NO_PROXY: dict[str, Any] = (
-    {"proxy": None} if "proxy" in inspect.signature(connect.__init__).parameters else {}
-)
 _TOOL_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./")
 
 
 @dataclass(frozen=True)
 class Reconnect:
-    """docs/edge-protocol.md: 1 s doubling to 60 s, a random 0-50 % added, reset after 60 s lived."""
+    """docs/edge-protocol.md: 1 s doubling to 6 s, a random 0-50 % added, reset after 60 s lived;
+    every `refused_s` while the Edge refuses the device."""
 
     first_s: float = 1.0
-    max_s: float = 60.0
+    max_s: float = 6.0
     jitter: float = 0.5
     stable_after_s: float = 60.0
+    refused_s: float = 300.0
 
     def delay(self, failures: int, draw: float) -> float:
         """The wait before reconnect number `failures` (from 0); `draw` is uniform in [0, 1)."""
@@ -295,22 +297,27 @@ class EdgeLink:
         while not self._stopping.is_set():
             self._set(state="connecting")
             self._opened_at = None
+            refused = False
             try:
                 await self._connection()
             except (OSError, TimeoutError, websockets.WebSocketException, FrameInvalid) as exc:
+                refused = _refused_device(exc)
                 self._set(last_error=_describe(exc))
                 log.warning("Edge connection: %s", _describe(exc))
             except Exception as exc:  # a bug must not end the Edge side for good: log it, reconnect
                 self._set(last_error=_describe(exc))
                 log.exception("Edge connection failed unexpectedly")
-            self._set(state="disconnected", connection_id=None)
+            self._set(state="refused" if refused else "disconnected", connection_id=None)
             if self._stopping.is_set():
                 break
             opened = self._opened_at
             if opened is not None and self._clock() - opened >= self._reconnect.stable_after_s:
                 failures = 0
-            delay = self._reconnect.delay(failures, self._draw())
-            failures += 1
+            if refused:
+                delay = self._reconnect.refused_s * (1 + self._reconnect.jitter * self._draw())
+            else:
+                delay = self._reconnect.delay(failures, self._draw())
+                failures += 1
             with self._lock:
                 self._state["reconnects"] += 1
                 self._state["last_backoff_s"] = round(delay, 3)
@@ -319,12 +326,13 @@ class EdgeLink:
 
     async def _connection(self) -> None:
         """One connection, from dialling to its end (`_opened_at`: when its `hello_ack` came)."""
+        target = urlsplit(self._device.connect_url)
         async with connect(
             self._device.connect_url,
             additional_headers={"Authorization": self._device.authorization},
             user_agent_header=f"herdr-mcp-link/{__version__}",
             compression=None,
-            **_NO_PROXY,
+            proxy=proxy_for(target.scheme, target.hostname or ""),
             open_timeout=self._open_timeout_s,
             ping_interval=None,  # the protocol's heartbeats do this
             max_size=MAX_FRAME_BYTES,  # a larger frame closes 1009
@@ -552,6 +560,11 @@ class EdgeLink:
             raise _control_failed("edge_not_connected", "the connection to the Edge dropped") from None
         finally:
             self._controls.pop(request_id, None)
+
+
+def _refused_device(exc: BaseException) -> bool:
+    """The Edge turned this device down (401/403 before the upgrade): asking again soon is noise."""
+    return isinstance(exc, websockets.InvalidStatus) and exc.response.status_code in (401, 403)
 
 
 def _describe(exc: BaseException) -> str:

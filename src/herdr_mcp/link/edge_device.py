@@ -11,7 +11,9 @@ The Edge URL is an origin: `https://host[:port]`, or `http://` only for a loopba
 literal (a test Edge under workerd); `http://` to anything else is refused
 (`edge_url_insecure`): the device secret grants a shell on this workstation.
 
-Pairing talks to the Edge directly: no proxy from the environment, no redirect followed.
+Pairing follows no redirect. It goes through the proxy the environment names for the Edge's host
+(`proxies.py`: `HTTPS_PROXY`/`ALL_PROXY`, `NO_PROXY`; never for a loopback Edge), the same rule as
+the updater's downloads and the link's WebSocket.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import httpx2
 
 from herdr_mcp.errors import LocalFault, RefusedFault, UsageFault
 from herdr_mcp.local_http import is_loopback_address
+from herdr_mcp.proxies import proxy_for
 from herdr_mcp.records import FailRule, RecordInvalid, RecordKind, load_strict
 
 #: The record is a few hundred bytes; anything larger is not ours.
@@ -185,7 +188,12 @@ def pair(
     body = json.dumps({"code": code, "name": device_name}).encode()
     try:
         with (
-            httpx2.Client(trust_env=False, follow_redirects=False, timeout=timeout_s) as http,
+            httpx2.Client(
+                trust_env=False,
+                follow_redirects=False,
+                timeout=timeout_s,
+                proxy=proxy_for(urlsplit(origin).scheme, urlsplit(origin).hostname or ""),
+            ) as http,
             http.stream(
                 "POST", f"{origin}/link/pair", content=body, headers={"content-type": "application/json"}
             ) as answer,

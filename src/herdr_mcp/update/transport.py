@@ -39,7 +39,7 @@ from pathlib import Path
 import httpx2
 
 from herdr_mcp import __version__
-from herdr_mcp.local_http import is_loopback_address
+from herdr_mcp.proxies import proxy_for
 from herdr_mcp.release.manifest import MAX_URL_LENGTH
 from herdr_mcp.update.errors import UpdateTransportError, UpdateUsageError
 
@@ -105,12 +105,9 @@ class _ProxyRouting(httpx2.BaseTransport):
         return self._transport_for(request).handle_request(request)
 
     def _transport_for(self, request: httpx2.Request) -> httpx2.HTTPTransport:
-        host = request.url.host
-        proxy = self._proxies.get(request.url.scheme) or self._proxies.get("all")
-        if not proxy or _is_loopback_host(host) or _exempt(host, self._proxies.get("no", "")):
+        proxy = proxy_for(request.url.scheme, request.url.host, self._proxies)
+        if proxy is None:
             return self._direct
-        if "://" not in proxy:
-            proxy = f"http://{proxy}"  # `HTTPS_PROXY=proxy:3128`, as curl and httpx2 read it
         transport = self._via.get(proxy)
         if transport is None:
             try:
@@ -127,21 +124,6 @@ class _ProxyRouting(httpx2.BaseTransport):
         self._direct.close()
         for transport in self._via.values():
             transport.close()
-
-
-def _is_loopback_host(host: str) -> bool:
-    return host == "localhost" or is_loopback_address(host)
-
-
-def _exempt(host: str, no_proxy: str) -> bool:
-    """Whether `NO_PROXY` (as curl and urllib read it: `*`, or names that match themselves and
-    their subdomains, a leading dot ignored) exempts `host`."""
-    host = host.lower()
-    for entry in no_proxy.split(","):
-        name = entry.strip().lstrip(".").lower()
-        if name == "*" or (name and (host == name or host.endswith(f".{name}"))):
-            return True
-    return False
 
 
 def check_https_url(url: str, rules: TransportRules) -> httpx2.URL:
