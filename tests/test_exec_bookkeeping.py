@@ -38,6 +38,7 @@ def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
     yield started
     for process in started:
         process.kill()
+        process.wait()  # reaped: an unwaited Popen warns "still running" when collected
         process.wait()
 
 
