@@ -1,0 +1,95 @@
+// Bindings of web scopes to Herdr workspaces, kept by the runtime (`/browser/binding.*`); this
+// is the worker's cache of them, the live workspace list from `/push/state`, label refresh, and
+// the one-time migration of a root page's pending binding.
+
+import { isScope } from "../lib/scope.js";
+
+export class Bindings {
+  constructor(native, log = console) {
+    this.native = native;
+    this.log = log;
+    this.byScope = new Map();
+    this.workspaces = new Map();
+    this.stateSeq = null;
+  }
+
+  async refresh() {
+    const { bindings } = await this.native.call("/browser/binding.list", {});
+    this.byScope = new Map(bindings.map((binding) => [binding.scope, binding]));
+    return this.byScope;
+  }
+
+  /** The live workspace list; bindings whose label changed are updated (workspace_id is the identity). */
+  async refreshState() {
+    const state = await this.native.request("GET", "/push/state");
+    this.stateSeq = state.seq;
+    this.workspaces = new Map(state.workspaces.map((workspace) => [workspace.workspace_id, workspace]));
+    for (const binding of [...this.byScope.values()]) {
+      const live = this.workspaces.get(binding.workspace_id);
+      if (live && live.label && live.label !== binding.label) {
+        try {
+          await this.set(binding.scope, binding.workspace_id, { label: live.label, active_conv_key: binding.active_conv_key });
+        } catch (error) {
+          this.log.warn("herdr-mcp: refreshing a label failed", binding.scope, error.message);
+        }
+      }
+    }
+    return state;
+  }
+
+  get(scope) {
+    return this.byScope.get(scope) ?? null;
+  }
+
+  scopesOf(workspaceId) {
+    return [...this.byScope.values()].filter((binding) => binding.workspace_id === workspaceId);
+  }
+
+  label(workspaceId) {
+    return this.workspaces.get(workspaceId)?.label ?? null;
+  }
+
+  async set(scope, workspaceId, { label, active_conv_key: activeConvKey } = {}) {
+    if (!isScope(scope)) {
+      throw new Error(`not a scope: ${scope}`);
+    }
+    const body = { scope, workspace_id: workspaceId };
+    if (workspaceId !== null) {
+      const shown = label ?? this.label(workspaceId);
+      if (shown) {
+        body.label = shown;
+      }
+      if (activeConvKey) {
+        body.active_conv_key = activeConvKey;
+      }
+    }
+    const { binding } = await this.native.call("/browser/binding.set", body);
+    if (binding) {
+      this.byScope.set(scope, binding);
+    } else {
+      this.byScope.delete(scope);
+    }
+    return binding;
+  }
+
+  /**
+   * A tab that was on the root page (`rootScope`) landed on `page`: its pending binding moves to
+   * the page's scope once (set there, then deleted from the root scope). A scope that is already
+   * bound keeps its binding; the pending one is dropped. Returns the new binding or null.
+   */
+  async migrateRoot(rootScope, page) {
+    const pending = this.get(rootScope);
+    if (!pending || !page || page.kind === "root") {
+      return null;
+    }
+    let moved = null;
+    if (!this.get(page.scope)) {
+      moved = await this.set(page.scope, pending.workspace_id, {
+        label: pending.label,
+        active_conv_key: page.kind === "project" ? page.convKey : null,
+      });
+    }
+    await this.set(rootScope, null);
+    return moved;
+  }
+}

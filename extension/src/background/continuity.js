@@ -1,0 +1,327 @@
+// The continuity state machine of the worker: push events -> turns of workspaces -> one pending
+// wake per scope and turn; progress ticks; and the pump that sends into a conversation's tab,
+// in this order: the person's queue first, then (Auto on, or a manual continue) the wake, then
+// progress. One message per confirmed-idle composer; nothing while a send is unconfirmed or
+// the site answered 429.
+
+import { fallbackText, progressText, wakeText, continueText } from "../lib/messages.js";
+import { addOutput, initialProgress, normalizeOptions, startTurn, tick } from "../lib/progress.js";
+import { nextBatch, removeSent } from "../lib/queue.js";
+import { wakeTarget } from "../lib/scope.js";
+import { initialWake, initialWorkspace, onSettled, onWorking, reconcile, wakeFor, woke } from "../lib/settle.js";
+import * as store from "./store.js";
+
+export class Continuity {
+  constructor({ native, bindings, tabs, rateLimit, now = () => Date.now(), log = console }) {
+    this.native = native;
+    this.bindings = bindings;
+    this.tabs = tabs;
+    this.rateLimit = rateLimit;
+    this.now = now;
+    this.log = log;
+    this.pumping = new Map();
+    this.ticker = null;
+    this.pauseTimer = null;
+    this.options = normalizeOptions({});
+    this.notes = new Map();
+  }
+
+  // ---- push events
+
+  async handle(type, data) {
+    const workspaceId = data.workspace_id;
+    if (type === "agent_working") {
+      const before = await store.get(`ws:${workspaceId}`, initialWorkspace());
+      const after = onWorking(before, data.seq);
+      await store.set(`ws:${workspaceId}`, after);
+      if (after !== before) {
+        for (const binding of this.bindings.scopesOf(workspaceId)) {
+          await store.update(`progress:${binding.scope}`, initialProgress(), (value) => startTurn(value, this.now()));
+          this.note(binding.scope, "working");
+        }
+      }
+    } else if (type === "agent_output") {
+      for (const binding of this.bindings.scopesOf(workspaceId)) {
+        await store.update(`progress:${binding.scope}`, initialProgress(), (value) => addOutput(value, data.text));
+      }
+    } else if (type === "agent_settled") {
+      const before = await store.get(`ws:${workspaceId}`, initialWorkspace());
+      const { workspace, settledTurn } = onSettled(before, data);
+      await store.set(`ws:${workspaceId}`, workspace);
+      await this.turnEnded(workspaceId, settledTurn);
+    } else if (type === "agent_gone") {
+      await this.bindings.refreshState().catch(() => {});
+    }
+    this.broadcast();
+  }
+
+  async turnEnded(workspaceId, turn) {
+    if (turn === null) {
+      return;
+    }
+    for (const binding of this.bindings.scopesOf(workspaceId)) {
+      const { created } = await this.addWake(binding.scope, turn);
+      if (created) {
+        await store.remove(`outbox:${binding.scope}`); // progress of the ended turn is stale
+        this.note(binding.scope, "settled: wake pending");
+        this.pumpScope(binding.scope);
+      }
+    }
+  }
+
+  async addWake(scope, turn) {
+    let created = false;
+    await store.update(`wake:${scope}`, initialWake(), (value) => {
+      const result = wakeFor(value, turn, this.now());
+      created = result.created;
+      return result.wake;
+    });
+    return { created };
+  }
+
+  /** After (re)connecting: bindings and live state, reconciled when the log had a gap or we start fresh. */
+  async hello(hello, lastSeq) {
+    await this.bindings.refresh();
+    const state = await this.bindings.refreshState();
+    const gap = lastSeq === null || Boolean(hello.replay?.gap);
+    for (const workspace of state.workspaces) {
+      const known = await store.get(`ws:${workspace.workspace_id}`, null);
+      if (known === null || gap) {
+        const { workspace: after, settledTurn } = reconcile(known ?? initialWorkspace(), workspace.working, state.seq);
+        await store.set(`ws:${workspace.workspace_id}`, after);
+        if (known !== null) {
+          await this.turnEnded(workspace.workspace_id, settledTurn);
+        }
+      }
+    }
+    await this.checkInboxes();
+    await this.dropStaleRootBindings();
+    this.broadcast();
+    this.pumpAll();
+  }
+
+  /** Unacknowledged task outcomes of a scope wake it too (once per newest entry). */
+  async checkInboxes() {
+    for (const binding of [...this.bindings.byScope.values()]) {
+      if (binding.scope.includes(":root:")) {
+        continue;
+      }
+      try {
+        const { items } = await this.native.call("/browser/inbox.read", { scope: binding.scope });
+        if (items.length > 0) {
+          const { created } = await this.addWake(binding.scope, `inbox${items[items.length - 1].inbox_id}`);
+          if (created) {
+            this.note(binding.scope, "task finished: wake pending");
+          }
+        }
+      } catch (error) {
+        this.log.warn("herdr-mcp: inbox.read failed", binding.scope, error.message);
+      }
+    }
+  }
+
+  async dropStaleRootBindings() {
+    const open = new Set(this.tabs.all().map((tab) => `chatgpt:root:tab-${tab.tabId}`));
+    for (const scope of [...this.bindings.byScope.keys()]) {
+      if (scope.startsWith("chatgpt:root:") && !open.has(scope)) {
+        const tabId = Number(scope.slice("chatgpt:root:tab-".length));
+        const alive = Number.isInteger(tabId) && (await chrome.tabs.get(tabId).then(() => true, () => false));
+        if (!alive) {
+          await this.bindings.set(scope, null).catch(() => {});
+        }
+      }
+    }
+  }
+
+  // ---- progress
+
+  setOptions(raw) {
+    this.options = normalizeOptions(raw);
+    clearInterval(this.ticker);
+    this.ticker = setInterval(() => this.tick().catch((error) => this.log.warn("herdr-mcp: tick", error)), this.options.progressTickSec * 1000);
+  }
+
+  async tick() {
+    for (const binding of [...this.bindings.byScope.values()]) {
+      const workspace = await store.get(`ws:${binding.workspace_id}`, initialWorkspace());
+      if (!workspace.working) {
+        continue;
+      }
+      let send = null;
+      await store.update(`progress:${binding.scope}`, initialProgress(), (value) => {
+        const result = tick(value, this.now(), this.options);
+        send = result.send;
+        return result.state;
+      });
+      if (!send) {
+        continue;
+      }
+      const names = { label: binding.label, workspaceId: binding.workspace_id };
+      const text = send.kind === "progress" ? progressText({ ...names, summary: send.summary }) : fallbackText({ ...names, quietSec: send.quietSec });
+      await store.set(`outbox:${binding.scope}`, { text, at: this.now() });
+      this.note(binding.scope, send.kind === "progress" ? `progress: ${send.summary.split("\n").pop()}` : "still working (no new output)");
+      this.pumpScope(binding.scope);
+    }
+    this.broadcast();
+  }
+
+  // ---- sending
+
+  pumpAll() {
+    for (const tab of this.tabs.all()) {
+      if (tab.page?.convKey) {
+        this.pump(tab.page.convKey);
+      }
+    }
+  }
+
+  pumpScope(scope) {
+    const target = wakeTarget(scope, this.bindings.get(scope));
+    if (target) {
+      this.pump(target);
+    }
+  }
+
+  /** Send the next due message into conversation `convKey`'s tab; serialised per conversation. */
+  pump(convKey, { manual = false } = {}) {
+    const previous = this.pumping.get(convKey) ?? Promise.resolve();
+    const next = previous
+      .then(() => this.pumpOnce(convKey, manual))
+      .catch((error) => this.log.warn("herdr-mcp: sending failed", convKey, error.message));
+    this.pumping.set(convKey, next);
+    return next;
+  }
+
+  async pumpOnce(convKey, manual) {
+    const tab = this.tabs.forConv(convKey);
+    if (!tab) {
+      return "no_tab";
+    }
+    const paused = await this.rateLimit.remaining();
+    if (paused > 0) {
+      clearTimeout(this.pauseTimer);
+      this.pauseTimer = setTimeout(() => this.pumpAll(), paused + 50);
+      this.broadcast();
+      return "paused";
+    }
+    if (!tab.idle) {
+      return "busy";
+    }
+    if (!manual && (await store.get(`uncertain:${convKey}`, false))) {
+      return "uncertain";
+    }
+    const queue = await store.get(`queue:${convKey}`, []);
+    const batch = nextBatch(queue);
+    if (batch) {
+      const sent = await this.send(tab, convKey, batch.text);
+      if (sent) {
+        await store.update(`queue:${convKey}`, [], (value) => removeSent(value, batch.ids));
+        this.note(tab.page.scope, "queued message sent");
+      }
+      this.broadcast();
+      return sent ? "queue" : "failed";
+    }
+    const scope = tab.page.scope;
+    const binding = this.bindings.get(scope);
+    if (!binding || wakeTarget(scope, binding) !== convKey) {
+      if (manual) {
+        return (await this.send(tab, convKey, continueText({}))) ? "continue" : "failed";
+      }
+      return "unbound";
+    }
+    const auto = (await store.get(`auto:${scope}`, false)) === true;
+    const names = { label: binding.label, workspaceId: binding.workspace_id };
+    const wake = await store.get(`wake:${scope}`, initialWake());
+    if (wake.pending && (auto || manual)) {
+      let inbox = [];
+      try {
+        inbox = (await this.native.call("/browser/inbox.read", { scope })).items;
+      } catch (error) {
+        this.log.warn("herdr-mcp: inbox.read failed", error.message);
+      }
+      const agents = this.bindings.workspaces.get(binding.workspace_id)?.agents ?? [];
+      const sent = await this.send(tab, convKey, wakeText({ ...names, agents, inbox }));
+      if (!sent) {
+        return "failed";
+      }
+      await store.update(`wake:${scope}`, initialWake(), (value) => woke(value, wake.pending.turn));
+      await store.remove(`outbox:${scope}`);
+      if (inbox.length > 0) {
+        // Acknowledged only now that the wake is confirmed sent.
+        await this.native.call("/browser/inbox.ack", { scope, inbox_ids: inbox.map((item) => item.inbox_id) });
+      }
+      this.note(scope, "woke the conversation");
+      this.broadcast();
+      return "wake";
+    }
+    const outbox = await store.get(`outbox:${scope}`, null);
+    if (outbox && auto) {
+      const sent = await this.send(tab, convKey, outbox.text);
+      if (sent) {
+        await store.remove(`outbox:${scope}`);
+        this.note(scope, "progress sent");
+      }
+      this.broadcast();
+      return sent ? "progress" : "failed";
+    }
+    if (manual) {
+      return (await this.send(tab, convKey, continueText(names))) ? "continue" : "failed";
+    }
+    return "nothing";
+  }
+
+  async send(tab, convKey, text) {
+    const result = await this.tabs.send(tab, text);
+    if (result.ok) {
+      await store.remove(`uncertain:${convKey}`);
+      await this.rateLimit.confirmedSend();
+      return true;
+    }
+    if (result.reason === "unconfirmed") {
+      // Maybe sent, maybe not: nothing automatic until the person looks (manual continue clears it).
+      await store.set(`uncertain:${convKey}`, true);
+      this.note(tab.page?.scope, "a send was not confirmed: automation paused");
+    }
+    this.broadcast();
+    return false;
+  }
+
+  // ---- the HUD and the side panel
+
+  note(scope, line) {
+    if (scope) {
+      this.notes.set(scope, { line, at: this.now() });
+    }
+  }
+
+  async hudState(tab) {
+    const page = tab.page;
+    if (!page) {
+      return { page: null };
+    }
+    const binding = this.bindings.get(page.scope);
+    const workspace = binding ? await store.get(`ws:${binding.workspace_id}`, initialWorkspace()) : null;
+    const wake = await store.get(`wake:${page.scope}`, initialWake());
+    const queue = page.convKey ? await store.get(`queue:${page.convKey}`, []) : [];
+    const pausedMs = await this.rateLimit.remaining();
+    return {
+      page,
+      connected: this.native.connected,
+      binding,
+      working: Boolean(workspace?.working),
+      auto: (await store.get(`auto:${page.scope}`, false)) === true,
+      wakePending: Boolean(wake.pending),
+      queue: queue.map((entry) => entry.text),
+      pausedMs,
+      uncertain: page.convKey ? await store.get(`uncertain:${page.convKey}`, false) : false,
+      isTarget: Boolean(binding) && wakeTarget(page.scope, binding) === page.convKey,
+      note: this.notes.get(page.scope) ?? null,
+    };
+  }
+
+  broadcast() {
+    for (const tab of this.tabs.all()) {
+      this.hudState(tab).then((state) => this.tabs.post(tab, { type: "hud", state }), () => {});
+    }
+  }
+}

@@ -1,0 +1,41 @@
+// HTTP 429 from chatgpt.com, seen by observing the site's responses with chrome.webRequest
+// (observation only: nothing is blocked or changed). One pause per burst: 30 s, 60 s, 120 s
+// (cap); while paused the extension sends nothing into the page, and it never reloads it.
+
+import { initialBackoff, isPaused, on429, onConfirmedSend, remainingMs } from "../lib/backoff.js";
+import * as store from "./store.js";
+
+export class RateLimit {
+  constructor({ now = () => Date.now(), onChange = () => {} } = {}) {
+    this.now = now;
+    this.onChange = onChange;
+  }
+
+  /** Register the observer; called at the worker's top level so it survives worker restarts. */
+  observe() {
+    chrome.webRequest.onCompleted.addListener(
+      (details) => {
+        if (details.statusCode === 429) {
+          this.hit().catch(() => {});
+        }
+      },
+      { urls: ["https://chatgpt.com/*"] },
+    );
+  }
+
+  async hit() {
+    const state = await store.update("backoff", initialBackoff(), (value) => on429(value, this.now()));
+    this.onChange(state);
+    return state;
+  }
+
+  async confirmedSend() {
+    await store.update("backoff", initialBackoff(), (value) => onConfirmedSend(value, this.now()));
+  }
+
+  /** Milliseconds left in the current pause (0: sending is allowed). */
+  async remaining() {
+    const state = await store.get("backoff", initialBackoff());
+    return isPaused(state, this.now()) ? remainingMs(state, this.now()) : 0;
+  }
+}

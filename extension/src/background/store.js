@@ -1,0 +1,45 @@
+// chrome.storage.local, the extension's only durable memory (nothing here is a secret: the bearer
+// stays with the native host). Keys:
+//   push:lastSeq            highest push event seq handled
+//   ws:<workspace id>       the workspace's turn (lib/settle.js)
+//   wake:<scope>            woken turn and pending wake of a scope (lib/settle.js)
+//   progress:<scope>        last sent summary and its time (lib/progress.js)
+//   auto:<scope>            true when Auto is on (absent: off)
+//   queue:<conv key>        the person's queued messages (lib/queue.js)
+//   backoff                 the 429 pause (lib/backoff.js)
+//   journal:<conv key>      turn keys already appended (bounded)
+//   options                 {progressTickSec, progressFallbackSec}
+//   log                     the last events shown in the side panel (bounded)
+
+export async function get(key, fallback) {
+  const found = await chrome.storage.local.get(key);
+  return found[key] === undefined ? fallback : found[key];
+}
+
+export async function set(key, value) {
+  await chrome.storage.local.set({ [key]: value });
+}
+
+export async function remove(key) {
+  await chrome.storage.local.remove(key);
+}
+
+/** Read-modify-write of one key, serialised per key inside this worker. */
+const chains = new Map();
+export function update(key, fallback, change) {
+  const previous = chains.get(key) ?? Promise.resolve();
+  const next = previous.then(async () => {
+    const value = await get(key, fallback);
+    const changed = await change(value);
+    await set(key, changed);
+    return changed;
+  });
+  const settled = next.catch(() => {});
+  chains.set(key, settled);
+  settled.then(() => {
+    if (chains.get(key) === settled) {
+      chains.delete(key);
+    }
+  });
+  return next;
+}

@@ -1,0 +1,178 @@
+// The service worker (an ES module): wires the native port, the push follower, bindings, the
+// tabs' content scripts, the side panel and the 429 observer together. Listeners are registered
+// at the top level so a restarted worker gets its events.
+
+import { QueueError, addEntry } from "../lib/queue.js";
+import { isScope } from "../lib/scope.js";
+import { Bindings } from "./bindings.js";
+import { Continuity } from "./continuity.js";
+import { Journal } from "./journal.js";
+import { NativeClient } from "./native-port.js";
+import { PushFollower } from "./push-follower.js";
+import { RateLimit } from "./ratelimit.js";
+import * as store from "./store.js";
+import { Tabs } from "./tabs.js";
+
+const native = new NativeClient();
+const bindings = new Bindings(native);
+const journal = new Journal(native, bindings);
+const rateLimit = new RateLimit({ onChange: () => continuity.broadcast() });
+const tabs = new Tabs({
+  onPage: (tab, previous) => pageChanged(tab, previous),
+  onIdle: (tab) => continuity.pump(tab.page?.convKey),
+  onMessage: (tab, message) => pageMessage(tab, message),
+});
+const continuity = new Continuity({ native, bindings, tabs, rateLimit });
+const follower = new PushFollower(native, (type, data) => continuity.handle(type, data), {
+  onHello: (hello, lastSeq) => continuity.hello(hello, lastSeq),
+});
+
+rateLimit.observe();
+native.onConnection((up) => {
+  if (up) {
+    follower.reconnected();
+  }
+  continuity.broadcast();
+});
+
+chrome.runtime.onConnect.addListener((port) => {
+  if (port.name === "page") {
+    tabs.attach(port);
+  }
+});
+
+chrome.runtime.onMessage.addListener((message, sender, reply) => {
+  if (sender.id !== chrome.runtime.id || sender.tab) {
+    return false;
+  }
+  panelMessage(message).then(reply, (error) => reply({ error: { code: error.code ?? "failed", message: error.message } }));
+  return true;
+});
+
+chrome.storage.onChanged.addListener((changes, area) => {
+  if (area === "local" && changes.options) {
+    continuity.setOptions(changes.options.newValue);
+  }
+});
+
+chrome.alarms.onAlarm.addListener((alarm) => {
+  if (alarm.name === "herdr-mcp-keepalive") {
+    native.connect();
+    continuity.pumpAll();
+  }
+});
+chrome.alarms.create("herdr-mcp-keepalive", { periodInMinutes: 1 });
+
+chrome.runtime.onInstalled.addListener(() => {
+  chrome.sidePanel?.setPanelBehavior?.({ openPanelOnActionClick: true }).catch(() => {});
+});
+
+async function pageChanged(tab, previous) {
+  const page = tab.page;
+  try {
+    if (tab.rootScope && page && page.kind !== "root") {
+      const rootScope = tab.rootScope;
+      tab.rootScope = null;
+      const moved = await bindings.migrateRoot(rootScope, page);
+      if (moved) {
+        continuity.note(page.scope, "pending binding moved here");
+      }
+    }
+    const binding = page ? bindings.get(page.scope) : null;
+    if (binding && page.kind === "project" && page.convKey && !binding.active_conv_key) {
+      await bindings.set(page.scope, binding.workspace_id, { label: binding.label, active_conv_key: page.convKey });
+    }
+  } catch (error) {
+    console.warn("herdr-mcp: following the page failed", error.message);
+  }
+  continuity.broadcast();
+  if (page?.convKey && page.convKey !== previous?.convKey) {
+    continuity.pump(page.convKey);
+  }
+}
+
+async function pageMessage(tab, message) {
+  const page = tab.page;
+  try {
+    switch (message.type) {
+      case "queue.add": {
+        if (!page?.convKey) {
+          throw new QueueError("queue_no_conversation", "Queue needs a conversation page.");
+        }
+        await store.update(`queue:${page.convKey}`, [], (queue) => addEntry(queue, message.text, Date.now()));
+        tabs.post(tab, { type: "queued", ok: true });
+        continuity.pump(page.convKey);
+        break;
+      }
+      case "queue.clear":
+        if (page?.convKey) {
+          await store.remove(`queue:${page.convKey}`);
+        }
+        break;
+      case "auto.set":
+        if (page && isScope(page.scope)) {
+          await store.set(`auto:${page.scope}`, Boolean(message.on));
+          continuity.note(page.scope, message.on ? "Auto on" : "Auto off");
+          if (message.on) {
+            continuity.pumpScope(page.scope);
+          }
+        }
+        break;
+      case "continue":
+        if (page?.convKey) {
+          await continuity.pump(page.convKey, { manual: true });
+        }
+        break;
+      case "turns":
+        if (page?.convKey) {
+          await followActiveConversation(page, message.turns);
+          await journal.report(page, message.turns, message.title);
+        }
+        break;
+      default:
+        break;
+    }
+  } catch (error) {
+    tabs.post(tab, { type: "error", code: error.code ?? "failed", message: error.message });
+  }
+  continuity.broadcast();
+}
+
+/** In a bound Project, the conversation where the person just sent a message becomes the active one. */
+async function followActiveConversation(page, turns) {
+  const binding = bindings.get(page.scope);
+  if (!binding || page.kind !== "project" || binding.active_conv_key === page.convKey) {
+    return;
+  }
+  if (turns.some((turn) => turn.fresh && turn.role === "user")) {
+    await bindings.set(page.scope, binding.workspace_id, { label: binding.label, active_conv_key: page.convKey });
+  }
+}
+
+async function panelMessage(message) {
+  const tab = tabs.current(message.tabId);
+  switch (message.type) {
+    case "panel.state": {
+      const workspaces = native.connected ? (await bindings.refreshState()).workspaces : [];
+      return { connected: native.connected, tab: tab ? await continuity.hudState(tab) : null, workspaces };
+    }
+    case "panel.bind": {
+      if (!tab?.page) {
+        throw new Error("Open a ChatGPT conversation, Project or the ChatGPT home page first.");
+      }
+      const page = tab.page;
+      const binding = await bindings.set(page.scope, message.workspaceId, {
+        active_conv_key: page.kind === "project" ? page.convKey : null,
+      });
+      continuity.note(page.scope, message.workspaceId ? `bound to ${binding?.label ?? message.workspaceId}` : "unbound");
+      continuity.broadcast();
+      return { binding };
+    }
+    default:
+      throw new Error(`unknown request ${message.type}`);
+  }
+}
+
+store.get("options", {}).then((options) => continuity.setOptions(options));
+native.connect();
+follower.start();

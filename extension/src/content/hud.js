@@ -1,0 +1,107 @@
+// The HUD injected into the page (in a closed shadow root, so the site's styles and scripts do
+// not reach it): the scope's state line, a manual Continue, the scope's Auto toggle and the
+// queue button with its count (right click clears the queue).
+
+const STYLE = `
+  :host { all: initial; }
+  .hud { position: fixed; right: 16px; bottom: 96px; z-index: 2147483647; width: 300px;
+    font: 13px/1.4 system-ui, sans-serif; color: #f5f5f5; background: #1f2430; border: 1px solid #3b4252;
+    border-radius: 10px; padding: 10px 12px; box-shadow: 0 4px 16px rgba(0,0,0,.35); }
+  .title { font-weight: 600; margin-bottom: 4px; display: flex; justify-content: space-between; }
+  .dot { display: inline-block; width: 8px; height: 8px; border-radius: 50%; margin-right: 6px; background: #bf616a; }
+  .dot.on { background: #a3be8c; }
+  .line { color: #d8dee9; margin: 4px 0 8px; white-space: pre-wrap; word-break: break-word; }
+  .row { display: flex; gap: 6px; }
+  button { font: inherit; color: #eceff4; background: #3b4252; border: 1px solid #4c566a; border-radius: 6px;
+    padding: 4px 8px; cursor: pointer; }
+  button:disabled { opacity: .45; cursor: default; }
+  button.active { background: #5e81ac; border-color: #81a1c1; }
+`;
+
+export class Hud {
+  constructor({ onContinue, onAuto, onQueue, onClearQueue }) {
+    this.host = document.createElement("herdr-mcp-hud");
+    const root = this.host.attachShadow({ mode: "closed" });
+    root.innerHTML = `<style>${STYLE}</style>
+      <div class="hud" part="hud">
+        <div class="title"><span><span class="dot"></span>herdr-mcp</span><span class="scope"></span></div>
+        <div class="line">starting…</div>
+        <div class="row">
+          <button class="continue" title="Send the pending wake, or ask the planner to continue">Continue</button>
+          <button class="auto" title="Automatic wakes and progress for this scope">Auto: off</button>
+          <button class="queue" title="Queue the composer's text as the next message (right click: clear the queue)">Queue (0)</button>
+        </div>
+      </div>`;
+    this.root = root;
+    this.parts = {
+      dot: root.querySelector(".dot"),
+      scope: root.querySelector(".scope"),
+      line: root.querySelector(".line"),
+      continue: root.querySelector(".continue"),
+      auto: root.querySelector(".auto"),
+      queue: root.querySelector(".queue"),
+    };
+    this.state = null;
+    this.parts.continue.addEventListener("click", () => onContinue());
+    this.parts.auto.addEventListener("click", () => onAuto(!this.state?.auto));
+    this.parts.queue.addEventListener("click", () => onQueue());
+    this.parts.queue.addEventListener("contextmenu", (event) => {
+      event.preventDefault();
+      onClearQueue();
+    });
+    document.documentElement.appendChild(this.host);
+  }
+
+  /** Render the worker's state for this tab (Continuation.hudState). */
+  render(state, message = null) {
+    this.state = state;
+    const { parts } = this;
+    const page = state?.page;
+    parts.dot.classList.toggle("on", Boolean(state?.connected));
+    parts.scope.textContent = page ? page.kind : "";
+    parts.auto.textContent = `Auto: ${state?.auto ? "on" : "off"}`;
+    parts.auto.classList.toggle("active", Boolean(state?.auto));
+    parts.auto.disabled = !page;
+    parts.queue.textContent = `Queue (${state?.queue?.length ?? 0})`;
+    parts.queue.disabled = !page?.convKey;
+    // Auto on locks the manual push, so two paths never drive one conversation.
+    parts.continue.disabled = !page?.convKey || Boolean(state?.auto);
+    parts.line.textContent = message ?? describe(state);
+  }
+
+  flash(message) {
+    this.render(this.state, message);
+  }
+}
+
+function describe(state) {
+  if (!state?.page) {
+    return "Not a conversation or Project page.";
+  }
+  if (!state.connected) {
+    return "Not connected to herdr-mcp (is the runtime running and the native host installed?).";
+  }
+  const lines = [];
+  if (!state.binding) {
+    lines.push("Not bound: bind this page to a workspace in the side panel.");
+  } else {
+    const name = state.binding.label || state.binding.workspace_id;
+    lines.push(`Bound to ${name}: ${state.working ? "working" : "not working"}.`);
+    if (state.wakePending) {
+      lines.push(state.auto ? "Settled: waking the conversation." : "Settled: press Continue to wake the conversation.");
+    }
+    if (!state.isTarget && state.page.kind === "project") {
+      lines.push("Wakes go to the Project's active conversation.");
+    }
+  }
+  if (state.pausedMs > 0) {
+    lines.push(`ChatGPT answered 429: sending paused for ${Math.ceil(state.pausedMs / 1000)} s.`);
+  }
+  if (state.uncertain) {
+    lines.push("A send was not confirmed: automation paused; press Continue after checking the page.");
+  }
+  if (state.note) {
+    lines.push(`Last: ${state.note.line}`);
+  }
+  return lines.join("\n");
+}

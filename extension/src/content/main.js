@@ -1,0 +1,144 @@
+// The content script: reports the page (URL, composer idle or not, finalized turns) to the
+// worker, sends what the worker asks it to, and runs the HUD. All DOM knowledge is in
+// chatgpt-dom.js.
+
+import * as dom from "./chatgpt-dom.js";
+import { Hud } from "./hud.js";
+
+const URL_POLL_MS = 300;
+const RECONNECT_MS = 1_000;
+
+let port = null;
+let hud = null;
+let lastIdle = null;
+let lastUrl = null;
+let sending = false;
+let seenAtLoad = null;
+let reportedTurns = "";
+
+export function start() {
+  if (document.querySelector("herdr-mcp-hud")) {
+    return; // already running in this document
+  }
+  hud = new Hud({
+    onContinue: () => post({ type: "continue" }),
+    onAuto: (on) => post({ type: "auto.set", on }),
+    onQueue: () => queueComposer(),
+    onClearQueue: () => post({ type: "queue.clear" }),
+  });
+  seenAtLoad = new Set(dom.turns().map((turn) => turn.key));
+  connect();
+  new MutationObserver(() => scheduleCheck()).observe(document.documentElement, {
+    childList: true,
+    subtree: true,
+    characterData: true,
+    attributes: true,
+    attributeFilter: ["data-testid", "disabled", "data-message-id"],
+  });
+  setInterval(() => {
+    if (location.href !== lastUrl) {
+      announce();
+    }
+  }, URL_POLL_MS);
+}
+
+function connect() {
+  port = chrome.runtime.connect({ name: "page" });
+  port.onMessage.addListener(received);
+  port.onDisconnect.addListener(() => {
+    // The worker stopped (or the extension reloaded); a new port starts it again.
+    port = null;
+    setTimeout(connect, RECONNECT_MS);
+  });
+  announce();
+}
+
+function post(message) {
+  try {
+    port?.postMessage(message);
+  } catch {
+    // disconnected; the reconnect announces the page again
+  }
+}
+
+function announce() {
+  lastUrl = location.href;
+  lastIdle = dom.isIdle();
+  reportedTurns = "";
+  post({ type: "page", url: location.href, idle: lastIdle });
+  reportTurns();
+}
+
+let checkPending = false;
+function scheduleCheck() {
+  if (checkPending) {
+    return;
+  }
+  checkPending = true;
+  setTimeout(() => {
+    checkPending = false;
+    check();
+  }, 100);
+}
+
+function check() {
+  if (sending) {
+    return;
+  }
+  const idle = dom.isIdle();
+  if (idle !== lastIdle) {
+    lastIdle = idle;
+    post({ type: "composer", idle, focused: document.hasFocus() });
+  }
+  reportTurns();
+}
+
+/** Finalized turns: all of them once no reply is generating. */
+function reportTurns() {
+  if (dom.isGenerating()) {
+    return;
+  }
+  const turns = dom.turns().filter((turn) => turn.key && turn.text);
+  const signature = turns.map((turn) => `${turn.key}:${turn.text.length}`).join("|");
+  if (signature === reportedTurns || turns.length === 0) {
+    return;
+  }
+  reportedTurns = signature;
+  post({
+    type: "turns",
+    title: dom.title(),
+    turns: turns.map((turn) => ({ ...turn, fresh: !seenAtLoad.has(turn.key) })),
+  });
+}
+
+async function received(message) {
+  if (message.type === "hud") {
+    hud.render(message.state);
+  } else if (message.type === "send") {
+    sending = true;
+    let result;
+    try {
+      result = await dom.send(message.text);
+    } catch (error) {
+      result = { ok: false, reason: "unconfirmed", detail: String(error) };
+    } finally {
+      sending = false;
+    }
+    post({ type: "sent", id: message.id, ...result });
+    lastIdle = null;
+    check();
+  } else if (message.type === "error") {
+    hud.flash(message.message);
+  } else if (message.type === "queued") {
+    dom.clearComposer();
+  }
+}
+
+function queueComposer() {
+  const text = dom.composerText();
+  if (!text) {
+    hud.flash("Type the message to queue in the composer first.");
+    return;
+  }
+  post({ type: "queue.add", text });
+}

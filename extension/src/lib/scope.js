@@ -1,0 +1,88 @@
+// Scopes (docs/browser-protocol.md section 2): which web conversation scope a page belongs to.
+// Pure: no chrome.* here, so node --test can check it.
+
+export const SCOPE_PATTERN = /^(chatgpt|zai|deepseek):(project|conv|root):[A-Za-z0-9._:-]{1,200}$/;
+const CONVERSATION_ID = /^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$/;
+// ChatGPT appends a name slug to a project id (`g-p-<hex>-my-project`); the id is the prefix.
+const CHATGPT_PROJECT = /^(g-p-[0-9a-f]+)(?:-.*)?$/;
+const TAB_ID = /^[A-Za-z0-9._-]{1,64}$/;
+
+export function isScope(value) {
+  return typeof value === "string" && value.length <= 256 && SCOPE_PATTERN.test(value);
+}
+
+/**
+ * What a ChatGPT page is, from its URL:
+ * - `{kind: "conv", scope: "chatgpt:conv:<id>", convKey: <id>, projectId: null}` for /c/<id>;
+ * - `{kind: "project", scope: "chatgpt:project:<p>", convKey: <id>, projectId: <p>}` for
+ *   /g/<p>/c/<id> (a conversation inside a Project: the Project is the scope);
+ * - `{kind: "project", ..., convKey: null}` for the Project's home /g/<p>/project;
+ * - `{kind: "root", scope: "chatgpt:root:<tabId>", convKey: null}` for the root page, when a
+ *   tab-local id is given (a pending binding lives there until the tab lands on a conversation);
+ * - `null` for anything else (settings, GPTs, unknown shapes).
+ */
+export function pageScope(href, tabId = null) {
+  let url;
+  try {
+    url = new URL(href);
+  } catch {
+    return null;
+  }
+  if (url.protocol !== "https:" || url.hostname !== "chatgpt.com" || url.port) {
+    return null;
+  }
+  const path = url.pathname.split("/").filter(Boolean);
+  if (path.length === 0) {
+    if (tabId === null || !TAB_ID.test(tabId)) {
+      return null;
+    }
+    return { site: "chatgpt", kind: "root", scope: `chatgpt:root:${tabId}`, convKey: null, projectId: null };
+  }
+  if (path.length === 2 && path[0] === "c" && CONVERSATION_ID.test(path[1])) {
+    return { site: "chatgpt", kind: "conv", scope: `chatgpt:conv:${path[1]}`, convKey: path[1], projectId: null };
+  }
+  if (path[0] === "g" && path.length >= 3) {
+    const match = CHATGPT_PROJECT.exec(path[1]);
+    if (!match) {
+      return null;
+    }
+    const projectId = match[1];
+    const scope = `chatgpt:project:${projectId}`;
+    if (path.length === 3 && path[2] === "project") {
+      return { site: "chatgpt", kind: "project", scope, convKey: null, projectId };
+    }
+    if (path.length === 4 && path[2] === "c" && CONVERSATION_ID.test(path[3])) {
+      return { site: "chatgpt", kind: "project", scope, convKey: path[3], projectId };
+    }
+  }
+  return null;
+}
+
+/** The full URL of a conversation (what the continuity journal takes as `conversation_url`). */
+export function conversationUrl(page) {
+  if (!page || !page.convKey) {
+    return null;
+  }
+  if (page.projectId) {
+    return `https://chatgpt.com/g/${page.projectId}/c/${page.convKey}`;
+  }
+  return `https://chatgpt.com/c/${page.convKey}`;
+}
+
+/**
+ * The conversation a scope's wakes and progress go to: the conversation itself for a
+ * conversation scope, the binding's `active_conv_key` for a Project, nothing for a root scope.
+ */
+export function wakeTarget(scope, binding) {
+  if (!isScope(scope)) {
+    return null;
+  }
+  const [, , kind, id] = /^([a-z]+):(project|conv|root):(.+)$/.exec(scope);
+  if (kind === "conv") {
+    return id;
+  }
+  if (kind === "project") {
+    return binding && binding.active_conv_key ? binding.active_conv_key : null;
+  }
+  return null;
+}

@@ -1,0 +1,66 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { conversationUrl, isScope, pageScope, wakeTarget } from "../src/lib/scope.js";
+
+test("a conversation page is its own scope", () => {
+  const page = pageScope("https://chatgpt.com/c/6a1f0c2e-0000-4000-8000-000000000001?model=x#end");
+  assert.deepEqual(page, {
+    site: "chatgpt",
+    kind: "conv",
+    scope: "chatgpt:conv:6a1f0c2e-0000-4000-8000-000000000001",
+    convKey: "6a1f0c2e-0000-4000-8000-000000000001",
+    projectId: null,
+  });
+  assert.equal(conversationUrl(page), "https://chatgpt.com/c/6a1f0c2e-0000-4000-8000-000000000001");
+});
+
+test("a Project's home and its conversations share the Project scope; the name slug is dropped", () => {
+  const home = pageScope("https://chatgpt.com/g/g-p-0a1b2c-my-project/project");
+  assert.equal(home.scope, "chatgpt:project:g-p-0a1b2c");
+  assert.equal(home.convKey, null);
+  assert.equal(conversationUrl(home), null);
+  const conversation = pageScope("https://chatgpt.com/g/g-p-0a1b2c-my-project/c/abc-123");
+  assert.equal(conversation.scope, "chatgpt:project:g-p-0a1b2c");
+  assert.equal(conversation.kind, "project");
+  assert.equal(conversation.convKey, "abc-123");
+  assert.equal(conversationUrl(conversation), "https://chatgpt.com/g/g-p-0a1b2c/c/abc-123");
+});
+
+test("the root page is a tab-local pending scope, only with a tab id", () => {
+  assert.equal(pageScope("https://chatgpt.com/", "tab-17").scope, "chatgpt:root:tab-17");
+  assert.equal(pageScope("https://chatgpt.com/"), null);
+  assert.equal(pageScope("https://chatgpt.com/", "bad id!"), null);
+});
+
+test("other pages and other hosts have no scope", () => {
+  for (const url of [
+    "https://chatgpt.com/gpts",
+    "https://chatgpt.com/g/not-a-project/project",
+    "https://chatgpt.com/g/g-p-0a1b/c/",
+    "https://chatgpt.com/c/bad$id",
+    "http://chatgpt.com/c/abc",
+    "https://chatgpt.com:8443/c/abc",
+    "https://evil.example/c/abc",
+    "not a url",
+  ]) {
+    assert.equal(pageScope(url, "tab-1"), null, url);
+  }
+});
+
+test("every scope the pages give matches the protocol's pattern", () => {
+  assert.ok(isScope("chatgpt:conv:abc"));
+  assert.ok(isScope("zai:conv:abc"));
+  assert.ok(!isScope("chatgpt:conv:"));
+  assert.ok(!isScope("chatgpt:thread:abc"));
+  assert.ok(!isScope(`chatgpt:conv:${"a".repeat(201)}`));
+  assert.ok(isScope(pageScope("https://chatgpt.com/g/g-p-ff/c/x1").scope));
+});
+
+test("wakes go to the conversation itself, or to a Project's active conversation", () => {
+  assert.equal(wakeTarget("chatgpt:conv:abc", null), "abc");
+  assert.equal(wakeTarget("chatgpt:project:g-p-ff", { active_conv_key: "c9" }), "c9");
+  assert.equal(wakeTarget("chatgpt:project:g-p-ff", { active_conv_key: null }), null);
+  assert.equal(wakeTarget("chatgpt:root:tab-1", { active_conv_key: "c9" }), null);
+  assert.equal(wakeTarget("nonsense", {}), null);
+});
