@@ -2,13 +2,14 @@
  * The frozen catalogs the Edge knows, bundled into the Worker at build time from
  * manifests/contracts/ (the same files the Python package freezes; never fetched at run time).
  *
- * The public Edge contract is the runtime catalog the link announced plus the edge-local
- * `herdr_devices`. For runtime epoch 5 that list is exactly manifests/contracts/edge-epoch-8.json
- * (tests/test_edge_relay_contract.py pins its hash and compares what /mcp serves to it). A link
- * on the rollback baseline (runtime epoch 4) is still relayed, with epoch 4's tools.
+ * The contract rule (docs/edge-protocol.md, "The runtime identity and the public contract"):
+ * /mcp tools/list always serves exactly manifests/contracts/edge-epoch-8.json (19 tools), whatever
+ * a device announces and whether it is online, so a connector's tool list never drifts with the
+ * workstation. A runtime tool is relayed only to a device whose announced runtime identity is the
+ * one edge epoch 8 is built from (runtime epoch 5: epoch, hash and tool count); any other identity,
+ * the rollback baseline (runtime epoch 4) included, is refused `contract_mismatch`.
  */
 import edgeEpoch8 from "../../../manifests/contracts/edge-epoch-8.json";
-import runtimeEpoch4 from "../../../manifests/contracts/runtime-epoch-4.json";
 import runtimeEpoch5 from "../../../manifests/contracts/runtime-epoch-5.json";
 import type { AnnouncedContract } from "./frames.js";
 import { type ContractIdentity, type Json, identityOf } from "./identity.js";
@@ -25,45 +26,36 @@ interface CatalogFile {
   tools: Tool[];
 }
 
-/** The runtime epoch the public Edge contract (edge epoch 8) is made of: what tools/list serves
- * for a device that has not announced a runtime yet. */
-export const PUBLIC_RUNTIME_EPOCH: number = edgeEpoch8.runtime_epoch;
+/** The public Edge contract: what /mcp tools/list serves, always. */
+export const EDGE_TOOLS: readonly Tool[] = (edgeEpoch8 as CatalogFile).tools;
 
 /** The edge-local tool, as frozen in edge-epoch-8.json. */
 export const DEVICES_TOOL: Tool = findTool(edgeEpoch8 as CatalogFile, "herdr_devices");
 
-const RUNTIME_CATALOGS: readonly CatalogFile[] = [runtimeEpoch4 as CatalogFile, runtimeEpoch5 as CatalogFile];
+/** The runtime tools of the public contract: the ones relayed to the workstation. */
+export const RUNTIME_TOOL_NAMES: ReadonlySet<string> = new Set(
+  EDGE_TOOLS.filter((tool) => tool.name !== DEVICES_TOOL.name).map((tool) => tool.name),
+);
 
-export interface KnownCatalog {
-  identity: ContractIdentity;
-  tools: Tool[];
+/** The runtime catalog edge epoch 8 is built from (its `runtime_epoch`). */
+const RUNTIME_CATALOG = runtimeEpoch5 as CatalogFile;
+if (RUNTIME_CATALOG.epoch !== edgeEpoch8.runtime_epoch) {
+  throw new Error(`edge-epoch-8.json names runtime epoch ${edgeEpoch8.runtime_epoch}, the bundled catalog is epoch ${RUNTIME_CATALOG.epoch}`);
 }
 
-let known: Promise<KnownCatalog[]> | undefined;
+let expected: Promise<ContractIdentity> | undefined;
 
-/** Every frozen runtime catalog with its identity, computed once per isolate. */
-export function runtimeCatalogs(): Promise<KnownCatalog[]> {
-  known ??= Promise.all(
-    RUNTIME_CATALOGS.map(async (file) => ({ identity: await identityOf(file.tools, file.epoch), tools: file.tools })),
-  );
-  return known;
+/** The runtime identity a device must announce to be relayed to (computed once per isolate). */
+export function expectedRuntimeContract(): Promise<ContractIdentity> {
+  expected ??= identityOf(RUNTIME_CATALOG.tools, RUNTIME_CATALOG.epoch);
+  return expected;
 }
 
-/** The frozen runtime catalog whose identity equals `identity`, or undefined (contract_mismatch). */
-export async function catalogFor(identity: AnnouncedContract | null | undefined): Promise<KnownCatalog | undefined> {
-  if (!identity) return undefined;
-  const catalogs = await runtimeCatalogs();
-  return catalogs.find(
-    (catalog) =>
-      catalog.identity.epoch === identity.epoch &&
-      catalog.identity.hash === identity.hash &&
-      catalog.identity.tool_count === identity.tool_count,
-  );
-}
-
-/** What /mcp tools/list serves for a link on `catalog`: its runtime tools plus herdr_devices. */
-export function publicTools(catalog: KnownCatalog): Tool[] {
-  return [...catalog.tools, DEVICES_TOOL];
+/** Whether an announced runtime contract is exactly the one edge epoch 8 is built from. */
+export async function contractCompatible(announced: AnnouncedContract | null | undefined): Promise<boolean> {
+  if (!announced) return false;
+  const want = await expectedRuntimeContract();
+  return announced.epoch === want.epoch && announced.hash === want.hash && announced.tool_count === want.tool_count;
 }
 
 function findTool(file: CatalogFile, name: string): Tool {

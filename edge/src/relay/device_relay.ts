@@ -11,7 +11,7 @@
 import { DurableObject } from "cloudflare:workers";
 import { handleControl } from "../consent.js";
 import type { Env } from "../env.js";
-import { type KnownCatalog, catalogFor, PUBLIC_RUNTIME_EPOCH, publicTools, runtimeCatalogs, type Tool } from "./catalog.js";
+import { contractCompatible, expectedRuntimeContract } from "./catalog.js";
 import {
   CLOSE_GOING_AWAY,
   CLOSE_POLICY_VIOLATION,
@@ -62,11 +62,10 @@ export interface DeviceStatus {
   last_heartbeat_at: string | null;
   link_version: string | null;
   runtime: RuntimeIdentity | null;
-  /** Whether the runtime's contract is a frozen catalog the Edge relays to. */
-  contract_known: boolean;
+  /** Whether the runtime's contract is the one edge epoch 8 is built from: only then are calls
+   * relayed (docs/edge-protocol.md, "The runtime identity and the public contract"). */
+  contract_compatible: boolean;
 }
-
-export type ToolsOutcome = { tools: Tool[] } | { error: RelayError };
 
 interface Connection {
   device_id: string;
@@ -200,11 +199,7 @@ export class DeviceRelay extends DurableObject<Env & RelayVars> {
       return relayError("device_offline", "the workstation's link is not connected; start `herdr-mcp link` there", true, "not_delivered");
     }
     const [ws, connection] = found;
-    const catalog = await catalogFor(connection.runtime?.contract);
-    if (!catalog) return contractMismatch(connection.runtime);
-    if (!catalog.tools.some((candidate) => candidate.name === tool)) {
-      return relayError("unknown_tool", `no tool ${tool} in the workstation's contract; call tools/list`, false, "not_delivered");
-    }
+    if (!(await contractCompatible(connection.runtime?.contract))) return contractMismatch(connection.runtime);
     const id = crypto.randomUUID();
     const deadlineMs = this.deadlineMs();
     const frame = JSON.stringify({ type: "tool_request", id, tool, arguments: args, deadline_ms: deadlineMs });
@@ -258,20 +253,6 @@ export class DeviceRelay extends DurableObject<Env & RelayVars> {
     return false;
   }
 
-  /** The tools/list a client of this device sees (the announced runtime catalog + herdr_devices). */
-  async tools(): Promise<ToolsOutcome> {
-    const runtime = this.currentConnection()?.[1].runtime ?? (await this.record())?.runtime ?? null;
-    let catalog: KnownCatalog | undefined;
-    if (runtime === null) {
-      // Never connected yet: the current public contract.
-      catalog = (await runtimeCatalogs()).find((candidate) => candidate.identity.epoch === PUBLIC_RUNTIME_EPOCH);
-    } else {
-      catalog = await catalogFor(runtime.contract);
-    }
-    if (!catalog) return contractMismatch(runtime);
-    return { tools: publicTools(catalog) };
-  }
-
   /** Online state, last heartbeat and the active runtime identity (no secrets). */
   async status(): Promise<DeviceStatus> {
     const record = await this.record();
@@ -285,7 +266,7 @@ export class DeviceRelay extends DurableObject<Env & RelayVars> {
       last_heartbeat_at: iso(record?.last_heartbeat_at ?? null),
       link_version: current?.link_version ?? record?.link_version ?? null,
       runtime,
-      contract_known: (await catalogFor(runtime?.contract)) !== undefined,
+      contract_compatible: await contractCompatible(runtime?.contract),
     };
   }
 
@@ -482,11 +463,15 @@ function relayError(code: string, message: string, retryable: boolean, delivery_
   return { error: { code, message, retryable, delivery_state } };
 }
 
-function contractMismatch(runtime: RuntimeIdentity | null): { error: RelayError } {
-  const contract = runtime ? `epoch ${runtime.contract.epoch} ${runtime.contract.hash}` : "none";
+/** The call is refused: the device's runtime is not the one the public contract is built from. */
+async function contractMismatch(runtime: RuntimeIdentity | null): Promise<{ error: RelayError }> {
+  const want = await expectedRuntimeContract();
+  const announced = runtime
+    ? `runtime contract epoch ${runtime.contract.epoch ?? "unknown"} (${runtime.contract.hash}, ${runtime.contract.tool_count ?? "?"} tools)`
+    : "no runtime contract";
   return relayError(
     "contract_mismatch",
-    `the workstation's runtime announces a contract the Edge does not know (${contract}); update the workstation or the Edge so both carry the same frozen catalog`,
+    `the workstation announces ${announced}; this Edge serves edge contract epoch 8, built from runtime contract epoch ${want.epoch} (${want.hash}, ${want.tool_count} tools), and relays to nothing else. On the workstation, activate a generation with runtime contract epoch ${want.epoch} (\`herdr-mcp update\` or \`herdr-mcp generation activate <id>\`); \`herdr-mcp link status\` shows what it announces`,
     false,
     "not_delivered",
   );

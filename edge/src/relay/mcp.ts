@@ -2,15 +2,16 @@
  * /mcp on the Edge: Streamable HTTP MCP, stateless, answering each POST with one JSON body (no SSE
  * stream, no session id; the transport allows both). Requests reach here only with a valid token
  * (the OAuth provider checks it and puts the grant's props, the device id among them, in
- * ctx.props). tools/list is the public Edge contract for the grant's device: the frozen runtime
- * catalog its link announced plus `herdr_devices`; tools/call relays through the device's Durable
- * Object, except herdr_devices, which the Edge answers itself.
+ * ctx.props). tools/list is the public Edge contract, always the frozen edge epoch 8 (src/relay/
+ * catalog.ts), whatever the device announces; tools/call relays a runtime tool through the
+ * device's Durable Object (which refuses a device on another runtime contract,
+ * `contract_mismatch`), and the Edge answers herdr_devices itself.
  */
 
 import type { Env } from "../env.js";
 import type { GrantProps } from "../oauth.js";
 import { registry } from "../registry.js";
-import { DEVICES_TOOL } from "./catalog.js";
+import { DEVICES_TOOL, EDGE_TOOLS, RUNTIME_TOOL_NAMES } from "./catalog.js";
 import type { CallOutcome, DeviceRelay, DeviceStatus, RelayError } from "./device_relay.js";
 
 /** The revisions reachable through `initialize`, oldest first (the last is offered by default). */
@@ -24,8 +25,6 @@ const PARSE_ERROR = -32700;
 const INVALID_REQUEST = -32600;
 const METHOD_NOT_FOUND = -32601;
 const INVALID_PARAMS = -32602;
-/** Server-defined: the workstation's contract is not one the Edge knows. */
-const CONTRACT_MISMATCH = -32001;
 
 type JsonRpcId = string | number;
 
@@ -35,7 +34,6 @@ type JsonRpcId = string | number;
 export interface RelayStub {
   call: DeviceRelay["call"];
   cancel: DeviceRelay["cancel"];
-  tools: DeviceRelay["tools"];
   status: DeviceRelay["status"];
 }
 
@@ -89,11 +87,8 @@ export const mcpApiHandler = {
         return rpcResult(id, initializeResult(params));
       case "ping":
         return rpcResult(id, {});
-      case "tools/list": {
-        const outcome = await relayOf(env, props.device_id).tools();
-        if ("error" in outcome) return rpcError(id, CONTRACT_MISMATCH, outcome.error.message, 200, { code: outcome.error.code });
-        return rpcResult(id, { tools: outcome.tools });
-      }
+      case "tools/list":
+        return rpcResult(id, { tools: EDGE_TOOLS });
       case "tools/call":
         return callTool(request, env, props, id, params);
       default:
@@ -133,6 +128,9 @@ async function callTool(
   if (name === DEVICES_TOOL.name) {
     if (Object.keys(args).length > 0) return rpcResult(id, errorResult(invalidArgument("herdr_devices takes no arguments")));
     return rpcResult(id, jsonResult({ devices: await devices(env, props.device_id) }));
+  }
+  if (!RUNTIME_TOOL_NAMES.has(name)) {
+    return rpcResult(id, errorResult({ code: "unknown_tool", message: `no tool ${name} in the Edge's contract (epoch 8); call tools/list`, retryable: false, delivery_state: "not_delivered" }));
   }
   let outcome: CallOutcome;
   try {
@@ -193,9 +191,8 @@ function rpcResult(id: JsonRpcId, result: unknown): Response {
   return Response.json({ jsonrpc: "2.0", id, result }, { headers: { "Cache-Control": "no-store" } });
 }
 
-function rpcError(id: JsonRpcId | null, code: number, message: string, status: number, data?: unknown): Response {
-  const error = data === undefined ? { code, message } : { code, message, data };
-  return Response.json({ jsonrpc: "2.0", id, error }, { status, headers: { "Cache-Control": "no-store" } });
+function rpcError(id: JsonRpcId | null, code: number, message: string, status: number): Response {
+  return Response.json({ jsonrpc: "2.0", id, error: { code, message } }, { status, headers: { "Cache-Control": "no-store" } });
 }
 
 function isObject(value: unknown): value is Record<string, unknown> {
