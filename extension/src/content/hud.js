@@ -1,4 +1,4 @@
-// The HUD injected into the page (in a closed shadow root, so the site's styles and scripts do
+// The HUD injected into the page (in a shadow root, so the site's styles do
 // not reach it): the scope's state line, a manual Continue, the scope's Auto toggle and the
 // queue button with its count (right click clears the queue).
 
@@ -21,7 +21,7 @@ const STYLE = `
 export class Hud {
   constructor({ onContinue, onAuto, onQueue, onClearQueue }) {
     this.host = document.createElement("herdr-mcp-hud");
-    const root = this.host.attachShadow({ mode: "closed" });
+    const root = this.host.attachShadow({ mode: "open" });
     root.innerHTML = `<style>${STYLE}</style>
       <div class="hud" part="hud">
         <div class="title"><span><span class="dot"></span>herdr-mcp</span><span class="scope"></span></div>
@@ -78,11 +78,10 @@ function describe(state) {
   if (!state?.page) {
     return "Not a conversation or Project page.";
   }
-  if (!state.connected) {
-    return "Not connected to herdr-mcp (is the runtime running and the native host installed?).";
-  }
   const lines = [];
-  if (!state.binding) {
+  if (!state.connected) {
+    lines.push("Not connected to herdr-mcp (is the runtime running and the native host installed?).");
+  } else if (!state.binding) {
     lines.push("Not bound: bind this page to a workspace in the side panel.");
   } else {
     const name = state.binding.label || state.binding.workspace_id;
