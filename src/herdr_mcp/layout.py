@@ -20,6 +20,8 @@ drift between a writer and its readers (the runtime token's path was built in fo
     dev-plane.json          present while a DEV generation is in charge
     edge-device.json        the Edge this workstation is paired with: device id and secret (0600,
                             fails closed; `link/edge_device.py`)
+    native-host/            the Chrome native messaging host's launcher (the path its manifest
+                            names) and its log, host.log (`native_host/`)
     ipc/                    0700: the runtimes' Unix sockets for the native host (0600):
                             runtime.sock (a runtime without generations), <generation>.sock
                             (one per generation; `browser_ipc.active_socket` picks the active one)
@@ -60,6 +62,7 @@ SERVICES_FILE = "services.json"
 SERVICE_ROLLBACK_FILE = "service-rollback.json"
 DEV_PLANE_FILE = "dev-plane.json"
 EDGE_DEVICE_FILE = "edge-device.json"
+NATIVE_HOST_DIR = "native-host"
 IPC_DIR = "ipc"
 RUNTIME_SOCKET = "runtime.sock"
 
@@ -148,6 +151,10 @@ class Layout:
     @property
     def edge_device_file(self) -> Path:
         return self.config_dir / EDGE_DEVICE_FILE
+
+    @property
+    def native_host_dir(self) -> Path:
+        return self.config_dir / NATIVE_HOST_DIR
 
     @property
     def ipc_dir(self) -> Path:

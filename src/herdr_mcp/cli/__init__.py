@@ -94,6 +94,7 @@ DELEGATED: dict[str, tuple[str, str, str]] = {
     "update": ("herdr_mcp.cli.update", "run", "build_parser"),
     "generation": ("herdr_mcp.generations.cli", "run", "build_parser"),
     "audit": ("herdr_mcp.cli.audit", "run", "build_parser"),
+    "native-host": ("herdr_mcp.cli.native_host", "run", "build_parser"),
 }
 
 
@@ -172,6 +173,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands.add_parser(
         "audit", help="the audit log of tool calls (--since 1h, --tool NAME, --json)", add_help=False
+    )
+    commands.add_parser(
+        "native-host", help="the Chrome native messaging host; install|uninstall its manifest", add_help=False
     )
     return with_json(parser)
 
