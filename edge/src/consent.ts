@@ -14,11 +14,13 @@
  * PKCE S256, resource) stores a pending consent in the registry and shows a page with a short code
  * and the request id; the owner runs `herdr-mcp connector approve <request-id>` on a paired
  * workstation (the same code shown there); the approval completes the authorization with the
- * library (a grant for that device); the page, polling `POST /authorize/status` with its poll
- * token, then sends the browser to the client's redirect URI.
+ * library (a grant for that device, recorded in the registry in the same step); the page, polling
+ * `POST /authorize/status` with its poll token, then sends the browser to the client's redirect
+ * URI. grant.list and grant.revoke work from the registry's grant records, never from a KV list
+ * (eventually consistent), except once per device for grants made before records existed.
  */
 
-import { AuthorizationError, type AuthRequest, CimdFetchError, type ConsentDescription } from "@cloudflare/workers-oauth-provider";
+import { AuthorizationError, type AuthRequest, CimdFetchError, type ConsentDescription, type GrantSummary } from "@cloudflare/workers-oauth-provider";
 import type { Env } from "./env.js";
 import {
   errorResponse,
@@ -30,7 +32,7 @@ import {
   sha256Hex,
 } from "./http.js";
 import { type GrantProps, grantHelpers, oauthHelpers, originOf } from "./oauth.js";
-import { CONSENT_TTL_S, type ConsentRecord, registry } from "./registry.js";
+import { CONSENT_TTL_S, type ConsentRecord, GRANT_CODE_TTL_S, type GrantRecord, registry } from "./registry.js";
 
 export type ControlResult =
   | { result: Record<string, unknown> }
@@ -153,9 +155,11 @@ async function consentList(env: Env): Promise<ControlResult> {
 /**
  * Approve or deny a pending consent:
  * 1. it must exist (consent_not_found), be unexpired (consent_expired) and pending;
- * 2. approving completes the authorization with the library: a grant for this device;
- * 3. the registry records the decision once; should another call have decided it in between,
- *    the grant made here is revoked again.
+ * 2. approving completes the authorization with the library: a grant for this device (the
+ *    library's own replacement of older grants, found by a KV list, is off: step 3 does it);
+ * 3. the registry records the decision and the grant once, and names the device's older grants
+ *    of the same client it replaces, which are revoked; should another call have decided the
+ *    consent in between, the grant made here is revoked again.
  */
 async function consentDecide(
   env: Env,
@@ -179,8 +183,10 @@ async function consentDecide(
   const authRequest = JSON.parse(consent.auth_request_json) as AuthRequest;
   const helpers = oauthHelpers(new URL(authRequest.resource ?? authRequest.redirectUri).origin, env);
   let redirectTo: string;
-  let grantId: string | undefined;
+  let grant: GrantRecord | undefined;
   if (state === "approved") {
+    // Grants made before records existed must be known before this one replaces any of them.
+    await grantsOf(env, deviceId);
     const props: GrantProps = { device_id: deviceId, request_id: requestId, client_name: consent.client_name };
     try {
       ({ redirectTo } = await helpers.completeAuthorization({
@@ -189,6 +195,7 @@ async function consentDecide(
         metadata: { client_name: consent.client_name, request_id: requestId },
         scope: authRequest.scope,
         props,
+        revokeExistingGrants: false,
       }));
     } catch (error) {
       // A client ID metadata document is fetched again here; the client may have gone meanwhile.
@@ -198,7 +205,21 @@ async function consentDecide(
       throw error;
     }
     // The library's codes are `<user id>:<grant id>:<secret>`: the grant id is the middle part.
-    grantId = new URL(redirectTo).searchParams.get("code")?.split(":")[1];
+    const grantId = new URL(redirectTo).searchParams.get("code")?.split(":")[1];
+    if (!grantId) throw new Error("the OAuth library answered a redirect without an authorization code");
+    const now = await registry(env).now();
+    grant = {
+      grant_id: grantId,
+      device_id: deviceId,
+      client_id: authRequest.clientId,
+      client_name: consent.client_name,
+      scope: authRequest.scope,
+      resource: authRequest.resource ?? null,
+      redirect_uri: authRequest.redirectUri,
+      created_at: now,
+      expires_at: now + GRANT_CODE_TTL_S,
+      source: "approval",
+    };
   } else {
     const denied = new URL(authRequest.redirectUri);
     denied.searchParams.set("error", "access_denied");
@@ -207,33 +228,35 @@ async function consentDecide(
     if (authRequest.issuer) denied.searchParams.set("iss", authRequest.issuer);
     redirectTo = denied.toString();
   }
-  const decided = await registry(env).decideConsent(requestId, {
-    state,
-    device_id: deviceId,
-    redirect_to: redirectTo,
-    ...(grantId === undefined ? {} : { grant_id: grantId }),
-  });
-  if (decided === null || decided.redirect_to !== redirectTo) {
-    if (grantId !== undefined) await helpers.revokeGrant(grantId, deviceId);
+  const outcome = await registry(env).decideConsent(
+    requestId,
+    { state, device_id: deviceId, redirect_to: redirectTo, ...(grant === undefined ? {} : { grant_id: grant.grant_id }) },
+    grant,
+  );
+  if (outcome === null || !outcome.decided) {
+    if (grant !== undefined) await revoke(env, deviceId, grant.grant_id);
     return failure("consent_not_found", `consent ${requestId} was decided by another call`);
   }
-  return state === "approved"
-    ? { result: { request_id: requestId, code: consent.code, client_name: consent.client_name, grant_id: grantId ?? null } }
+  for (const replaced of outcome.replaced) await grantHelpers(env).revokeGrant(replaced, deviceId);
+  return grant !== undefined
+    ? { result: { request_id: requestId, code: consent.code, client_name: consent.client_name, grant_id: grant.grant_id } }
     : { result: { request_id: requestId } };
 }
 
-/** The grants this device approved (the library's grant records; a grant belongs to the device). */
+/** The grants this device approved (the registry's records; a grant belongs to the device). */
 async function grantList(env: Env, deviceId: string): Promise<ControlResult> {
-  const grants = await listGrants(env, deviceId);
-  const uses = await registry(env).grantUses(grants.map((grant) => grant.id));
+  const grants = await grantsOf(env, deviceId);
+  const uses = await registry(env).grantUses(grants.map((grant) => grant.grant_id));
   return {
     result: {
       grants: grants.map((grant) => ({
-        grant_id: grant.id,
-        client_name: (grant.metadata as { client_name?: string } | undefined)?.client_name ?? grant.clientId,
-        created_at: grant.createdAt,
+        grant_id: grant.grant_id,
+        client_id: grant.client_id,
+        client_name: grant.client_name,
+        scope: grant.scope,
+        created_at: grant.created_at,
         // Recorded by /mcp at most once a minute (src/oauth.ts); null before the first call.
-        last_used_at: uses[grant.id] ?? null,
+        last_used_at: uses[grant.grant_id] ?? null,
       })),
     },
   };
@@ -242,18 +265,40 @@ async function grantList(env: Env, deviceId: string): Promise<ControlResult> {
 async function grantRevoke(env: Env, deviceId: string, params: Record<string, unknown>): Promise<ControlResult> {
   const grantId = params["grant_id"];
   if (typeof grantId !== "string") return failure("invalid_argument", "params.grant_id must be a string");
-  const grants = await listGrants(env, deviceId);
-  if (!grants.some((grant) => grant.id === grantId)) {
+  await grantsOf(env, deviceId);
+  if ((await registry(env).grantRecord(deviceId, grantId)) === null) {
     return failure("grant_not_found", `no grant ${grantId} for this device (list them with grant.list)`);
   }
-  await grantHelpers(env).revokeGrant(grantId, deviceId);
-  await registry(env).forgetGrant(grantId);
+  await revoke(env, deviceId, grantId);
   return { result: { grant_id: grantId, revoked: true } };
 }
 
-async function listGrants(env: Env, deviceId: string) {
+/** Revoke a grant: the library's grant and tokens first (they are what stops the next call),
+ * then the registry's record, marked revoked so no lagging KV list brings it back. */
+async function revoke(env: Env, deviceId: string, grantId: string): Promise<void> {
+  await grantHelpers(env).revokeGrant(grantId, deviceId);
+  await registry(env).forgetGrant(grantId);
+}
+
+/**
+ * The device's grants, from the registry. Grants made before the registry recorded them (an Edge
+ * deployed before this) exist only in the library's KV: until a KV list surely holds all of them
+ * (registry.legacyGrantsPending), each call reads the device's KV list and imports what it has
+ * not seen or seen revoked; after that no KV list is read again for the device.
+ */
+async function grantsOf(env: Env, deviceId: string): Promise<GrantRecord[]> {
+  const records = registry(env);
+  if (await records.legacyGrantsPending(deviceId)) {
+    const listedAt = await records.now();
+    const listed = await libraryGrants(env, deviceId);
+    await records.importLegacyGrants(deviceId, listed.map(grantRecordOf), listedAt);
+  }
+  return records.listGrantRecords(deviceId);
+}
+
+async function libraryGrants(env: Env, deviceId: string): Promise<GrantSummary[]> {
   const helpers = grantHelpers(env);
-  const grants = [];
+  const grants: GrantSummary[] = [];
   let cursor: string | undefined;
   do {
     const page = await helpers.listUserGrants(deviceId, cursor === undefined ? {} : { cursor });
@@ -261,6 +306,23 @@ async function listGrants(env: Env, deviceId: string) {
     cursor = page.cursor;
   } while (cursor);
   return grants;
+}
+
+/** A grant the library listed, as a registry record (source "kv"). */
+function grantRecordOf(grant: GrantSummary): GrantRecord {
+  const resource = grant.resource;
+  return {
+    grant_id: grant.id,
+    device_id: grant.userId,
+    client_id: grant.clientId,
+    client_name: (grant.metadata as { client_name?: string } | undefined)?.client_name ?? grant.clientId,
+    scope: grant.scope,
+    resource: resource === undefined ? null : typeof resource === "string" ? resource : JSON.stringify(resource),
+    redirect_uri: grant.redirectUri ?? "",
+    created_at: grant.createdAt,
+    expires_at: grant.expiresAt ?? grant.createdAt + GRANT_CODE_TTL_S,
+    source: "kv",
+  };
 }
 
 function errorPage(status: number, code: string, message: string): Response {

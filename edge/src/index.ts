@@ -54,7 +54,11 @@ function missingSecrets(env: Env): string[] {
  * Test configuration only (EDGE_TEST_ROUTES=1, set by tests/edge_harness.py, never by
  * wrangler.jsonc), and then still behind ADMIN_SECRET:
  * - `POST /__test/control` `{device_id, method, params}` runs a control method as the relay will;
- * - `POST /__test/clock` `{offset_s}` shifts the registry's clock (pairing and consent expiry).
+ * - `POST /__test/clock` `{offset_s}` shifts the registry's clock (pairing and consent expiry);
+ * - `POST /__test/kv` `{op: "get"|"put"|"delete", key, value?}` reads or writes the OAuth library's
+ *   KV directly: what a lagging KV list would show (a new key missing, a deleted one still there);
+ * - `POST /__test/legacy-grant` `{grant_id}` turns a grant into one made before the registry
+ *   recorded grants (only the library's KV has it).
  */
 async function testRoute(request: Request, env: Env, pathname: string): Promise<Response> {
   if (request.method !== "POST" || !(await isAdmin(request, env))) {
@@ -75,6 +79,16 @@ async function testRoute(request: Request, env: Env, pathname: string): Promise<
   if (pathname === "/__test/clock") {
     await registry(env).setClockOffset(Number(body["offset_s"] ?? 0));
     return jsonResponse({ offset_s: await registry(env).now() });
+  }
+  if (pathname === "/__test/kv") {
+    const key = String(body["key"]);
+    if (body["op"] === "put") await env.OAUTH_KV.put(key, String(body["value"]));
+    if (body["op"] === "delete") await env.OAUTH_KV.delete(key);
+    return jsonResponse({ key, value: await env.OAUTH_KV.get(key) });
+  }
+  if (pathname === "/__test/legacy-grant") {
+    await registry(env).forgetGrantRecordAsLegacy(String(body["grant_id"]));
+    return jsonResponse({ grant_id: body["grant_id"] });
   }
   return errorResponse(404, "not_found", `no test route ${pathname}`);
 }

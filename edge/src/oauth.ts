@@ -153,7 +153,7 @@ export async function tokenEndpoint(
     const issued = typeof body === "object" && body !== null ? (body as Record<string, unknown>)["refresh_token"] : undefined;
     const grant = typeof issued === "string" ? grantOf(issued) : null;
     if (typeof issued === "string" && grant !== null) {
-      await registry(env).recordRefreshToken(grant.grantId, await sha256Hex(issued));
+      await registry(env).recordRefreshToken(grant.grantId, await sha256Hex(issued), REFRESH_TOKEN_IDLE_TTL_S);
     }
   }
   return response;

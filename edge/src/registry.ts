@@ -1,9 +1,11 @@
 /**
  * The Edge's one registry (a Durable Object, a single instance named "registry"): the pending
- * pairing, the paired devices and the pending connector consents. A Durable Object rather than KV
- * because its storage is strongly consistent and its calls run one at a time: the lockout counter
- * of a pairing cannot be raced by parallel guesses, a device paired a second ago can connect at
- * once, and a consent shown on the page is listed on the workstation at once (KV may lag 60 s).
+ * pairing, the paired devices, the pending connector consents and the connector grants the owner
+ * approved. A Durable Object rather than KV because its storage is strongly consistent and its
+ * calls run one at a time: the lockout counter of a pairing cannot be raced by parallel guesses, a
+ * device paired a second ago can connect at once, a consent shown on the page is listed on the
+ * workstation at once, and a grant approved or revoked a second ago is listed as it is (a KV list
+ * may lag 60 s behind writes and deletes).
  */
 
 import { DurableObject } from "cloudflare:workers";
@@ -72,6 +74,50 @@ const DEVICE_PREFIX = "device:";
 const CONSENT_PREFIX = "consent:";
 const REFRESH_PREFIX = "refresh:";
 const GRANT_USE_PREFIX = "grant-use:";
+const GRANT_RECORD_PREFIX = "grant-record:";
+const GRANT_REVOKED_PREFIX = "grant-revoked:";
+const LEGACY_DONE_PREFIX = "grant-legacy-done:";
+const GRANTS_SINCE_KEY = "grants_recorded_since";
+/** An approved grant lives 10 minutes until its code is exchanged (the library's code TTL). */
+export const GRANT_CODE_TTL_S = 600;
+/** How long after the registry began recording grants a KV list surely shows every grant made
+ * before: KV lists lag writes by up to 60 s; twice that for old isolates still running. */
+const LEGACY_LAG_S = 120;
+/** How long a revoked grant's id is remembered, so a lagging KV list cannot bring it back. */
+const GRANT_REVOKED_RETAIN_S = 24 * 3600;
+
+/**
+ * A connector grant as the registry records it when the owner approves it (src/consent.ts): the
+ * list `grant.list` shows, strongly consistent. The OAuth library keeps the grant itself (its
+ * tokens and props) in KV; this record is what lets the Edge list and revoke it without a KV list.
+ */
+export interface GrantRecord {
+  grant_id: string;
+  /** The device that approved it (the library's user id). */
+  device_id: string;
+  client_id: string;
+  client_name: string;
+  scope: string[];
+  /** The resource the grant's tokens are bound to (`<origin>/mcp`). */
+  resource: string | null;
+  redirect_uri: string;
+  created_at: number;
+  /** When the library's grant ends unless used: GRANT_CODE_TTL_S after approval until its code
+   * is exchanged, then the refresh token's idle lifetime after each exchange or refresh. */
+  expires_at: number;
+  /** "approval": recorded when approved; "kv": a grant made before records existed, found once in
+   * the library's KV list (docs: edge/README.md, "Grants"). */
+  source: "approval" | "kv";
+}
+
+/** Approving or denying a consent: the record as it stands, whether this call decided it, and
+ * the older grants of the same client and device the approval replaces (to be revoked). */
+export interface DecideOutcome {
+  consent: ConsentRecord;
+  decided: boolean;
+  replaced: string[];
+}
+
 /** Earlier refresh tokens remembered per grant: three weeks of hourly refreshes, 32 KB of hashes
  * (a Durable Object value may hold 128 KiB); a token rotated away longer ago is refused by the
  * library all the same, only without revoking the grant. */
@@ -126,8 +172,9 @@ export class EdgeRegistry extends DurableObject<Env> {
   }
 
   /** The refresh token the library just issued for `grantId` is its current one; the consumed one
-   * joins the grant's earlier tokens. */
-  async recordRefreshToken(grantId: string, tokenHash: string): Promise<void> {
+   * joins the grant's earlier tokens. The grant now lives `idleTtlS` from now (its record's
+   * expires_at, as the library moves its own expiry on each exchange and refresh). */
+  async recordRefreshToken(grantId: string, tokenHash: string, idleTtlS: number): Promise<void> {
     const key = REFRESH_PREFIX + grantId;
     const chain = await this.ctx.storage.get<RefreshChain>(key);
     const previous = [...(chain?.previous ?? []), ...(chain?.consumed === undefined ? [] : [chain.consumed])];
@@ -135,11 +182,92 @@ export class EdgeRegistry extends DurableObject<Env> {
       previous: previous.slice(-REFRESH_CHAIN_KEPT),
       current: tokenHash,
     } satisfies RefreshChain);
+    const record = await this.ctx.storage.get<GrantRecord>(GRANT_RECORD_PREFIX + grantId);
+    if (record !== undefined) {
+      await this.ctx.storage.put(GRANT_RECORD_PREFIX + grantId, { ...record, expires_at: (await this.now()) + idleTtlS });
+    }
   }
 
-  /** A revoked grant's refresh and use records go with it. */
+  /**
+   * A grant the library revoked (or is about to): its record, refresh and use records go, and its
+   * id is remembered for a day so a KV list still showing it (lag) cannot bring it back.
+   */
   async forgetGrant(grantId: string): Promise<void> {
-    await this.ctx.storage.delete([REFRESH_PREFIX + grantId, GRANT_USE_PREFIX + grantId]);
+    await this.ctx.storage.delete([GRANT_RECORD_PREFIX + grantId, REFRESH_PREFIX + grantId, GRANT_USE_PREFIX + grantId]);
+    await this.ctx.storage.put(GRANT_REVOKED_PREFIX + grantId, await this.now());
+  }
+
+  /** The grant `grantId` when it is recorded, unexpired and belongs to `deviceId`. */
+  async grantRecord(deviceId: string, grantId: string): Promise<GrantRecord | null> {
+    const record = await this.ctx.storage.get<GrantRecord>(GRANT_RECORD_PREFIX + grantId);
+    return record !== undefined && record.device_id === deviceId && (await this.now()) < record.expires_at ? record : null;
+  }
+
+  /** The unexpired grants of `deviceId`, oldest first; expired records and day-old revocation
+   * marks are removed on the way. */
+  async listGrantRecords(deviceId: string): Promise<GrantRecord[]> {
+    const now = await this.now();
+    const records = await this.ctx.storage.list<GrantRecord>({ prefix: GRANT_RECORD_PREFIX });
+    const revoked = await this.ctx.storage.list<number>({ prefix: GRANT_REVOKED_PREFIX });
+    const gone = [
+      ...[...records.entries()].filter(([, record]) => now >= record.expires_at).map(([key]) => key),
+      ...[...revoked.entries()].filter(([, at]) => now >= at + GRANT_REVOKED_RETAIN_S).map(([key]) => key),
+    ];
+    if (gone.length > 0) await this.ctx.storage.delete(gone);
+    return [...records.values()]
+      .filter((record) => record.device_id === deviceId && now < record.expires_at)
+      .sort((a, b) => a.created_at - b.created_at || a.grant_id.localeCompare(b.grant_id));
+  }
+
+  /**
+   * Whether grants of `deviceId` made before the registry recorded grants may still be missing
+   * from it: true until a KV list taken LEGACY_LAG_S after recording began was imported.
+   */
+  async legacyGrantsPending(deviceId: string): Promise<boolean> {
+    await this.grantsRecordedSince();
+    return (await this.ctx.storage.get<boolean>(LEGACY_DONE_PREFIX + deviceId)) !== true;
+  }
+
+  /**
+   * Import the grants of `deviceId` a KV list showed (`listed`, read before this call): those
+   * neither recorded nor revoked become records (source "kv"). Once the list was read
+   * LEGACY_LAG_S after recording began (`listedAt`, registry clock), it held every grant made
+   * before, and the device's KV list is never read again.
+   */
+  async importLegacyGrants(deviceId: string, listed: GrantRecord[], listedAt: number): Promise<void> {
+    for (const grant of listed) {
+      if (grant.device_id !== deviceId) continue;
+      const [record, revoked] = await Promise.all([
+        this.ctx.storage.get<GrantRecord>(GRANT_RECORD_PREFIX + grant.grant_id),
+        this.ctx.storage.get<number>(GRANT_REVOKED_PREFIX + grant.grant_id),
+      ]);
+      if (record === undefined && revoked === undefined) {
+        await this.ctx.storage.put(GRANT_RECORD_PREFIX + grant.grant_id, { ...grant, source: "kv" } satisfies GrantRecord);
+      }
+    }
+    if (listedAt >= (await this.grantsRecordedSince()) + LEGACY_LAG_S) {
+      await this.ctx.storage.put(LEGACY_DONE_PREFIX + deviceId, true);
+    }
+  }
+
+  /** Test configuration only (the /__test/legacy-grant route): make `grantId` look like a grant
+   * made before the registry recorded grants (no record, and recording began just now). */
+  async forgetGrantRecordAsLegacy(grantId: string): Promise<void> {
+    await this.ctx.storage.delete(GRANT_RECORD_PREFIX + grantId);
+    const done = await this.ctx.storage.list({ prefix: LEGACY_DONE_PREFIX });
+    await this.ctx.storage.delete([...done.keys()]);
+    await this.ctx.storage.put(GRANTS_SINCE_KEY, await this.now());
+  }
+
+  /** When this registry began recording grants (set by the first grant call after the deploy
+   * that introduced records). */
+  private async grantsRecordedSince(): Promise<number> {
+    let since = await this.ctx.storage.get<number>(GRANTS_SINCE_KEY);
+    if (since === undefined) {
+      since = await this.now();
+      await this.ctx.storage.put(GRANTS_SINCE_KEY, since);
+    }
+    return since;
   }
 
   /** A call used grant `grantId` at `at` (seconds): grant.list shows it as last_used_at. */
@@ -251,19 +379,47 @@ export class EdgeRegistry extends DurableObject<Env> {
   /**
    * Decide a pending consent: the transition happens at most once (calls run one at a time), so
    * two approvals cannot complete the same request twice. Null when it is unknown or expired;
-   * the record as it stands when it was already decided (its redirect_to is another call's).
+   * `decided: false` with the record as it stands when another call decided it first.
+   * An approval records its grant (`grant`) in the same step, and the device's older grants of
+   * the same client and resource (for a client ID metadata document client, also the same
+   * redirect URI: one installation) are replaced: their records go and their ids are returned
+   * for the caller to revoke with the library (which would otherwise find them by a KV list).
    */
   async decideConsent(
     requestId: string,
     decide: { state: "approved" | "denied"; device_id: string; grant_id?: string; redirect_to: string },
-  ): Promise<ConsentRecord | null> {
+    grant?: GrantRecord,
+  ): Promise<DecideOutcome | null> {
     const found = await this.getConsent(requestId);
     if (found === null || found.expired) return null;
     const consent = found.consent;
-    if (consent.state !== "pending") return consent;
+    if (consent.state !== "pending") return { consent, decided: false, replaced: [] };
     const decided: ConsentRecord = { ...consent, ...decide };
     await this.putConsent(decided);
-    return decided;
+    if (grant === undefined) return { consent: decided, decided: true, replaced: [] };
+    await this.grantsRecordedSince();
+    const replaced = (await this.listGrantRecords(grant.device_id))
+      .filter(
+        (older) =>
+          older.client_id === grant.client_id &&
+          older.resource === grant.resource &&
+          (!isClientDocumentUrl(grant.client_id) || older.redirect_uri === grant.redirect_uri),
+      )
+      .map((older) => older.grant_id);
+    for (const grantId of replaced) await this.forgetGrant(grantId);
+    await this.ctx.storage.put(GRANT_RECORD_PREFIX + grant.grant_id, grant);
+    return { consent: decided, decided: true, replaced };
+  }
+}
+
+/** Whether a client id names a client ID metadata document (an https URL with a path), whose
+ * client id every installation shares. */
+function isClientDocumentUrl(clientId: string): boolean {
+  try {
+    const url = new URL(clientId);
+    return url.protocol === "https:" && url.pathname !== "/";
+  } catch {
+    return false;
   }
 }
 
