@@ -1,15 +1,19 @@
 """The relay's counterparts for tests: a scripted link (`ScriptedLink`, a `websockets` client that
-speaks docs/edge-protocol.md frame by frame, so a test decides every answer) and an MCP client of
+speaks docs/edge-protocol.md frame by frame, so a test decides every answer), an MCP client of
 /mcp holding a real OAuth token (`connect_connector`: registration, authorization code + PKCE, the
-consent approved over the link with `consent.approve`, the token exchange).
+consent approved over the link with `consent.approve`, the token exchange), and the real thing on
+the workstation's side: `herdr-mcp link` paired with `herdr-mcp link pair` and connected
+(`paired_link`), with connectors approved by `herdr-mcp connector approve` (`approve_with_cli`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlparse
 
@@ -18,7 +22,11 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
 from herdr_mcp.contract import contract_identity
+from tests.connector_harness import Consent, open_consent_at, poll
 from tests.edge_harness import REDIRECT_URI, Edge, pkce_pair, register_client
+from tests.link_harness import Link, running_link
+from tests.waiting import wait_until
+from tests.workstation_harness import Generations, cli_json
 
 #: Generous for a loaded 2-core machine: each wait ends as soon as its condition holds.
 WAIT_S = 60.0
@@ -144,7 +152,7 @@ class Connector:
         return result
 
 
-def _authorize_page(edge: Edge, client_id: str, challenge: str) -> dict[str, str]:
+def _authorize_page(edge: Edge, client_id: str, challenge: str) -> Consent:
     query = urlencode(
         {
             "response_type": "code",
@@ -156,12 +164,7 @@ def _authorize_page(edge: Edge, client_id: str, challenge: str) -> dict[str, str
             "state": "relay-test",
         }
     )
-    page = edge.get("/authorize?" + query)
-    assert page.status_code == 200, page.text
-    found = re.search(r"const boot = (\{.*?\});", page.text)
-    assert found, page.text
-    boot: dict[str, str] = json.loads(found.group(1))
-    return boot
+    return open_consent_at(edge, "/authorize?" + query)
 
 
 @dataclass
@@ -172,20 +175,22 @@ class Authorization:
     verifier: str
     request_id: str
     poll_token: str
+    #: The short code the consent page shows.
+    code: str
 
 
 def begin_authorization(edge: Edge) -> Authorization:
     """Register a public client and open the consent page (authorization code + PKCE S256)."""
     client = register_client(edge)
     verifier, challenge = pkce_pair()
-    boot = _authorize_page(edge, client["client_id"], challenge)
-    return Authorization(client["client_id"], verifier, boot["request_id"], boot["poll_token"])
+    consent = _authorize_page(edge, client["client_id"], challenge)
+    return Authorization(client["client_id"], verifier, consent.request_id, consent.poll_token, consent.code)
 
 
 def finish_authorization(edge: Edge, authorization: Authorization) -> Connector:
     """After the approval: the page's status poll, then the token exchange."""
-    boot = {"request_id": authorization.request_id, "poll_token": authorization.poll_token}
-    status = edge.post("/authorize/status", json=boot).json()
+    consent = Consent(authorization.request_id, authorization.code, authorization.poll_token)
+    status = poll(edge, consent)
     assert status["status"] == "approved", status
     code = parse_qs(urlparse(status["redirect_to"]).query)["code"][0]
     token = edge.post(
@@ -210,4 +215,57 @@ def connect_connector(edge: Edge, link: ScriptedLink) -> Connector:
     link.send({"type": "control_request", "id": "c1", "method": "consent.approve", "params": params})
     approved = link.recv_type("control_result")
     assert approved["id"] == "c1" and "result" in approved, approved
+    return finish_authorization(edge, authorization)
+
+
+@dataclass
+class PairedLink:
+    """`herdr-mcp link` (a subprocess) paired with an Edge and connected to it."""
+
+    link: Link
+    device_id: str
+    #: The workstation's config dir: the device record and the link's token file.
+    config_dir: Path
+
+    @property
+    def where(self) -> tuple[str, ...]:
+        """The options that point a `herdr-mcp link status|connector ...` at this link."""
+        return ("--config-dir", str(self.config_dir), "--link-port", self.link.base.rsplit(":", 1)[1])
+
+    def status(self) -> dict[str, Any]:
+        """`herdr-mcp link status --json`, as its own process."""
+        return cli_json("link", "status", *self.where)
+
+
+def edge_status(edge: Edge, device_id: str) -> dict[str, Any]:
+    """/status/<device> on the Edge (what herdr_devices shows, without a token)."""
+    answer = edge.get(f"/status/{device_id}")
+    assert answer.status_code == 200, answer.text
+    status: dict[str, Any] = answer.json()
+    return status
+
+
+@contextlib.contextmanager
+def paired_link(edge: Edge, generations: Generations, name: str = "workstation") -> Iterator[PairedLink]:
+    """`herdr-mcp link pair` with a code from the Edge's pairing page, then `herdr-mcp link` in
+    front of `generations` until the block ends; yields once the Edge sees it online and
+    `herdr-mcp link status` says connected."""
+    tmp = generations.tmp
+    code = edge.start_pairing()["code"]
+    paired = cli_json(
+        "link", "pair", "--edge", edge.base, "--code", code, "--name", name, "--config-dir", str(tmp)
+    )
+    with running_link(generations.store.state_dir, tmp / "link-token") as link:
+        ready = PairedLink(link, paired["device_id"], tmp)
+        wait_until(lambda: edge_status(edge, ready.device_id)["online"], "the Edge to see the link", WAIT_S)
+        wait_until(lambda: ready.status()["edge"]["state"] == "connected", "the link to connect", WAIT_S)
+        yield ready
+
+
+def approve_with_cli(edge: Edge, paired: PairedLink) -> Connector:
+    """A connector whose consent the owner approved with `herdr-mcp connector approve` (a
+    subprocess, through the link); the requests a client makes are made here."""
+    authorization = begin_authorization(edge)
+    approved = cli_json("connector", "approve", authorization.request_id, *paired.where)
+    assert (approved["request_id"], approved["code"]) == (authorization.request_id, authorization.code)
     return finish_authorization(edge, authorization)

@@ -1,14 +1,13 @@
 """OAuth 2.1 on the Edge, against the real Worker under workerd (tests/edge_harness.py): the
 metadata documents, the 401 challenge of /mcp, dynamic client registration and client ID metadata
 documents, authorization code + PKCE S256 completed by the owner's approval (the control methods
-the link carries), the `mcp` SDK's own OAuth client, and the attack table: PKCE plain, a wrong
-redirect_uri, a token for another resource, reuse of a rotated refresh token (the grant is
-revoked), a revoked grant at the next call."""
+the link carries), and the attack table: PKCE plain, a wrong redirect_uri, a token for another
+resource, reuse of a rotated refresh token (the grant is revoked), a revoked grant at the next
+call. The `mcp` SDK's own OAuth client is tested end to end, with the owner's approval by the
+CLI, in tests/test_edge_relay_e2e.py."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 import re
 import time
 from collections.abc import Iterator
@@ -19,17 +18,8 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx2
 import pytest
-from mcp import Client
-from mcp.client.auth import OAuthClientProvider
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.auth import (
-    AuthorizationCodeResult,
-    OAuthClientInformationFull,
-    OAuthClientMetadata,
-    OAuthToken,
-)
-from pydantic import AnyUrl
 
+from tests.connector_harness import Consent, open_consent_at, poll
 from tests.edge_harness import (
     REDIRECT_URI,
     ClientDocument,
@@ -68,13 +58,6 @@ def clock(edge: Edge) -> Iterator[Edge]:
     edge.shift_clock(0)
 
 
-@dataclass
-class Consent:
-    request_id: str
-    code: str
-    poll_token: str
-
-
 def authorize_url(edge: Edge, client_id: str, challenge: str, **overrides: str) -> str:
     params = {
         "response_type": "code",
@@ -92,28 +75,6 @@ def authorize_url(edge: Edge, client_id: str, challenge: str, **overrides: str) 
 def open_consent(edge: Edge, client_id: str, challenge: str, **overrides: str) -> Consent:
     """GET /authorize as a browser: the consent page with its code, request id and poll token."""
     return open_consent_at(edge, authorize_url(edge, client_id, challenge, **overrides))
-
-
-def open_consent_at(edge: Edge, path: str) -> Consent:
-    """The consent page at `path` (an authorization URL, also one a client built itself)."""
-    page = edge.get(path)
-    assert page.status_code == 200, page.text
-    assert page.headers["content-type"].startswith("text/html")
-    boot = re.search(r"const boot = (\{.*?\});", page.text)
-    code = re.search(r'<strong id="code"[^>]*>([A-Z0-9]{6})</strong>', page.text)
-    assert boot is not None and code is not None
-    fields = json.loads(boot.group(1))
-    assert fields["request_id"] in page.text
-    return Consent(fields["request_id"], code.group(1), fields["poll_token"])
-
-
-def poll(edge: Edge, consent: Consent) -> dict[str, Any]:
-    answer = edge.post(
-        "/authorize/status", json={"request_id": consent.request_id, "poll_token": consent.poll_token}
-    )
-    assert answer.status_code == 200, answer.text
-    status: dict[str, Any] = answer.json()
-    return status
 
 
 def token(edge: Edge, **form: str) -> httpx2.Response:
@@ -538,74 +499,3 @@ def test_a_token_is_refused_at_another_origin_of_the_same_edge(edge: Edge, devic
         in answer.headers["www-authenticate"]
     )
     assert call_mcp(edge, tokens.access).status_code != 401
-
-
-class MemoryTokenStorage:
-    """The SDK's token storage, in memory (one connector)."""
-
-    def __init__(self) -> None:
-        self.tokens: OAuthToken | None = None
-        self.client_info: OAuthClientInformationFull | None = None
-
-    async def get_tokens(self) -> OAuthToken | None:
-        return self.tokens
-
-    async def set_tokens(self, tokens: OAuthToken) -> None:
-        self.tokens = tokens
-
-    async def get_client_info(self) -> OAuthClientInformationFull | None:
-        return self.client_info
-
-    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
-        self.client_info = client_info
-
-
-def test_the_mcp_sdk_client_connects_through_oauth(edge: Edge, device: dict[str, Any]) -> None:
-    """The `mcp` SDK's OAuth client, as a connector does it: the 401 leads it to the metadata, it
-    registers, authorizes with PKCE S256 (the owner approves on the workstation, the page
-    completes), exchanges the code and initializes an MCP session with the token."""
-    storage = MemoryTokenStorage()
-    redirects = asyncio.run(asyncio.wait_for(sdk_connect(edge, device, storage), 120))
-    assert len(redirects) == 1
-    assert storage.tokens is not None and storage.tokens.refresh_token
-    grants = edge.control(device["device_id"], "grant.list")["result"]["grants"]
-    assert "SDK Connector" in {grant["client_name"] for grant in grants}
-
-
-async def sdk_connect(edge: Edge, device: dict[str, Any], storage: MemoryTokenStorage) -> list[str]:
-    """Connect the SDK's client (the browser's part played here); the redirects it was sent to."""
-    redirects: list[str] = []
-
-    async def open_browser(authorization_url: str) -> None:
-        def browser() -> None:
-            path = authorization_url.removeprefix(edge.base)
-            consent = open_consent_at(edge, path)
-            edge.control(device["device_id"], "consent.approve", {"request_id": consent.request_id})
-            redirects.append(poll(edge, consent)["redirect_to"])
-
-        await asyncio.to_thread(browser)
-
-    async def callback() -> AuthorizationCodeResult:
-        query = parse_qs(urlsplit(redirects[-1]).query)
-        return AuthorizationCodeResult(
-            code=query["code"][0], state=query["state"][0], iss=query.get("iss", [None])[0]
-        )
-
-    auth = OAuthClientProvider(
-        server_url=f"{edge.base}/mcp",
-        client_metadata=OAuthClientMetadata(
-            client_name="SDK Connector",
-            redirect_uris=[AnyUrl(REDIRECT_URI)],
-            grant_types=["authorization_code", "refresh_token"],
-            response_types=["code"],
-            token_endpoint_auth_method="none",
-        ),
-        storage=storage,
-        redirect_handler=open_browser,
-        callback_handler=callback,
-    )
-    async with (
-        httpx2.AsyncClient(auth=auth, trust_env=False, timeout=60) as http,
-        Client(streamable_http_client(f"{edge.base}/mcp", http_client=http)),
-    ):
-        return redirects

@@ -55,46 +55,26 @@ from tests.link_harness import (
     store_active,
 )
 from tests.logging_proxy import LoggingProxy, closed_port_url, proxy_env
-from tests.runtime_harness import (
-    RunningRuntime,
-    call_tool,
-    two_runtimes,
-)
+from tests.runtime_harness import call_tool
 from tests.sim_helpers import run, short_tmp_dir
 from tests.waiting import wait_until, wait_until_async
+from tests.workstation_harness import MARK, LinkedGenerations, ab_generations
 
-MARK = "HERDR_LINK_TEST_GENERATION"
 LEGACY_PROTOCOL = "2025-06-18"
 
 
-@dataclass
-class World:
-    a: RunningRuntime
-    b: RunningRuntime
-    store: GenerationStore
-    link: Link
-    tmp: Path
+World = LinkedGenerations
 
 
 @pytest.fixture(scope="module")
 def world() -> Iterator[World]:
-    with short_tmp_dir() as tmp:
-        (tmp / "counters").mkdir()
-        with two_runtimes(tmp, env_a={MARK: "A"}, env_b={MARK: "B"}) as (a, b):
-            store = GenerationStore.in_dir(tmp / "generations")
-            store.write_control(
-                ControlFile(
-                    generations=(generation_for("A", a), generation_for("B", b)),
-                    observation=Observation(2, 50),
-                ),
-                expected_revision=0,
-            )
-            assert activate(store, "A").outcome == "activated"
-            with running_link(store.state_dir, tmp / "link-token") as link:
-                yield World(a, b, store, link, tmp)
-            # Exited cleanly on SIGTERM, and no request broke inside the link along the way.
-            assert link.process.returncode == 0
-            assert "Traceback" not in link.stderr and "ERROR" not in link.stderr, link.stderr
+    with short_tmp_dir() as tmp, ab_generations(tmp) as generations:
+        store = generations.store
+        with running_link(store.state_dir, tmp / "link-token") as link:
+            yield World(generations.a, generations.b, store, tmp, link)
+        # Exited cleanly on SIGTERM, and no request broke inside the link along the way.
+        assert link.process.returncode == 0
+        assert "Traceback" not in link.stderr and "ERROR" not in link.stderr, link.stderr
 
 
 def link_follows(link: Link, store: GenerationStore) -> dict[str, Any]:

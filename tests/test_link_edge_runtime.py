@@ -1,6 +1,6 @@
 """The link's outbound side with REAL runtimes: two `herdr-mcp serve` generations (A and B, one
 simulated Herdr), `herdr-mcp link` as a subprocess paired with a STAND-IN for the Edge's frame
-handling (tests/edge_standin.py; the real Worker's end-to-end test is the Edge's). Which
+handling (tests/edge_standin.py; the real Worker end to end: tests/test_edge_relay_e2e.py). Which
 generation ran a command shows in its output (`HERDR_LINK_TEST_GENERATION`), and every command
 appends to a file of its own, so a call that ran twice would show."""
 
@@ -9,63 +9,41 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from herdr_mcp import __version__
 from herdr_mcp.contract import contract_identity
-from herdr_mcp.generations import ControlFile, GenerationStore, Observation, activate
 from herdr_mcp.layout import Layout
 from herdr_mcp.link.edge_device import EdgeDevice, write_device
 from tests.edge_standin import DEVICE_ID, DEVICE_SECRET, EdgeStandIn
-from tests.link_harness import Link, generation_for, running_link
-from tests.runtime_harness import RunningRuntime, two_runtimes
+from tests.link_harness import running_link
 from tests.sim_helpers import short_tmp_dir
 from tests.waiting import wait_until
-
-MARK = "HERDR_LINK_TEST_GENERATION"
-CLI = [sys.executable, "-m", "herdr_mcp"]
+from tests.workstation_harness import LinkedGenerations, ab_generations, cli_json, marked_command
 
 pytestmark = pytest.mark.slow
 
 
 @dataclass
-class World:
-    a: RunningRuntime
-    b: RunningRuntime
-    store: GenerationStore
-    link: Link
+class World(LinkedGenerations):
     edge: EdgeStandIn
-    tmp: Path
 
 
 @pytest.fixture(scope="module")
 def world() -> Iterator[World]:
-    with short_tmp_dir() as tmp, EdgeStandIn() as edge:
-        (tmp / "counters").mkdir()
-        with two_runtimes(tmp, env_a={MARK: "A"}, env_b={MARK: "B"}) as (a, b):
-            store = GenerationStore.in_dir(tmp / "generations")
-            store.write_control(
-                ControlFile(
-                    generations=(generation_for("A", a), generation_for("B", b)),
-                    observation=Observation(2, 50),
-                ),
-                expected_revision=0,
-            )
-            assert activate(store, "A").outcome == "activated"
-            device = EdgeDevice(edge.url, DEVICE_ID, DEVICE_SECRET, "test-host", "2026-12-01T00:00:00Z")
-            write_device(Layout(tmp).edge_device_file, device)
-            with running_link(store.state_dir, tmp / "link-token") as link:
-                yield World(a, b, store, link, edge, tmp)
-            assert link.process.returncode == 0
-            assert "Traceback" not in link.stderr, link.stderr
-            assert not edge.violations
+    with short_tmp_dir() as tmp, EdgeStandIn() as edge, ab_generations(tmp) as generations:
+        store = generations.store
+        device = EdgeDevice(edge.url, DEVICE_ID, DEVICE_SECRET, "test-host", "2026-12-01T00:00:00Z")
+        write_device(Layout(tmp).edge_device_file, device)
+        with running_link(store.state_dir, tmp / "link-token") as link:
+            yield World(generations.a, generations.b, store, tmp, link, edge)
+        assert link.process.returncode == 0
+        assert "Traceback" not in link.stderr, link.stderr
+        assert not edge.violations
 
 
 def exec_request(request_id: str, command: str) -> dict[str, Any]:
@@ -88,13 +66,7 @@ def answer_to(edge: EdgeStandIn, request_id: str) -> dict[str, Any]:
 
 def link_status(world: World) -> dict[str, Any]:
     port = world.link.base.rsplit(":", 1)[1]
-    done = subprocess.run(
-        [*CLI, "link", "status", "--config-dir", str(world.tmp), "--link-port", port, "--json"],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    report: dict[str, Any] = json.loads(done.stdout)
-    return report
+    return cli_json("link", "status", "--config-dir", str(world.tmp), "--link-port", port)
 
 
 def test_identity_calls_and_an_activation_without_reconnecting(world: World) -> None:
@@ -106,23 +78,19 @@ def test_identity_calls_and_an_activation_without_reconnecting(world: World) -> 
         "contract": contract_identity(5).to_dict(),
     }
 
-    edge.send(exec_request("r1", f'echo "${MARK}" >> {counters}/r1; echo "${MARK}"'))
+    edge.send(exec_request("r1", marked_command(counters, "r1")))
     result = answer_to(edge, "r1")
     assert result["type"] == "tool_result", result
     assert result["result"]["structuredContent"]["stdout"] == "A\n"
 
     # The A/B switch as the owner makes it: `herdr-mcp generation activate B`, its own process.
-    done = subprocess.run(
-        [*CLI, "generation", "--state-dir", str(world.store.state_dir), "activate", "B", "--json"],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    cli_json("generation", "--state-dir", str(world.store.state_dir), "activate", "B")
     beat = edge.wait_frame(
         lambda frame: frame["type"] == "heartbeat" and frame["runtime"]["generation"] == "B",
         "B in a heartbeat",
     )
     assert beat.connection == 1 and edge.connections == 1
-    edge.send(exec_request("r2", f'echo "${MARK}" >> {counters}/r2; echo "${MARK}"'))
+    edge.send(exec_request("r2", marked_command(counters, "r2")))
     assert answer_to(edge, "r2")["result"]["structuredContent"]["stdout"] == "B\n"
     assert [(counters / name).read_text() for name in ("r1", "r2")] == ["A\n", "B\n"]
 
