@@ -99,8 +99,8 @@ class HostProcess:
 
     def receive(self, request_id: str | None, timeout: float = 30.0) -> Received:
         """The next message for `request_id` (others that arrive meanwhile are kept for later)."""
-        for index, item in enumerate(self.held):
-            if item.message.get("id") == request_id:
+        for index, kept in enumerate(self.held):
+            if kept.message.get("id") == request_id:
                 return self.held.pop(index)
         while True:
             try:
@@ -108,6 +108,8 @@ class HostProcess:
             except queue.Empty:
                 raise AssertionError(f"no message for {request_id!r} within {timeout:g} s") from None
             if item is None:
+                # Put back: every later wait sees the end too.
+                self.inbox.put(None)
                 raise AssertionError(f"the host's stdout closed before a message for {request_id!r}")
             if item.message.get("id") == request_id:
                 return item

@@ -153,7 +153,7 @@ def test_a_request_frame_of_1_mib_is_taken_and_1_byte_more_is_refused(
 def test_paths_off_the_allowlist_are_refused_and_never_reach_the_runtime(
     config: Path, runtime: StubRuntime
 ) -> None:
-    refused = [
+    refused: list[dict[str, Any]] = [
         {"id": "a", "method": "POST", "path": "/health"},
         {"id": "b", "method": "GET", "path": "/browser/binding.get"},
         {"id": "c", "method": "POST", "path": "/browser/../mcp", "body": {}},

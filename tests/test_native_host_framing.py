@@ -33,7 +33,8 @@ def _join(frames: list[bytes]) -> dict[str, Any]:
         assert length == len(frame) - 4
         messages.append(json.loads(frame[4:]))
     if len(messages) == 1 and "chunk" not in messages[0]:
-        return messages[0]
+        single: dict[str, Any] = messages[0]
+        return single
     assert [m["chunk"]["index"] for m in messages] == list(range(len(messages)))
     assert {m["chunk"]["count"] for m in messages} == {len(messages)}
     joined: dict[str, Any] = json.loads("".join(m["chunk"]["data"] for m in messages))

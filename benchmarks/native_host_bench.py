@@ -1,0 +1,124 @@
+"""The native host's added latency per request, from one run.
+
+A request to the runtime's Unix socket sent directly (an httpx2 client on the socket, bearer in
+the header) and the same request sent as a native messaging frame through `herdr-mcp native-host`
+(a real subprocess, frames on its stdin/stdout as Chrome writes them), interleaved round by round
+against one server on the socket: the runtime stand-in of tests/native_host_harness.py served by
+uvicorn. Two requests: `GET /push/state` (a small reply) and a `POST` answered by a reply of
+1 MiB + 1 byte, which the host sends as three chunk frames.
+
+Run from the repository root with the project installed: `python benchmarks/native_host_bench.py`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import struct
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import httpx2
+from tests.native_host_harness import MIB, ORIGIN, short_config_dir, socket_of, stub_runtime
+
+from benchmarks.timing import interleaved, percentile
+
+LENGTH = struct.Struct("=I")
+
+
+class HostClient:
+    """The browser's side of one native host process."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.sent = 0
+
+    async def request(self, message: dict[str, Any]) -> dict[str, Any]:
+        assert self.process.stdin is not None
+        assert self.process.stdout is not None
+        self.sent += 1
+        request_id = f"b{self.sent}"
+        payload = json.dumps({**message, "id": request_id}).encode()
+        self.process.stdin.write(LENGTH.pack(len(payload)) + payload)
+        await self.process.stdin.drain()
+        pieces: list[str] = []
+        while True:
+            (length,) = LENGTH.unpack(await self.process.stdout.readexactly(LENGTH.size))
+            frame = json.loads(await self.process.stdout.readexactly(length))
+            if frame["id"] != request_id:
+                raise RuntimeError(f"unexpected frame {frame}")
+            if "chunk" not in frame:
+                return dict(frame)
+            pieces.append(frame["chunk"]["data"])
+            if len(pieces) == frame["chunk"]["count"]:
+                whole: dict[str, Any] = json.loads("".join(pieces))
+                return whole
+
+
+async def _run(count: int, warmup: int) -> None:
+    with short_config_dir() as config, stub_runtime(config) as runtime:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "herdr_mcp", "native-host", ORIGIN, "--config-dir", str(config),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=4 * MIB,
+        )  # fmt: skip
+        host = HostClient(process)
+        headers = {"Authorization": f"Bearer {runtime.token}"}
+        transport = httpx2.AsyncHTTPTransport(uds=str(socket_of(config)))
+        size = (
+            MIB + 1 - len(json.dumps({"id": "b1", "status": 200, "body": {"pad": ""}}, separators=(",", ":")))
+        )
+        async with httpx2.AsyncClient(
+            transport=transport, base_url="http://127.0.0.1:8772", headers=headers, trust_env=False
+        ) as direct:
+
+            async def state_direct() -> None:
+                (await direct.get("/push/state")).raise_for_status()
+
+            async def state_host() -> None:
+                reply = await host.request({"method": "GET", "path": "/push/state"})
+                if reply.get("status") != 200:
+                    raise RuntimeError(reply)
+
+            async def big_direct() -> None:
+                (await direct.post("/browser/inbox.read", json={"size": size})).raise_for_status()
+
+            async def big_host() -> None:
+                reply = await host.request(
+                    {"method": "POST", "path": "/browser/inbox.read", "body": {"size": size}}
+                )
+                if reply.get("status") != 200 or len(reply["body"]["pad"]) != size:
+                    raise RuntimeError("the 1 MiB + 1 byte reply came back wrong")
+
+            small: list[Callable[[], Awaitable[None]]] = [state_direct, state_host]
+            large: list[Callable[[], Awaitable[None]]] = [big_direct, big_host]
+            small_samples = await interleaved(small, count, warmup)
+            large_samples = await interleaved(large, max(count // 10, 20), warmup)
+        assert process.stdin is not None
+        process.stdin.close()
+        await process.wait()
+    for name, (direct_ms, host_ms) in (
+        ("GET /push/state", small_samples),
+        ("POST, a reply of 1 MiB + 1 byte (3 chunk frames)", large_samples),
+    ):
+        direct_p50, host_p50 = percentile(direct_ms, 0.5), percentile(host_ms, 0.5)
+        print(f"{name}: {len(host_ms)} requests each way")
+        print(f"  directly on the socket: p50 {direct_p50:.2f} ms, p95 {percentile(direct_ms, 0.95):.2f} ms")
+        print(f"  through the native host: p50 {host_p50:.2f} ms, p95 {percentile(host_ms, 0.95):.2f} ms")
+        print(f"  added by the host: p50 +{host_p50 - direct_p50:.2f} ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--count", type=int, default=300, help="requests each way (default 300)")
+    parser.add_argument("--warmup", type=int, default=20, help="untimed rounds first (default 20)")
+    args = parser.parse_args()
+    asyncio.run(_run(args.count, args.warmup))
+
+
+if __name__ == "__main__":
+    main()
