@@ -229,9 +229,10 @@ def native_host(
 class StubRuntime:
     """See the module docstring. `seen` lists (method, path, bearer ok) of every request."""
 
-    def __init__(self, config_dir: Path) -> None:
+    def __init__(self, config_dir: Path, socket: Path | None = None, token_file: Path | None = None) -> None:
         self.config_dir = config_dir
-        self.token = load_or_create_token(config_dir / "token")
+        self.socket = socket or socket_of(config_dir)
+        self.token = load_or_create_token(token_file or config_dir / "token")
         self.seen: list[tuple[str, str, bool]] = []
         self.subscribers: list[asyncio.Queue[dict[str, Any] | None]] = []
         self.streams_closed = 0
@@ -323,9 +324,8 @@ class StubRuntime:
     # -- control from the test thread ------------------------------------------------------------
 
     def start(self) -> StubRuntime:
-        socket = socket_of(self.config_dir)
-        socket.parent.mkdir(mode=0o700, exist_ok=True)
-        config = uvicorn.Config(self.app(), uds=str(socket), log_level="error", lifespan="on")
+        self.socket.parent.mkdir(mode=0o700, exist_ok=True)
+        config = uvicorn.Config(self.app(), uds=str(self.socket), log_level="error", lifespan="on")
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, daemon=True)
         self._thread.start()
@@ -362,8 +362,12 @@ class StubRuntime:
 
 
 @contextlib.contextmanager
-def stub_runtime(config_dir: Path) -> Iterator[StubRuntime]:
-    runtime = StubRuntime(config_dir).start()
+def stub_runtime(
+    config_dir: Path, socket: Path | None = None, token_file: Path | None = None
+) -> Iterator[StubRuntime]:
+    """A `StubRuntime` on `socket` (default `<config dir>/ipc/runtime.sock`) expecting the token
+    in `token_file` (default `<config dir>/token`, created when missing)."""
+    runtime = StubRuntime(config_dir, socket, token_file).start()
     try:
         yield runtime
     finally:

@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from herdr_mcp.generations import ControlFile, Generation, GenerationStore, StatusFile
+from herdr_mcp.layout import Layout
 from herdr_mcp.native_host.framing import CHUNK_TEXT_CHARS, MAX_INCOMING_BYTES, MAX_OUTGOING_BYTES
 from tests.native_host_harness import (
     LENGTH,
@@ -337,6 +339,40 @@ def test_the_socket_and_token_are_resolved_again_for_each_request(config: Path) 
             assert host.message("r2")["status"] == 200
         assert first.seen == [("POST", "/browser/binding.get", True)]
         assert second.seen == [("POST", "/browser/binding.get", True)]
+
+
+def test_an_a_b_switch_is_followed_without_restarting_the_host(config: Path) -> None:
+    """Two generations, each on its socket with its own token file; the status file's switch from
+    A to B moves the next request and the next stream to B (docs/browser-protocol.md section 1)."""
+    layout = Layout(config)
+    store = GenerationStore.in_dir(layout.generations_dir)
+    token_b = config / "token-b"
+    generations = (
+        Generation("gen-a", "http://127.0.0.1:1"),
+        Generation("gen-b", "http://127.0.0.1:2", token_file=str(token_b)),
+    )
+    with store.locked():
+        store.write_control_locked(ControlFile(generations=generations), expected_revision=0)
+        store.write_status_locked(StatusFile(active="gen-a"))
+    with (
+        stub_runtime(config, socket=layout.generation_socket("gen-a")) as a,
+        stub_runtime(config, socket=layout.generation_socket("gen-b"), token_file=token_b) as b,
+        native_host(config) as host,
+    ):
+        assert a.token != b.token
+        host.send(_events("s1"))
+        assert host.message("s1")["event"] == "hello"
+        host.send(_binding_get("r1"))
+        assert host.message("r1")["status"] == 200
+        with store.locked():
+            store.write_status_locked(StatusFile(active="gen-b", previous="gen-a"))
+        host.send(_binding_get("r2"))
+        assert host.message("r2")["status"] == 200
+        host.send(_events("s2"))
+        assert host.message("s2")["event"] == "hello"
+        assert (len(a.subscribers), len(b.subscribers)) == (1, 1)
+    assert a.seen == [("GET", "/push/events", True), ("POST", "/browser/binding.get", True)]
+    assert b.seen == [("POST", "/browser/binding.get", True), ("GET", "/push/events", True)]
 
 
 def test_chrome_s_windows_argument_is_taken(config: Path, runtime: StubRuntime) -> None:

@@ -170,8 +170,7 @@ class NativeHost:
         if len(self._tasks) >= MAX_IN_FLIGHT:
             await self._refuse(request.id, "invalid_request", f"{MAX_IN_FLIGHT} requests are in flight")
             return
-        serve = self._stream if request.stream else self._forward
-        task = asyncio.create_task(serve(request), name=request.id)
+        task = asyncio.create_task(self._serve(request), name=request.id)
         self._tasks[request.id] = task
         self._quiet.clear()
         task.add_done_callback(functools.partial(self._done, request.id))
@@ -197,6 +196,22 @@ class NativeHost:
         await self._emit({"id": request_id, "error": {"code": code, "message": message}})
 
     # -- forwarding --------------------------------------------------------------------------
+
+    async def _serve(self, request: Forward) -> None:
+        """One request or stream; a bug in it still answers the browser (and is logged with its
+        traceback), so the extension never waits for a reply that cannot come."""
+        try:
+            await (self._stream(request) if request.stream else self._forward(request))
+        except Exception:
+            self._log.exception("%s %s %s failed", request.id, request.method, request.path)
+            error = {
+                "code": "internal_error",
+                "message": "the native host failed on this request; see its log",
+            }
+            if request.stream:
+                await self._end_stream(request.id, error)
+            else:
+                await self._emit({"id": request.id, "error": error})
 
     def _client(self) -> tuple[httpx2.AsyncClient, dict[str, str]]:
         """A client on the active runtime's socket and the bearer header; `RuntimeUnavailable`."""
