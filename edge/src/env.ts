@@ -13,6 +13,12 @@ export interface Env {
   ADMIN_SECRET: string;
   /** The key of the device-secret verifiers (a Worker secret; changing it unpairs every device). */
   EDGE_HMAC_KEY: string;
+  /** Per-client-IP limits of the open endpoints (wrangler.jsonc `ratelimits`; src/rate_limit.ts). */
+  RATE_LIMIT: RateLimit;
+  /** Wrong pairing codes allowed across all pairings per window (default 20; for tests). */
+  PAIRING_WRONG_CODES_MAX?: string;
+  /** That window in seconds (default 3600; for tests). */
+  PAIRING_WRONG_CODES_WINDOW_S?: string;
   /** Test configuration only: "1" enables the /__test/ routes (never set in wrangler.jsonc). */
   EDGE_TEST_ROUTES?: string;
 }

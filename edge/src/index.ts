@@ -1,7 +1,8 @@
 /**
- * The Worker's entry. The OAuth library routes first: its metadata documents, /register, /token
- * and /mcp (token checked, then the relay's handler with the grant's props); every other request
- * comes to `routes` below. /token goes through strict refresh rotation first (src/oauth.ts).
+ * The Worker's entry. The per-client rate limits come first (src/rate_limit.ts); then the OAuth
+ * library routes: its metadata documents, /register, /token and /mcp (token checked, then the
+ * relay's handler with the grant's props); every other request comes to `routes` below. /token
+ * goes through strict refresh rotation first (src/oauth.ts).
  */
 
 import { authorize, consentStatus, handleControl } from "./consent.js";
@@ -9,6 +10,7 @@ import type { Env } from "./env.js";
 import { errorResponse, jsonResponse, readJsonObject } from "./http.js";
 import { originOf, providerFor, tokenEndpoint } from "./oauth.js";
 import { connectLink, isAdmin, redeemPairing, startPairing } from "./pairing.js";
+import { limitedRoute, rateLimited } from "./rate_limit.js";
 import { registry } from "./registry.js";
 import { statusResponse } from "./relay/index.js";
 
@@ -95,8 +97,12 @@ async function testRoute(request: Request, env: Env, pathname: string): Promise<
 
 export default {
   async fetch(request: Request, env: Env, ctx: ExecutionContext): Promise<Response> {
+    const { pathname } = new URL(request.url);
+    const route = limitedRoute(request.method, pathname);
+    const refused = route === null ? null : await rateLimited(request, env, route);
+    if (refused !== null) return refused;
     const provider = providerFor(originOf(request), routes);
-    if (new URL(request.url).pathname === "/token") return tokenEndpoint(request, env, ctx, provider);
+    if (pathname === "/token") return tokenEndpoint(request, env, ctx, provider);
     return provider.fetch(request, env, ctx);
   },
 } satisfies ExportedHandler<Env>;

@@ -67,6 +67,9 @@ export async function redeemPairing(request: Request, env: Env): Promise<Respons
   }
   const result = await registry(env).redeemPairing(code, name.trim());
   if (!result.ok) {
+    if (result.code === "rate_limited") {
+      return errorResponse(429, result.code, result.message, { "Retry-After": String(result.retry_after_s) });
+    }
     return errorResponse(result.code === "pairing_code_wrong" ? 401 : 403, result.code, result.message);
   }
   return jsonResponse({ device_id: result.device_id, device_secret: result.device_secret });

@@ -16,6 +16,15 @@ import { constantTimeEqual, hmacHex, randomFromAlphabet, randomToken } from "./h
 export const PAIRING_TTL_MAX_S = 600;
 /** The fifth wrong code locks the pending pairing; the owner starts a new one. */
 export const PAIRING_MAX_FAILURES = 5;
+/**
+ * Wrong codes allowed across all pairings per window, whoever sends them: against guessing a
+ * 6-digit code over many pairings (each locks after 5), an attacker gets at most 20 guesses an
+ * hour, a chance of 2 in 100,000 an hour while a pairing is open. An owner who mistypes a code
+ * twice never comes near it. Variables PAIRING_WRONG_CODES_MAX and _WINDOW_S override (tests).
+ */
+export const PAIRING_WRONG_CODES_MAX = 20;
+export const PAIRING_WRONG_CODES_WINDOW_S = 3600;
+const PAIRING_FAILURES_KEY = "pairing_failures";
 /** A pending consent expires with the page that shows it. */
 export const CONSENT_TTL_S = 600;
 /** How long an expired consent is still told apart from an unknown one. */
@@ -48,7 +57,8 @@ export interface PairingTicket {
 
 export type RedeemResult =
   | { ok: true; device_id: string; device_secret: string }
-  | { ok: false; code: "pairing_expired" | "pairing_locked" | "pairing_code_wrong"; message: string };
+  | { ok: false; code: "pairing_expired" | "pairing_locked" | "pairing_code_wrong"; message: string }
+  | { ok: false; code: "rate_limited"; message: string; retry_after_s: number };
 
 /** A pending or decided connector consent (src/consent.ts owns its meaning). */
 export interface ConsentRecord {
@@ -299,21 +309,38 @@ export class EdgeRegistry extends DurableObject<Env> {
    * Redeem the pending pairing's code for a new device:
    * 1. no pending pairing, or past its expiry: pairing_expired;
    * 2. five wrong codes already: pairing_locked (even for the right code now);
-   * 3. a wrong code counts a failure (the fifth locks it): pairing_code_wrong;
-   * 4. the right code ends the pairing (a code works once) and records the device's verifier.
+   * 3. the wrong codes of all pairings in the last window reached the cap: rate_limited, with
+   *    the seconds until the oldest leaves the window; no code is checked meanwhile, the right one
+   *    neither (else guessing would go on, only unanswered);
+   * 4. a wrong code counts a failure of the pairing (the fifth locks it) and of the window:
+   *    pairing_code_wrong;
+   * 5. the right code ends the pairing (a code works once) and records the device's verifier.
    */
   async redeemPairing(code: string, name: string): Promise<RedeemResult> {
+    const now = await this.now();
     const pairing = await this.ctx.storage.get<StoredPairing>("pairing");
-    if (pairing === undefined || (await this.now()) >= pairing.expires_at) {
+    if (pairing === undefined || now >= pairing.expires_at) {
       return { ok: false, code: "pairing_expired", message: "no pairing is pending or it expired: open /pair for a new code" };
     }
     if (pairing.failures >= PAIRING_MAX_FAILURES) {
       return { ok: false, code: "pairing_locked", message: "too many wrong codes: open /pair for a new code" };
     }
+    const windowS = positiveInteger(this.env.PAIRING_WRONG_CODES_WINDOW_S, PAIRING_WRONG_CODES_WINDOW_S);
+    const recent = ((await this.ctx.storage.get<number[]>(PAIRING_FAILURES_KEY)) ?? []).filter((at) => at > now - windowS);
+    const oldest = recent[0];
+    if (oldest !== undefined && recent.length >= positiveInteger(this.env.PAIRING_WRONG_CODES_MAX, PAIRING_WRONG_CODES_MAX)) {
+      const retryAfter = Math.max(1, oldest + windowS - now);
+      return {
+        ok: false,
+        code: "rate_limited",
+        message: `too many wrong pairing codes on this Edge lately; pairing is paused for ${retryAfter} s (the pending code stays valid until it expires)`,
+        retry_after_s: retryAfter,
+      };
+    }
     const offered = await hmacHex(this.env.EDGE_HMAC_KEY, `pairing-code:${code}`);
     if (!(await constantTimeEqual(offered, pairing.code_verifier))) {
       pairing.failures += 1;
-      await this.ctx.storage.put("pairing", pairing);
+      await this.ctx.storage.put({ pairing, [PAIRING_FAILURES_KEY]: [...recent, now] });
       return { ok: false, code: "pairing_code_wrong", message: "wrong pairing code: check the code /pair shows" };
     }
     await this.ctx.storage.delete("pairing");
@@ -410,6 +437,12 @@ export class EdgeRegistry extends DurableObject<Env> {
     await this.ctx.storage.put(GRANT_RECORD_PREFIX + grant.grant_id, grant);
     return { consent: decided, decided: true, replaced };
   }
+}
+
+/** A positive integer from a variable, else the default. */
+function positiveInteger(value: string | undefined, fallback: number): number {
+  const parsed = Number(value);
+  return value !== undefined && Number.isInteger(parsed) && parsed > 0 ? parsed : fallback;
 }
 
 /** Whether a client id names a client ID metadata document (an https URL with a path), whose
