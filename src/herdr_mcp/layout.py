@@ -65,6 +65,8 @@ EDGE_DEVICE_FILE = "edge-device.json"
 NATIVE_HOST_DIR = "native-host"
 IPC_DIR = "ipc"
 RUNTIME_SOCKET = "runtime.sock"
+#: How a generation's launcher tells its runtime which socket is the generation's (`serve` reads it).
+IPC_SOCKET_ENV = "HERDR_MCP_IPC_SOCKET"
 
 
 def default_config_dir(env: Mapping[str, str] | None = None) -> Path:

@@ -133,6 +133,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run the runtime (Streamable HTTP MCP on loopback)")
     serve.add_argument("--host", default="127.0.0.1", help="loopback address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=port, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}; 0 picks one")
+    ipc = serve.add_mutually_exclusive_group()
+    ipc.add_argument(
+        "--ipc-socket",
+        type=_path,
+        default=None,
+        help="Unix socket for the native host (default: <config dir>/ipc/runtime.sock)",
+    )
+    ipc.add_argument("--no-ipc-socket", action="store_true", help="serve no Unix socket")
     _runtime_options(serve)
     serve.set_defaults(run=_cmd_serve)
 

@@ -7,6 +7,13 @@ directory and disappears with the process.
 
 The listening socket is bound before uvicorn starts, so `--port 0` works and the first line on
 stdout (`herdr-mcp serving http://127.0.0.1:<port>/mcp`) names the real port.
+
+The same app is served on a Unix socket for the native host (docs/browser-protocol.md 1,
+`runtime/ipc.py`): `--ipc-socket PATH`, else `$HERDR_MCP_IPC_SOCKET` (set by a generation's
+launcher to `<config dir>/ipc/<generation>.sock`), else `<config dir>/ipc/runtime.sock`;
+`--no-ipc-socket` serves none. A socket that cannot be set up stops the start, except that a
+default or launcher-given path too long for a socket address only leaves the runtime without one
+(with a warning on stderr): an explicit `--ipc-socket` that is too long is refused.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 import sys
 import tempfile
@@ -25,11 +33,12 @@ import uvicorn
 
 from herdr_mcp.errors import LocalFault
 from herdr_mcp.herdr import HerdrClient, HerdrError, default_socket_path
-from herdr_mcp.layout import LOOPBACK_HOSTS, Layout
+from herdr_mcp.layout import IPC_SOCKET_ENV, LOOPBACK_HOSTS, Layout
 from herdr_mcp.loopback import StopSignals, bind_loopback, freeze_startup_heap, stop_signals
 from herdr_mcp.runtime.app import build_app
 from herdr_mcp.runtime.config import RuntimeConfig
 from herdr_mcp.runtime.grep.children import stop_searches
+from herdr_mcp.runtime.ipc import IpcError, IpcSocket, bind_ipc_socket
 from herdr_mcp.runtime.services import Services
 from herdr_mcp.tokens import load_or_create_token
 
@@ -109,10 +118,13 @@ async def _serve(args: argparse.Namespace, stop: StopSignals) -> int:
         services = Services.create(config)
         app = build_app(services, token)
         sock = _bind(config.host, config.port)
+        ipc = _bind_ipc(args, layout)
         port = sock.getsockname()[1]
         host = f"[{config.host}]" if ":" in config.host else config.host
         print(f"herdr-mcp serving http://{host}:{port}/mcp", flush=True)
         print(f"  herdr: {herdr_source}", file=sys.stderr)
+        if ipc is not None:
+            print(f"  ipc socket: {ipc.path}", file=sys.stderr)
         print(f"  bearer token file: {config.token_file}", file=sys.stderr, flush=True)
         server = _Server(
             uvicorn.Config(
@@ -126,10 +138,29 @@ async def _serve(args: argparse.Namespace, stop: StopSignals) -> int:
         relay = asyncio.create_task(_stop_on_signal(server, services, stop))
         freeze_startup_heap()
         try:
-            await server.serve(sockets=[sock])
+            await server.serve(sockets=[sock] if ipc is None else [sock, ipc.sock])
         finally:
             relay.cancel()
+            if ipc is not None:
+                ipc.close()
     return 0
+
+
+def _bind_ipc(args: argparse.Namespace, layout: Layout) -> IpcSocket | None:
+    """The Unix socket `serve` also listens on (module docstring), or None."""
+    # Meant for this process only: commands it runs (herdr_exec) must not inherit it.
+    given = os.environ.pop(IPC_SOCKET_ENV, None)
+    if args.no_ipc_socket:
+        return None
+    explicit: Path | None = args.ipc_socket
+    path = explicit or (Path(given) if given else layout.runtime_socket)
+    try:
+        return bind_ipc_socket(path)
+    except IpcError as exc:
+        if exc.code == "ipc_socket_path_too_long" and explicit is None:
+            print(f"  warning: no ipc socket: {exc.message}", file=sys.stderr, flush=True)
+            return None
+        raise
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -157,6 +188,7 @@ class _Server(uvicorn.Server):
 async def _stop_on_signal(server: uvicorn.Server, services: Services, stop: StopSignals) -> None:
     await stop.wait_async()
     server.should_exit = True
+    services.push.hub.close()  # open /push/events streams end now, not at the graceful deadline
     # Still running after the grace (this task is cancelled once `serve` returns): stop what
     # the calls wait on so they end with an answer instead of being cancelled without one.
     await asyncio.sleep(CALLS_GRACE_S)

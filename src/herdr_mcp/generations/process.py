@@ -10,7 +10,8 @@ A generation installed by the updater (or built by `dev sync`) lives in its own 
     runtime.log    its stdout and stderr
 
 `start_runtime` runs `<executable> serve --host 127.0.0.1 --port 0 --config-dir <config dir>
-<serve args>` in a new session (it outlives the updater, as a service-managed process would),
+<serve args>` (with `HERDR_MCP_IPC_SOCKET=<config dir>/ipc/<id>.sock`, the generation's own Unix
+socket for the native host) in a new session (it outlives the updater, as a service-managed process would),
 with its output appended to `runtime.log`, and waits until the runtime prints the line
 `herdr-mcp serving http://127.0.0.1:<port>/mcp`; the port is the kernel's choice, so two
 generations never race for one. `stop_runtime` sends SIGTERM, then SIGKILL after a grace period,
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from herdr_mcp.generations.control import Generation, GenerationError, GenerationStateError, check_endpoint
-from herdr_mcp.layout import RUNTIMES_DIR
+from herdr_mcp.layout import IPC_SOCKET_ENV, RUNTIMES_DIR, Layout
 from herdr_mcp.records import FailRule, RecordInvalid, RecordKind, atomic_write
 
 LAUNCH_FILE = "launch.json"
@@ -47,7 +48,7 @@ START_TIMEOUT_S = 60.0
 STOP_GRACE_S = 10.0
 _SERVING = "herdr-mcp serving "
 #: serve arguments the launcher sets itself; a launch.json may not override them.
-_RESERVED = frozenset({"--host", "--port", "--config-dir"})
+_RESERVED = frozenset({"--host", "--port", "--config-dir", "--ipc-socket"})
 MAX_LAUNCH_BYTES = 64 * 1024
 #: A bad launch.json stops the start (`runtime_dir_invalid`): a guess could run other arguments.
 LAUNCH_RECORD = RecordKind(LAUNCH_FILE, MAX_LAUNCH_BYTES, FailRule.CLOSED)
@@ -95,12 +96,12 @@ def read_serve_args(runtime_dir: Path) -> tuple[str, ...] | None:
 
 
 def check_serve_args(args: Sequence[str]) -> tuple[str, ...]:
-    """`args` if none of them is one the launcher owns (--host, --port, --config-dir)."""
+    """`args` if none of them is one the launcher owns (--host, --port, --config-dir, --ipc-socket)."""
     for arg in args:
         if arg.split("=", 1)[0] in _RESERVED:
             raise GenerationError(
                 "serve_args_invalid",
-                f"{arg} is set by the launcher (loopback host, a free port, the config dir)",
+                f"{arg} is set by the launcher (loopback host, a free port, the config dir, the ipc socket)",
             )
     return tuple(args)
 
@@ -128,6 +129,9 @@ def start_runtime(
     try:
         offset = os.fstat(fd).st_size
         env = {**os.environ, "HERDR_MCP_CONFIG_DIR": str(config_dir)}
+        # Each generation's runtime has its own Unix socket for the native host
+        # (`browser_ipc.active_socket`); a runtime too old to know it ignores the variable.
+        env[IPC_SOCKET_ENV] = str(Layout(config_dir).generation_socket(runtime_dir.name))
         env.pop("PYTHONPATH", None)  # the generation runs its own venv's code, nothing else
         # posix_spawn, not Popen: the runtime outlives this process, which never waits for it, and
         # a Popen object would complain when collected while its child still runs.

@@ -1,4 +1,5 @@
-"""The runtime's ASGI app: `/mcp` (bearer-guarded Streamable HTTP), `/health` (open).
+"""The runtime's ASGI app: `/mcp` (bearer-guarded Streamable HTTP), `/health` (open), and the
+browser plane's `/push/*` and `/browser/*` (bearer-guarded; docs/browser-protocol.md).
 
 Composed once at start-up. The lifespan runs the SDK's session manager (without it every MCP
 request fails), follows Herdr events for herdr_since, and stops background exec sessions on the
@@ -22,8 +23,10 @@ from herdr_mcp import __version__
 from herdr_mcp.contract import contract_identity
 from herdr_mcp.herdr import HerdrError
 from herdr_mcp.runtime.auth import BearerGate
+from herdr_mcp.runtime.browser import browser_routes
 from herdr_mcp.runtime.grep.children import stop_searches
 from herdr_mcp.runtime.grep.search import engine_in_use
+from herdr_mcp.runtime.push.routes import push_routes
 from herdr_mcp.runtime.server import ToolDispatcher, build_mcp_server
 from herdr_mcp.runtime.services import Services
 from herdr_mcp.state import STATE_SCHEMA
@@ -40,6 +43,7 @@ async def running(services: Services) -> AsyncIterator[None]:
     background = [
         asyncio.create_task(services.events.run(), name="herdr-event-feed"),
         asyncio.create_task(services.tasks.run_reconciler(), name="task-reconciler"),
+        asyncio.create_task(services.push.run(), name="push-plane"),
     ]
     try:
         yield
@@ -89,5 +93,6 @@ def build_app(services: Services, token: str, dispatcher: ToolDispatcher | None 
         async with server.session_manager.run(), running(services):
             yield
 
-    app = Starlette(routes=[Route("/health", health, methods=["GET"]), *sdk_app.routes], lifespan=lifespan)
-    return BearerGate(app, token)
+    routes = [Route("/health", health, methods=["GET"]), *push_routes(services), *browser_routes(services)]
+    app = Starlette(routes=[*routes, *sdk_app.routes], lifespan=lifespan)
+    return BearerGate(app, token, protected_prefixes=("/mcp", "/push", "/browser"))

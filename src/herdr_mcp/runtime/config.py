@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from herdr_mcp.layout import DEFAULT_PORT, Layout
+from herdr_mcp.runtime.push import PushSettings
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,8 @@ class RuntimeConfig:
     read_only: bool = False
     write_roots: tuple[Path, ...] | None = None
     home: Path = field(default_factory=Path.home)
+    #: The push plane's timing and bounds (docs/browser-protocol.md; tests shorten them).
+    push: PushSettings = field(default_factory=PushSettings)
 
     @property
     def token_file(self) -> Path:

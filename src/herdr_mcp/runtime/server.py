@@ -28,6 +28,7 @@ from herdr_mcp.errors import ToolError
 from herdr_mcp.runtime.audit import AuditLog, AuditUnavailable, describe_call
 from herdr_mcp.runtime.services import Services
 from herdr_mcp.runtime.tools import HANDLERS
+from herdr_mcp.runtime.tools.agents import CALL_SCOPE, SCOPE_META_KEY
 from herdr_mcp.runtime.tools.fs.image import ImageResult
 
 log = logging.getLogger(__name__)
@@ -59,10 +60,18 @@ class ToolDispatcher:
         )
 
     async def call(
-        self, name: str, arguments: Mapping[str, Any] | None, session: str | None = None
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None,
+        session: str | None = None,
+        *,
+        meta: Mapping[str, Any] | None = None,
     ) -> types.CallToolResult:
-        """Answer one tools/call; the answer leaves only after its audit record is written."""
+        """Answer one tools/call; the answer leaves only after its audit record is written.
+        `meta` is the request's `_meta`: its `herdr-mcp/scope` (the browser session scope a
+        herdr_prompt's outcome wakes, docs/browser-protocol.md 2) is handed to the handler."""
         given = dict(arguments or {})
+        CALL_SCOPE.set(None if meta is None else meta.get(SCOPE_META_KEY))
         started, clock = dt.datetime.now(dt.UTC), time.perf_counter()
 
         def record(outcome: str) -> dict[str, Any]:
@@ -159,7 +168,8 @@ def build_mcp_server(dispatcher: ToolDispatcher) -> Server[Any]:
     async def on_call_tool(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        return await dispatcher.call(params.name, params.arguments, session=_session_id(ctx))
+        meta = dict(params.meta) if params.meta else None
+        return await dispatcher.call(params.name, params.arguments, session=_session_id(ctx), meta=meta)
 
     return Server(
         "herdr-mcp",

@@ -10,6 +10,7 @@ from herdr_mcp.runtime.config import RuntimeConfig
 from herdr_mcp.runtime.events import EventFeed, FeedEvent
 from herdr_mcp.runtime.exec_sessions import ExecSessions
 from herdr_mcp.runtime.idempotency import Idempotency
+from herdr_mcp.runtime.push import PushPlane
 from herdr_mcp.runtime.tasks import TaskTracker
 from herdr_mcp.runtime.topology import Topology
 from herdr_mcp.state.event_log import EventLog
@@ -30,6 +31,7 @@ class Services:
     tasks: TaskTracker
     idempotency: Idempotency
     runtime_instance: str
+    push: PushPlane
 
     @classmethod
     def create(cls, config: RuntimeConfig) -> Services:
@@ -38,10 +40,12 @@ class Services:
         instance = new_runtime_instance()
         topology = Topology(herdr, home=config.home)
         tasks = TaskTracker(herdr, TaskStore(state))
+        push = PushPlane.create(herdr, state, instance, config.push)
 
         def on_event(event: FeedEvent) -> None:
             topology.invalidate()
             tasks.on_event(event)
+            push.watcher.on_event(event)
 
         return cls(
             config=config,
@@ -54,4 +58,5 @@ class Services:
             tasks=tasks,
             idempotency=Idempotency(Ledger(state, instance)),
             runtime_instance=instance,
+            push=push,
         )

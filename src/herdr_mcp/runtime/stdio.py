@@ -216,13 +216,22 @@ class StdioSession:
             message = f"request id {request_id!r} is already in use by a call in flight"
             await self._send_error(request_id, INVALID_REQUEST, message)
             return
-        task = asyncio.create_task(self._call(request_id, name, arguments))
+        meta = params.get("_meta")
+        task = asyncio.create_task(
+            self._call(request_id, name, arguments, meta if isinstance(meta, dict) else None)
+        )
         self._calls[request_id] = task
         task.add_done_callback(lambda _: self._calls.pop(request_id, None))
 
-    async def _call(self, request_id: RequestId, name: str, arguments: Mapping[str, Any] | None) -> None:
+    async def _call(
+        self,
+        request_id: RequestId,
+        name: str,
+        arguments: Mapping[str, Any] | None,
+        meta: dict[str, Any] | None = None,
+    ) -> None:
         try:
-            result = await self._dispatcher.call(name, arguments, session=None)
+            result = await self._dispatcher.call(name, arguments, session=None, meta=meta)
         except asyncio.CancelledError:
             return  # cancelled by the client (not answered) or at shutdown
         await self._send_result(request_id, _dump(result))

@@ -15,6 +15,7 @@ import asyncio
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from typing import Any
 
 from herdr_mcp.errors import ToolError
@@ -68,13 +69,18 @@ class TaskTracker:
         browser_session_ref: str | None,
         wait: dict[str, Any] | None,
         op_id: str | None = None,
+        scope_for: Callable[[str | None], str | None] | None = None,
     ) -> dict[str, Any]:
-        """Send one prompt as a task; raises ToolError (`acted: false` when nothing was delivered)."""
+        """Send one prompt as a task; raises ToolError (`acted: false` when nothing was delivered).
+        Without `browser_session_ref`, `scope_for(<the target's workspace>)` may name the scope."""
         try:
             found = await self._herdr.call("agent.get", {"target": target})
         except HerdrError as exc:
             raise _not_acted(tool_error_from_herdr(exc, mutating=False)) from exc
         agent = found.get("agent", found)
+        if browser_session_ref is None and scope_for is not None:
+            workspace = agent.get("workspace_id")
+            browser_session_ref = scope_for(workspace if isinstance(workspace, str) else None)
         task = self.tasks.create(
             task_id=new_id("task"),
             turn_id=new_id("turn"),

@@ -17,9 +17,9 @@ class Migration:
 
 
 def _load() -> tuple[Migration, ...]:
-    from herdr_mcp.state.migrations import m0001_core, m0002_tasks, m0003_continuity
+    from herdr_mcp.state.migrations import m0001_core, m0002_tasks, m0003_continuity, m0004_browser
 
-    return (m0001_core.MIGRATION, m0002_tasks.MIGRATION, m0003_continuity.MIGRATION)
+    return (m0001_core.MIGRATION, m0002_tasks.MIGRATION, m0003_continuity.MIGRATION, m0004_browser.MIGRATION)
 
 
 MIGRATIONS: tuple[Migration, ...] = _load()

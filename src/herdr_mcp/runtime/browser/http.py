@@ -1,0 +1,100 @@
+"""The HTTP edges the browser plane's endpoints share: JSON bodies in, `{"error": {"code",
+"message"}}` out, with an HTTP status chosen from the error code (docs/browser-protocol.md 2).
+
+Statuses: 400 for a bad request (`invalid_argument`, `invalid_json`, and the continuity
+journal's refusals of its params), 401 `unauthorized`, 404 for `*_not_found` and
+`unknown_method`, 405 `method_not_allowed`, 409 for `*_conflict`, 413 `body_too_large`, 415
+`unsupported_media_type`, 503 for what the workstation lacks right now (`herdr_unavailable`,
+`state_unavailable`, `continuity_journal_unavailable`), 500 `internal_error`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from herdr_mcp.errors import HerdrMcpError, LocalFault, ToolError
+from herdr_mcp.strict_json import unique_keys
+
+#: Request bodies at most this long (the native host's frames are under 1 MiB too).
+MAX_BODY_BYTES = 1024 * 1024
+
+_STATUS = {
+    "unauthorized": 401,
+    "unknown_method": 404,
+    "method_not_allowed": 405,
+    "body_too_large": 413,
+    "unsupported_media_type": 415,
+    "internal_error": 500,
+    "herdr_unavailable": 503,
+    "state_unavailable": 503,
+    "continuity_journal_unavailable": 503,
+}
+
+
+def status_for(error: HerdrMcpError) -> int:
+    code = error.code
+    if code in _STATUS:
+        return _STATUS[code]
+    if code.endswith("_not_found"):
+        return 404
+    if code.endswith("_conflict"):
+        return 409
+    if isinstance(error, LocalFault):
+        return 503
+    return 400
+
+
+def error_response(error: HerdrMcpError) -> JSONResponse:
+    body: dict[str, Any] = {"code": error.code, "message": error.message}
+    if isinstance(error, ToolError):
+        body.update({key: value for key, value in error.details.items() if key not in body})
+    return JSONResponse({"error": body}, status_code=status_for(error))
+
+
+def _finite(value: str) -> float:
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError("numbers must be finite")
+    return number
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+async def read_json_object(request: Request) -> dict[str, Any]:
+    """The request's body as a JSON object (`{}` when empty); ToolError `body_too_large`,
+    `unsupported_media_type`, `invalid_json` otherwise."""
+    content_type = request.headers.get("content-type")
+    if content_type is not None and not content_type.lower().startswith("application/json"):
+        raise ToolError("unsupported_media_type", "send the body as application/json")
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise ToolError("body_too_large", f"the body is larger than {MAX_BODY_BYTES} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise ToolError("body_too_large", f"the body is larger than {MAX_BODY_BYTES} bytes")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    if not raw.strip():
+        return {}
+    try:
+        value = json.loads(
+            raw.decode("utf-8"),
+            object_pairs_hook=unique_keys,
+            parse_float=_finite,
+            parse_constant=_no_constant,
+        )
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ToolError("invalid_json", f"the body is not one JSON object: {exc}") from None
+    if not isinstance(value, dict):
+        raise ToolError("invalid_json", "the body must be a JSON object")
+    return value

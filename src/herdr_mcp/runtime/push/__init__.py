@@ -1,0 +1,62 @@
+"""The runtime's push plane (docs/browser-protocol.md, sections 1 and 3): agent transitions
+recorded in state.db (`state/push.py`), watched from Herdr (`watcher`), fanned out to streams
+(`hub`), served as `/push/events` and `/push/state` (`stream`, `routes`)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from herdr_mcp.herdr import HerdrClient
+from herdr_mcp.runtime.push.hub import QUEUE_SIZE, TAIL_INTERVAL_S, PushHub
+from herdr_mcp.runtime.push.output import MAX_OUTPUT_CHARS
+from herdr_mcp.runtime.push.stream import KEEPALIVE_S, SEND_TIMEOUT_S, StreamSettings
+from herdr_mcp.runtime.push.watcher import LEASE_TTL_S, POLL_INTERVAL_S, AgentWatcher
+from herdr_mcp.state.push import AgentStates
+from herdr_mcp.state.store import StateStore
+
+
+@dataclass(frozen=True)
+class PushSettings:
+    """The push plane's timing and bounds (tests shorten them)."""
+
+    poll_interval: float = POLL_INTERVAL_S
+    lease_ttl: float = LEASE_TTL_S
+    tail_interval: float = TAIL_INTERVAL_S
+    keepalive: float = KEEPALIVE_S
+    send_timeout: float = SEND_TIMEOUT_S
+    queue_size: int = QUEUE_SIZE
+    output_chars: int = MAX_OUTPUT_CHARS
+
+
+@dataclass(frozen=True)
+class PushPlane:
+    states: AgentStates
+    hub: PushHub
+    watcher: AgentWatcher
+    stream: StreamSettings
+
+    @classmethod
+    def create(cls, herdr: HerdrClient, store: StateStore, owner: str, settings: PushSettings) -> PushPlane:
+        states = AgentStates(store)
+        hub = PushHub(states, tail_interval=settings.tail_interval, queue_size=settings.queue_size)
+        watcher = AgentWatcher(
+            herdr,
+            states,
+            hub,
+            owner,
+            poll_interval=settings.poll_interval,
+            lease_ttl=settings.lease_ttl,
+            output_chars=settings.output_chars,
+        )
+        return cls(states, hub, watcher, StreamSettings(settings.keepalive, settings.send_timeout))
+
+    async def run(self) -> None:
+        """Watch Herdr and tail the log until cancelled; streams end (`shutdown`) on the way out."""
+        try:
+            await asyncio.gather(self.hub.run(), self.watcher.run())
+        finally:
+            self.hub.close()
+
+
+__all__ = ["PushPlane", "PushSettings"]
