@@ -55,6 +55,7 @@ EXTENSION_DIR = ROOT / "extension"
 PAGE = Path(__file__).resolve().parent / "fixtures" / "extension" / "chatgpt.html"
 CHROMIUM = Path(os.environ.get("HERDR_MCP_CHROMIUM", "/usr/lib/chromium/chromium"))
 AGENT = "coder"
+REVIEWER = "reviewer"
 
 
 def extension_id() -> str:
@@ -130,13 +131,16 @@ class ChatGPTSite:
 
 
 def sim_config(base: Path) -> SimConfig:
-    """Workspace `api` with one agent `coder` that starts working on a prompt and keeps working
-    until the test settles it (`SimulatorThread.set_agent_status`)."""
+    """Workspace `api` with two agents: `coder`, which starts working on a prompt and keeps
+    working until the test settles it (`Workstation.settle`), and `reviewer`, idle until the test
+    sets it working (a second agent of the same workspace: one settling while the other works is
+    partial progress, not the end of the turn)."""
     repo = base / "api"
     repo.mkdir(parents=True, exist_ok=True)
     script = AgentScript((ScriptStep(state="working"), ScriptStep(after_ms=20, echo_prompt=True)))
-    agent = PaneConfig(label="coder", agent=AgentConfig(AGENT, "claude", script=script))
-    return SimConfig((WorkspaceConfig(cwd=repo, label="api", tabs=(TabConfig("main", (agent,)),)),))
+    coder = PaneConfig(label="coder", agent=AgentConfig(AGENT, "claude", script=script))
+    reviewer = PaneConfig(label="reviewer", agent=AgentConfig(REVIEWER, "codex"))
+    return SimConfig((WorkspaceConfig(cwd=repo, label="api", tabs=(TabConfig("main", (coder, reviewer)),)),))
 
 
 @dataclass
@@ -151,9 +155,9 @@ class Workstation:
         (workspace,) = self.sim.snapshot()["workspaces"]
         return str(workspace["workspace_id"])
 
-    def agent_pane(self) -> str:
-        panes = [pane for pane in self.sim.snapshot()["panes"] if pane.get("agent")]
-        return str(panes[0]["pane_id"])
+    def agent_pane(self, label: str = AGENT) -> str:
+        (pane,) = [pane for pane in self.sim.snapshot()["panes"] if pane.get("label") == label]
+        return str(pane["pane_id"])
 
     async def prompt(self, text: str, scope: str | None = None) -> dict[str, Any]:
         """`herdr_prompt` to the agent as the Web AI's connector calls it (no scope unless given:
@@ -166,8 +170,8 @@ class Workstation:
             assert isinstance(result.structured_content, dict), result
             return result.structured_content
 
-    def settle(self, status: str = "done") -> None:
-        self.sim.set_agent_status(AGENT, status)
+    def settle(self, status: str = "done", agent: str = AGENT) -> None:
+        self.sim.set_agent_status(agent, status)
 
     async def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         async with local_async_client(
@@ -221,6 +225,8 @@ class Browser:
     context: BrowserContext
     worker: Worker
     site: ChatGPTSite
+    #: The service worker's console, printed when the test fails inside `launched`.
+    console: list[str] = field(default_factory=list)
 
     async def storage(self, key: str) -> Any:
         """A value of the extension's chrome.storage.local (None when absent)."""
@@ -299,7 +305,16 @@ async def launched(playwright: Playwright, profile: Path, site: ChatGPTSite) -> 
         if worker is None:
             worker = await context.wait_for_event("serviceworker", timeout=DEADLINE_S * 1000)
         assert extension_id() in worker.url, worker.url
-        yield Browser(context, worker, site)
+        browser = Browser(context, worker, site)
+        worker.on("console", lambda message: browser.console.append(message.text))
+        try:
+            yield browser
+        except BaseException:
+            state = await worker.evaluate("async () => JSON.stringify(await chrome.storage.local.get(null))")
+            print("extension storage:", state)
+            print("service worker console:", *browser.console, sep="\n  ")
+            print("site received:", *site.texts(), sep="\n  ")
+            raise
     finally:
         site.release()
         await context.close()

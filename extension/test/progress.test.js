@@ -58,3 +58,12 @@ test("options are whole seconds with sane defaults", () => {
   assert.deepEqual(normalizeOptions({ progressTickSec: "2", progressFallbackSec: 0 }), { progressTickSec: 2, progressFallbackSec: 600 });
   assert.deepEqual(normalizeOptions({ progressTickSec: "x", progressFallbackSec: 30.4 }), { progressTickSec: 60, progressFallbackSec: 30 });
 });
+
+test("each tick records how many outputs it has looked at", () => {
+  let state = startTurn(initialProgress(), 0);
+  state = addOutput(addOutput(state, "a\n"), "a\n");
+  assert.equal(state.outputs, 2);
+  assert.equal(state.checked, 0);
+  state = tick(state, 1_000, OPTIONS).state;
+  assert.equal(state.checked, 2);
+});

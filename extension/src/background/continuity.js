@@ -48,19 +48,19 @@ export class Continuity {
       const before = await store.get(`ws:${workspaceId}`, initialWorkspace());
       const { workspace, settledTurn } = onSettled(before, data);
       await store.set(`ws:${workspaceId}`, workspace);
-      await this.turnEnded(workspaceId, settledTurn);
+      await this.turnEnded(workspaceId, settledTurn, data.seq);
     } else if (type === "agent_gone") {
       await this.bindings.refreshState().catch(() => {});
     }
     this.broadcast();
   }
 
-  async turnEnded(workspaceId, turn) {
+  async turnEnded(workspaceId, turn, seq) {
     if (turn === null) {
       return;
     }
     for (const binding of this.bindings.scopesOf(workspaceId)) {
-      const { created } = await this.addWake(binding.scope, turn);
+      const { created } = await this.addWake(binding.scope, turn, seq);
       if (created) {
         await store.remove(`outbox:${binding.scope}`); // progress of the ended turn is stale
         this.note(binding.scope, "settled: wake pending");
@@ -69,10 +69,10 @@ export class Continuity {
     }
   }
 
-  async addWake(scope, turn) {
+  async addWake(scope, turn, seq) {
     let created = false;
     await store.update(`wake:${scope}`, initialWake(), (value) => {
-      const result = wakeFor(value, turn, this.now());
+      const result = wakeFor(value, turn, this.now(), seq ?? null);
       created = result.created;
       return result.wake;
     });
@@ -90,18 +90,21 @@ export class Continuity {
         const { workspace: after, settledTurn } = reconcile(known ?? initialWorkspace(), workspace.working, state.seq);
         await store.set(`ws:${workspace.workspace_id}`, after);
         if (known !== null) {
-          await this.turnEnded(workspace.workspace_id, settledTurn);
+          await this.turnEnded(workspace.workspace_id, settledTurn, state.seq);
         }
       }
     }
-    await this.checkInboxes();
+    await this.checkInboxes(hello.seq);
     await this.dropStaleRootBindings();
     this.broadcast();
     this.pumpAll();
   }
 
-  /** Unacknowledged task outcomes of a scope wake it too (once per newest entry). */
-  async checkInboxes() {
+  /**
+   * Unacknowledged task outcomes of a scope wake it too (once per newest entry), as of log
+   * position `seq`: a settle replayed after this, older than `seq`, is covered by that wake.
+   */
+  async checkInboxes(seq) {
     for (const binding of [...this.bindings.byScope.values()]) {
       if (binding.scope.includes(":root:")) {
         continue;
@@ -109,7 +112,7 @@ export class Continuity {
       try {
         const { items } = await this.native.call("/browser/inbox.read", { scope: binding.scope });
         if (items.length > 0) {
-          const { created } = await this.addWake(binding.scope, `inbox${items[items.length - 1].inbox_id}`);
+          const { created } = await this.addWake(binding.scope, `inbox${items[items.length - 1].inbox_id}`, seq);
           if (created) {
             this.note(binding.scope, "task finished: wake pending");
           }
@@ -239,12 +242,13 @@ export class Continuity {
       } catch (error) {
         this.log.warn("herdr-mcp: inbox.read failed", error.message);
       }
+      await this.bindings.refreshState().catch(() => {}); // the agents' statuses as of now
       const agents = this.bindings.workspaces.get(binding.workspace_id)?.agents ?? [];
       const sent = await this.send(tab, convKey, wakeText({ ...names, agents, inbox }));
       if (!sent) {
         return "failed";
       }
-      await store.update(`wake:${scope}`, initialWake(), (value) => woke(value, wake.pending.turn));
+      await store.update(`wake:${scope}`, initialWake(), (value) => woke(value, wake.pending));
       await store.remove(`outbox:${scope}`);
       if (inbox.length > 0) {
         // Acknowledged only now that the wake is confirmed sent.

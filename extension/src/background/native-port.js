@@ -107,7 +107,7 @@ export class NativeClient {
   }
 
   /** One request; resolves with the body of a 2xx reply, rejects with a NativeError otherwise. */
-  request(method, path, body = {}) {
+  request(method, path, body = undefined) {
     const id = `r${this.nextId++}`;
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
@@ -117,7 +117,7 @@ export class NativeClient {
       }, REQUEST_TIMEOUT_MS);
       this.pending.set(id, { resolve, reject, timer });
       try {
-        this.post({ id, method, path, body });
+        this.post(body === undefined ? { id, method, path } : { id, method, path, body });
       } catch (error) {
         clearTimeout(timer);
         this.pending.delete(id);

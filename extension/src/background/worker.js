@@ -42,7 +42,9 @@ chrome.runtime.onConnect.addListener((port) => {
 });
 
 chrome.runtime.onMessage.addListener((message, sender, reply) => {
-  if (sender.id !== chrome.runtime.id || sender.tab) {
+  // Only the extension's own pages (the side panel, also when opened as a tab) ask here; content
+  // scripts talk over their "page" port.
+  if (sender.id !== chrome.runtime.id || !sender.url?.startsWith(chrome.runtime.getURL(""))) {
     return false;
   }
   panelMessage(message).then(reply, (error) => reply({ error: { code: error.code ?? "failed", message: error.message } }));

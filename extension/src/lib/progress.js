@@ -7,7 +7,7 @@ export const DEFAULT_OPTIONS = Object.freeze({ progressTickSec: 60, progressFall
 export const SUMMARY_CHARS = 600;
 
 export function initialProgress() {
-  return { pending: "", lastSummary: null, lastSentAt: 0, since: null };
+  return { pending: "", lastSummary: null, lastSentAt: 0, since: null, outputs: 0, checked: 0 };
 }
 
 /** A control sequence or carriage return left in captured terminal output. */
@@ -36,11 +36,15 @@ export function summarize(text) {
   return kept.reverse().join("\n");
 }
 
-/** New output arrived (agent_output of the bound workspace): kept until the next tick. */
+/**
+ * New output arrived (agent_output of the bound workspace): kept until the next tick. `outputs`
+ * counts the outputs taken and `checked` is that count at the last tick, so the HUD (and a
+ * test) can tell that a piece of output was looked at even when it sent nothing.
+ */
 export function addOutput(state, text) {
   const pending = `${state.pending}${state.pending && !state.pending.endsWith("\n") ? "\n" : ""}${text}`;
   // Only the newest output can be summarised, so keep a bounded tail.
-  return { ...state, pending: pending.slice(-4 * SUMMARY_CHARS) };
+  return { ...state, pending: pending.slice(-4 * SUMMARY_CHARS), outputs: (state.outputs ?? 0) + 1 };
 }
 
 /** The workspace started working at `now`: the fallback clock starts. */
@@ -52,7 +56,8 @@ export function startTurn(state, now) {
  * One tick at `now` while the workspace works. Returns `{state, send}`: `send` is null, or
  * `{kind: "progress", summary}` or `{kind: "fallback", quietSec}`.
  */
-export function tick(state, now, options = DEFAULT_OPTIONS) {
+export function tick(current, now, options = DEFAULT_OPTIONS) {
+  const state = { ...current, checked: current.outputs ?? 0 };
   const summary = summarize(state.pending);
   if (summary) {
     const next = { ...state, pending: "" };

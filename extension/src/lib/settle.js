@@ -48,18 +48,41 @@ export function reconcile(workspace, working, seq) {
 }
 
 export function initialWake() {
-  return { wokenTurn: null, pending: null };
+  return { wokenTurn: null, wokenSeq: null, pending: null };
 }
 
-/** A turn ended for the scope's workspace: a pending wake, unless this turn already woke it. */
-export function wakeFor(wake, turn, now) {
-  if (turn === null || wake.wokenTurn === turn || (wake.pending && wake.pending.turn === turn)) {
+/**
+ * A turn ended for the scope's workspace (or task outcomes wait in its inbox), known at log
+ * position `seq`: a pending wake, unless
+ * - this turn already woke the scope, or
+ * - the last wake sent was created at a later log position (`wokenSeq`): it asked to re-inspect
+ *   the live state after this settle had happened (say a settle replayed after a restart that a
+ *   wake for the same work, made from the inbox, already covered), or
+ * - a wake is already pending: one wake per scope at a time; it then covers this turn too.
+ */
+export function wakeFor(wake, turn, now, seq = null) {
+  if (turn === null || wake.wokenTurn === turn) {
     return { wake, created: false };
   }
-  return { wake: { wokenTurn: wake.wokenTurn, pending: { turn, at: now } }, created: true };
+  if (seq !== null && wake.wokenSeq !== null && wake.wokenSeq !== undefined && seq <= wake.wokenSeq) {
+    return { wake, created: false };
+  }
+  if (wake.pending) {
+    if (seq !== null && wake.pending.seq !== null && wake.pending.seq !== undefined && seq <= wake.pending.seq) {
+      return { wake, created: false }; // the pending wake covers it as it is
+    }
+    const newest = Math.max(wake.pending.seq ?? -1, seq ?? -1);
+    const pending = { turn, at: wake.pending.at, seq: newest < 0 ? null : newest };
+    return { wake: { ...wake, pending }, created: false };
+  }
+  return { wake: { ...initialWake(), ...wake, pending: { turn, at: now, seq } }, created: true };
 }
 
-/** The wake of `turn` was confirmed sent: it is woken, nothing pending. */
-export function woke(wake, turn) {
-  return { wokenTurn: turn, pending: wake.pending && wake.pending.turn !== turn ? wake.pending : null };
+/** The wake `sent` (the pending wake as it was when sending began) was confirmed sent. */
+export function woke(wake, sent) {
+  const pending = wake.pending;
+  const known = (value) => value !== null && value !== undefined;
+  const covered = pending && known(sent.seq) && known(pending.seq) && pending.seq <= sent.seq;
+  const newer = pending && pending.turn !== sent.turn && !covered ? pending : null;
+  return { wokenTurn: sent.turn, wokenSeq: sent.seq ?? null, pending: newer };
 }
