@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
+import httpx2
 import pytest
 
 from tests.edge_harness import REDIRECT_URI, Edge, pkce_pair, register_client, running_edge
@@ -88,6 +89,14 @@ def approve(edge: Edge, device: dict[str, Any], client_id: str | None = None) ->
 
 def exchange(edge: Edge, approved: Approved) -> str:
     """The page's poll, then the code for tokens; the access token."""
+    answer = exchange_code(edge, approved)
+    assert answer.status_code == 200, answer.text
+    token: str = answer.json()["access_token"]
+    return token
+
+
+def exchange_code(edge: Edge, approved: Approved) -> httpx2.Response:
+    """The page's poll, then the token endpoint's answer to the code."""
     status = edge.post(
         "/authorize/status", json={"request_id": approved.request_id, "poll_token": approved.poll_token}
     ).json()
@@ -103,9 +112,15 @@ def exchange(edge: Edge, approved: Approved) -> str:
             "resource": f"{edge.base}/mcp",
         },
     )
-    assert answer.status_code == 200, answer.text
-    token: str = answer.json()["access_token"]
-    return token
+    return answer
+
+
+def call_tool(edge: Edge, token: str, tool: str) -> httpx2.Response:
+    return edge.post(
+        "/mcp",
+        headers={"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"},
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": {}}},
+    )
 
 
 def mcp_status(edge: Edge, token: str) -> int:
@@ -131,6 +146,14 @@ def kv(edge: Edge, op: str, key: str, value: str | None = None) -> str | None:
     assert answer.status_code == 200, answer.text
     stored: str | None = answer.json()["value"]
     return stored
+
+
+def kv_entries(edge: Edge, prefix: str) -> dict[str, str]:
+    """Every KV entry under `prefix`, with its value."""
+    answer = edge.post("/__test/kv", headers=edge.admin_headers(), json={"op": "list", "key": prefix})
+    assert answer.status_code == 200, answer.text
+    entries = {key: kv(edge, "get", key) for key in answer.json()["keys"]}
+    return {key: value for key, value in entries.items() if value is not None}
 
 
 def grant_key(device: dict[str, Any], grant_id: str) -> str:
@@ -236,3 +259,46 @@ def test_a_grant_made_before_records_existed_is_listed_revocable_and_then_kv_is_
     kv(clock, "put", grant_key(device, ghost["id"]), json.dumps(ghost))
     assert set(grants(clock, device)) >= {kept.grant_id}
     assert ghost["id"] not in grants(clock, device)
+
+
+def test_a_revoked_grants_tokens_are_refused_while_a_lagging_kv_read_still_shows_them(
+    edge: Edge, device: dict[str, Any]
+) -> None:
+    """Elsewhere a KV read may show a deleted grant and its tokens for a minute: the Edge refuses
+    them from its own records at once (the relay for access tokens, the registry at /token)."""
+    approved = approve(edge, device)
+    issued = exchange_code(edge, approved).json()
+    access, refresh = issued["access_token"], issued["refresh_token"]
+    assert call_tool(edge, access, "herdr_devices").status_code == 200
+    saved = kv_entries(edge, f"grant:{device['device_id']}:{approved.grant_id}")
+    saved |= kv_entries(edge, f"token:{device['device_id']}:{approved.grant_id}:")
+    assert len(saved) >= 2
+    edge.control(device["device_id"], "grant.revoke", {"grant_id": approved.grant_id})
+    for key, value in saved.items():
+        kv(edge, "put", key, value)
+    for tool in ("herdr_devices", "herdr_inspect"):
+        refused = call_tool(edge, access, tool)
+        assert refused.status_code == 401, refused.text
+        assert refused.json()["error"] == "invalid_token"
+        assert 'error="invalid_token"' in refused.headers["www-authenticate"]
+    refreshed = edge.post(
+        "/token",
+        data={"grant_type": "refresh_token", "refresh_token": refresh, "client_id": approved.client_id},
+    )
+    assert refreshed.status_code == 400
+    assert refreshed.json()["error"] == "invalid_grant"
+    assert approved.grant_id not in grants(edge, device)
+
+
+def test_the_code_of_a_grant_revoked_before_the_exchange_is_refused_even_if_kv_still_shows_it(
+    edge: Edge, device: dict[str, Any]
+) -> None:
+    approved = approve(edge, device)
+    key = grant_key(device, approved.grant_id)
+    stored = kv(edge, "get", key)
+    assert stored is not None
+    edge.control(device["device_id"], "grant.revoke", {"grant_id": approved.grant_id})
+    kv(edge, "put", key, stored)
+    answer = exchange_code(edge, approved)
+    assert answer.status_code == 400
+    assert answer.json()["error"] == "invalid_grant"

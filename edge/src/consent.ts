@@ -31,7 +31,7 @@ import {
   readJsonObject,
   sha256Hex,
 } from "./http.js";
-import { type GrantProps, grantHelpers, oauthHelpers, originOf } from "./oauth.js";
+import { type GrantProps, grantHelpers, oauthHelpers, originOf, revokeGrantEverywhere } from "./oauth.js";
 import { CONSENT_TTL_S, type ConsentRecord, GRANT_CODE_TTL_S, type GrantRecord, registry } from "./registry.js";
 
 export type ControlResult =
@@ -234,10 +234,10 @@ async function consentDecide(
     grant,
   );
   if (outcome === null || !outcome.decided) {
-    if (grant !== undefined) await revoke(env, deviceId, grant.grant_id);
+    if (grant !== undefined) await revokeGrantEverywhere(env, deviceId, grant.grant_id);
     return failure("consent_not_found", `consent ${requestId} was decided by another call`);
   }
-  for (const replaced of outcome.replaced) await grantHelpers(env).revokeGrant(replaced, deviceId);
+  for (const replaced of outcome.replaced) await revokeGrantEverywhere(env, deviceId, replaced);
   return grant !== undefined
     ? { result: { request_id: requestId, code: consent.code, client_name: consent.client_name, grant_id: grant.grant_id } }
     : { result: { request_id: requestId } };
@@ -269,16 +269,10 @@ async function grantRevoke(env: Env, deviceId: string, params: Record<string, un
   if ((await registry(env).grantRecord(deviceId, grantId)) === null) {
     return failure("grant_not_found", `no grant ${grantId} for this device (list them with grant.list)`);
   }
-  await revoke(env, deviceId, grantId);
+  await revokeGrantEverywhere(env, deviceId, grantId);
   return { result: { grant_id: grantId, revoked: true } };
 }
 
-/** Revoke a grant: the library's grant and tokens first (they are what stops the next call),
- * then the registry's record, marked revoked so no lagging KV list brings it back. */
-async function revoke(env: Env, deviceId: string, grantId: string): Promise<void> {
-  await grantHelpers(env).revokeGrant(grantId, deviceId);
-  await registry(env).forgetGrant(grantId);
-}
 
 /**
  * The device's grants, from the registry. Grants made before the registry recorded them (an Edge

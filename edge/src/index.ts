@@ -57,8 +57,9 @@ function missingSecrets(env: Env): string[] {
  * wrangler.jsonc), and then still behind ADMIN_SECRET:
  * - `POST /__test/control` `{device_id, method, params}` runs a control method as the relay will;
  * - `POST /__test/clock` `{offset_s}` shifts the registry's clock (pairing and consent expiry);
- * - `POST /__test/kv` `{op: "get"|"put"|"delete", key, value?}` reads or writes the OAuth library's
- *   KV directly: what a lagging KV list would show (a new key missing, a deleted one still there);
+ * - `POST /__test/kv` `{op: "get"|"put"|"delete"|"list", key, value?}` reads or writes the OAuth
+ *   library's KV directly (list: the keys under the prefix `key`): what a lagging KV read or list
+ *   would show (a new key missing, a deleted one still there);
  * - `POST /__test/legacy-grant` `{grant_id}` turns a grant into one made before the registry
  *   recorded grants (only the library's KV has it).
  */
@@ -83,6 +84,10 @@ async function testRoute(request: Request, env: Env, pathname: string): Promise<
     return jsonResponse({ offset_s: await registry(env).now() });
   }
   if (pathname === "/__test/kv") {
+    if (body["op"] === "list") {
+      const listed = await env.OAUTH_KV.list({ prefix: String(body["key"]) });
+      return jsonResponse({ keys: listed.keys.map((entry) => entry.name) });
+    }
     const key = String(body["key"]);
     if (body["op"] === "put") await env.OAUTH_KV.put(key, String(body["value"]));
     if (body["op"] === "delete") await env.OAUTH_KV.delete(key);

@@ -10,7 +10,7 @@
 import { OAuthProvider, getOAuthApi, type OAuthHelpers, type OAuthProviderOptions } from "@cloudflare/workers-oauth-provider";
 import type { Env } from "./env.js";
 import { sha256Hex } from "./http.js";
-import { mcpApiHandler } from "./relay/index.js";
+import { mcpApiHandler, relayOf } from "./relay/index.js";
 import { registry } from "./registry.js";
 
 /** What a grant carries to /mcp as `ctx.props` (set when the owner approves the consent). */
@@ -99,8 +99,20 @@ export function grantHelpers(env: Env): OAuthHelpers {
   return oauthHelpers("https://edge.invalid", env);
 }
 
-/** The library's tokens are `<user id>:<grant id>:<random>`. */
-function grantOf(token: string): { userId: string; grantId: string } | null {
+/**
+ * Revoke a grant everywhere it is known, in this order: the library's grant and tokens (KV); the
+ * registry's record, marked revoked (grant.list, and the token endpoint refuses the grant's codes
+ * and refresh tokens even where a KV read still shows it); the device's relay, which refuses the
+ * grant's access tokens at once (a KV read elsewhere may show a deleted token up to a minute).
+ */
+export async function revokeGrantEverywhere(env: Env, deviceId: string, grantId: string): Promise<void> {
+  await grantHelpers(env).revokeGrant(grantId, deviceId);
+  await registry(env).forgetGrant(grantId);
+  await relayOf(env, deviceId).revokeGrant(grantId);
+}
+
+/** The library's tokens (and authorization codes) are `<user id>:<grant id>:<random>`. */
+export function grantOf(token: string): { userId: string; grantId: string } | null {
   const parts = token.split(":");
   return parts.length === 3 && parts[0] && parts[1] ? { userId: parts[0], grantId: parts[1] } : null;
 }
@@ -112,6 +124,9 @@ function grantOf(token: string): { userId: string; grantId: string } | null {
  * works once, and a second use means it leaked, so the whole grant (every token of its family)
  * is revoked. The registry (one Durable Object, calls one at a time) holds the hashes of each
  * grant's current and earlier refresh tokens:
+ * 0. a code or refresh token of a grant revoked in the last day is invalid_grant before the
+ *    library runs (a KV read elsewhere may still show the grant, and a refresh there would write
+ *    it back);
  * 1. a refresh with one of the grant's earlier tokens revokes the grant: invalid_grant (a token
  *    it never issued revokes nothing: the library refuses it);
  * 2. the current one is consumed before the library runs (two parallel uses: the second is reuse);
@@ -127,16 +142,19 @@ export async function tokenEndpoint(
 ): Promise<Response> {
   const form = await request.clone().formData().catch(() => null);
   const presented = form?.get("grant_type") === "refresh_token" ? form.get("refresh_token") : null;
+  const code = form?.get("grant_type") === "authorization_code" ? form.get("code") : null;
+  const codeGrant = typeof code === "string" ? grantOf(code) : null;
+  if (codeGrant !== null && (await registry(env).grantRevoked(codeGrant.grantId))) return revokedGrantAnswer();
   let consumed: { grantId: string; tokenHash: string } | null = null;
   if (typeof presented === "string") {
     const grant = grantOf(presented);
     if (grant !== null) {
       const tokenHash = await sha256Hex(presented);
       const verdict = await registry(env).consumeRefreshToken(grant.grantId, tokenHash);
+      if (verdict === "revoked") return revokedGrantAnswer();
       if (verdict === "current") consumed = { grantId: grant.grantId, tokenHash };
       if (verdict === "reused") {
-        await oauthHelpers(originOf(request), env).revokeGrant(grant.grantId, grant.userId);
-        await registry(env).forgetGrant(grant.grantId);
+        await revokeGrantEverywhere(env, grant.userId, grant.grantId);
         return Response.json(
           { error: "invalid_grant", error_description: "refresh token already used: the grant is revoked, authorize again" },
           { status: 400, headers: { "Cache-Control": "no-store" } },
@@ -157,4 +175,27 @@ export async function tokenEndpoint(
     }
   }
   return response;
+}
+
+function revokedGrantAnswer(): Response {
+  return Response.json(
+    { error: "invalid_grant", error_description: "the grant was revoked on the workstation: authorize again" },
+    { status: 400, headers: { "Cache-Control": "no-store" } },
+  );
+}
+
+/** The 401 the library answers for a token that is no longer valid, for one the Edge knows is
+ * revoked before KV does everywhere (RFC 6750 `invalid_token`, RFC 9728 resource metadata). */
+export function revokedTokenResponse(request: Request): Response {
+  const metadata = `${originOf(request)}/.well-known/oauth-protected-resource/mcp`;
+  return Response.json(
+    { error: "invalid_token", error_description: "the grant was revoked on the workstation" },
+    {
+      status: 401,
+      headers: {
+        "Cache-Control": "no-store",
+        "WWW-Authenticate": `Bearer realm="OAuth", resource_metadata="${metadata}", error="invalid_token", error_description="the grant was revoked on the workstation"`,
+      },
+    },
+  );
 }

@@ -154,13 +154,15 @@ export class EdgeRegistry extends DurableObject<Env> {
   }
 
   /**
-   * Consume a grant's refresh token (src/oauth.ts, strict rotation): "current" when `tokenHash` is
+   * Consume a grant's refresh token (src/oauth.ts, strict rotation): "revoked" when the grant was
+   * revoked in the last day (a KV read elsewhere may still show it); "current" when `tokenHash` is
    * the grant's current one (it is used up now); "reused" when it is one this grant was issued
    * before (rotated away, or consumed by a call still running); "unknown" for anything else, a
    * grant this registry never saw or a made-up token (the library refuses it, nothing is revoked:
    * the grant's id is in every token of it, so a made-up token proves no leak).
    */
-  async consumeRefreshToken(grantId: string, tokenHash: string): Promise<"current" | "reused" | "unknown"> {
+  async consumeRefreshToken(grantId: string, tokenHash: string): Promise<"current" | "reused" | "unknown" | "revoked"> {
+    if (await this.grantRevoked(grantId)) return "revoked";
     const key = REFRESH_PREFIX + grantId;
     const chain = await this.ctx.storage.get<RefreshChain>(key);
     if (chain === undefined) return "unknown";
@@ -205,6 +207,11 @@ export class EdgeRegistry extends DurableObject<Env> {
   async forgetGrant(grantId: string): Promise<void> {
     await this.ctx.storage.delete([GRANT_RECORD_PREFIX + grantId, REFRESH_PREFIX + grantId, GRANT_USE_PREFIX + grantId]);
     await this.ctx.storage.put(GRANT_REVOKED_PREFIX + grantId, await this.now());
+  }
+
+  /** Whether `grantId` was revoked in the last day. */
+  async grantRevoked(grantId: string): Promise<boolean> {
+    return (await this.ctx.storage.get<number>(GRANT_REVOKED_PREFIX + grantId)) !== undefined;
   }
 
   /** The grant `grantId` when it is recorded, unexpired and belongs to `deviceId`. */

@@ -102,6 +102,10 @@ interface Pending {
 }
 
 const DEVICE_KEY = "device";
+const REVOKED_GRANT_PREFIX = "revoked-grant:";
+/** A revoked grant's access tokens live at most an hour (src/oauth.ts), and a KV read elsewhere
+ * may show a deleted one up to a minute: its id is kept two hours. */
+const REVOKED_GRANT_RETAIN_MS = 2 * 3600 * 1000;
 
 export class DeviceRelay extends DurableObject<Env & RelayVars> {
   private readonly pending = new Map<string, Pending>();
@@ -192,8 +196,12 @@ export class DeviceRelay extends DurableObject<Env & RelayVars> {
     }
   }
 
-  /** Relay one tool call to the link and wait for its answer (never re-sent by the Edge). */
-  async call(tool: string, args: Record<string, unknown>, cancelKey: string | null): Promise<CallOutcome> {
+  /** Relay one tool call to the link and wait for its answer (never re-sent by the Edge). A call
+   * under a grant revoked here is refused `grant_revoked` (its token may still pass a KV read). */
+  async call(tool: string, args: Record<string, unknown>, cancelKey: string | null, grantId: string | null): Promise<CallOutcome> {
+    if (grantId !== null && (await this.grantRevoked(grantId))) {
+      return relayError("grant_revoked", "this connector's grant was revoked on the workstation; connect it again", false, "not_delivered");
+    }
     const found = this.currentConnection();
     if (!found) {
       return relayError("device_offline", "the workstation's link is not connected; start `herdr-mcp link` there", true, "not_delivered");
@@ -251,6 +259,21 @@ export class DeviceRelay extends DurableObject<Env & RelayVars> {
       return true;
     }
     return false;
+  }
+
+  /** The owner revoked `grantId` (a grant of this device): its calls are refused from now on. */
+  async revokeGrant(grantId: string): Promise<void> {
+    const now = Date.now();
+    const kept = await this.ctx.storage.list<number>({ prefix: REVOKED_GRANT_PREFIX });
+    const old = [...kept].filter(([, at]) => now - at >= REVOKED_GRANT_RETAIN_MS).map(([key]) => key);
+    if (old.length > 0) await this.ctx.storage.delete(old);
+    await this.ctx.storage.put(REVOKED_GRANT_PREFIX + grantId, now);
+  }
+
+  /** Whether `grantId` was revoked within the last two hours. */
+  async grantRevoked(grantId: string): Promise<boolean> {
+    const at = await this.ctx.storage.get<number>(REVOKED_GRANT_PREFIX + grantId);
+    return at !== undefined && Date.now() - at < REVOKED_GRANT_RETAIN_MS;
   }
 
   /** Online state, last heartbeat and the active runtime identity (no secrets). */

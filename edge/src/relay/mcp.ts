@@ -9,7 +9,7 @@
  */
 
 import type { Env } from "../env.js";
-import type { GrantProps } from "../oauth.js";
+import { type GrantProps, grantOf, revokedTokenResponse } from "../oauth.js";
 import { registry } from "../registry.js";
 import { DEVICES_TOOL, EDGE_TOOLS, RUNTIME_TOOL_NAMES } from "./catalog.js";
 import type { CallOutcome, DeviceRelay, DeviceStatus, RelayError } from "./device_relay.js";
@@ -34,6 +34,8 @@ type JsonRpcId = string | number;
 export interface RelayStub {
   call: DeviceRelay["call"];
   cancel: DeviceRelay["cancel"];
+  grantRevoked: DeviceRelay["grantRevoked"];
+  revokeGrant: DeviceRelay["revokeGrant"];
   status: DeviceRelay["status"];
 }
 
@@ -125,7 +127,11 @@ async function callTool(
   if (typeof name !== "string" || !isObject(args)) {
     return rpcError(id, INVALID_PARAMS, "tools/call needs params.name (a string) and params.arguments (an object)", 200);
   }
+  // The grant of the bearer token: a revoked one is refused here at once, though its token may
+  // still pass the library's KV read for a minute (src/oauth.ts, revokeGrantEverywhere).
+  const grantId = grantOf((request.headers.get("Authorization") ?? "").replace(/^Bearer\s+/i, ""))?.grantId ?? null;
   if (name === DEVICES_TOOL.name) {
+    if (grantId !== null && (await relayOf(env, props.device_id).grantRevoked(grantId))) return revokedTokenResponse(request);
     if (Object.keys(args).length > 0) return rpcResult(id, errorResult(invalidArgument("herdr_devices takes no arguments")));
     return rpcResult(id, jsonResult({ devices: await devices(env, props.device_id) }));
   }
@@ -134,7 +140,7 @@ async function callTool(
   }
   let outcome: CallOutcome;
   try {
-    outcome = await relayOf(env, props.device_id).call(name, args, await cancelKey(request, id));
+    outcome = await relayOf(env, props.device_id).call(name, args, await cancelKey(request, id), grantId);
   } catch {
     // The object was reset (a deploy, an eviction) while the call was in flight: it may have run.
     outcome = {
@@ -146,6 +152,7 @@ async function callTool(
       },
     };
   }
+  if ("error" in outcome && outcome.error.code === "grant_revoked") return revokedTokenResponse(request);
   return rpcResult(id, "error" in outcome ? errorResult(outcome.error) : outcome.result);
 }
 
