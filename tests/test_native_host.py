@@ -23,6 +23,7 @@ import pytest
 from herdr_mcp.generations import ControlFile, Generation, GenerationStore, StatusFile
 from herdr_mcp.layout import Layout
 from herdr_mcp.native_host.framing import CHUNK_TEXT_CHARS, MAX_INCOMING_BYTES, MAX_OUTGOING_BYTES
+from herdr_mcp.sim import SimConfig, SimulatorThread
 from tests.native_host_harness import (
     LENGTH,
     MIB,
@@ -35,6 +36,7 @@ from tests.native_host_harness import (
     stub_runtime,
 )
 from tests.processes import alive
+from tests.runtime_harness import make_repo, running_runtime
 from tests.waiting import wait_until
 
 SCOPE = "chatgpt:conv:abc"
@@ -373,6 +375,54 @@ def test_an_a_b_switch_is_followed_without_restarting_the_host(config: Path) -> 
         assert (len(a.subscribers), len(b.subscribers)) == (1, 1)
     assert a.seen == [("GET", "/push/events", True), ("POST", "/browser/binding.get", True)]
     assert b.seen == [("POST", "/browser/binding.get", True), ("GET", "/push/events", True)]
+
+
+@pytest.mark.slow
+def test_through_the_real_runtime_and_its_socket(config: Path) -> None:
+    """`herdr-mcp serve` on the Herdr simulator, listening on its Unix socket: the host forwards
+    the browser's methods and the push stream to it with the bearer of the config dir."""
+    repo = make_repo(config / "repo", {"README.md": b"# demo\n"})
+    runtime_config = config / "config"
+    with (
+        SimulatorThread(SimConfig.for_roots([repo]), config / "herdr.sock"),
+        running_runtime(config / "herdr.sock", runtime_config) as runtime,
+        native_host(runtime_config) as host,
+    ):
+        host.send({"id": "state", "method": "GET", "path": "/push/state"})
+        state = host.message("state")
+        assert state["status"] == 200
+        workspace = state["body"]["workspaces"][0]["workspace_id"]
+        host.send(_events("s1", after=0))
+        hello = host.message("s1")
+        assert hello["event"] == "hello" and hello["data"]["protocol"] == 1
+        binding = {"scope": SCOPE, "workspace_id": workspace}
+        host.send({"id": "set", "method": "POST", "path": "/browser/binding.set", "body": binding})
+        assert host.message("set")["status"] == 200
+        host.send(_binding_get("get"))
+        got = host.message("get")
+        assert got["status"] == 200
+        assert (got["body"]["binding"]["scope"], got["body"]["binding"]["workspace_id"]) == (SCOPE, workspace)
+        host.send({"id": "unknown", "method": "POST", "path": "/browser/binding.get", "body": {"scope": "x"}})
+        refused = host.message("unknown")
+        assert refused["status"] == 400 and refused["body"]["error"]["code"] == "invalid_argument"
+        initialize = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        }
+        host.send({"id": "mcp", "method": "POST", "path": "/mcp", "body": initialize})
+        answer = host.message("mcp")
+        assert answer["status"] == 200 and answer["body"]["result"]["serverInfo"]["name"] == "herdr-mcp"
+        host.send({"id": "s1", "cancel": True})
+        assert host.message("s1") == {"id": "s1", "end": True}
+        host.close_stdin()
+        assert host.wait_exit()[0] == 0
+    assert runtime.token.encode() not in bytes(host.raw)
 
 
 def test_chrome_s_windows_argument_is_taken(config: Path, runtime: StubRuntime) -> None:
