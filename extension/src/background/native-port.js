@@ -63,7 +63,7 @@ export class NativeClient {
     if (this.port !== port) {
       return;
     }
-    const reason = chrome.runtime.lastError?.message ?? "the native host went away";
+    const reason = globalThis.chrome?.runtime?.lastError?.message ?? "the native host went away";
     this.port = null;
     this.connected = false;
     this.chunks.drop();
