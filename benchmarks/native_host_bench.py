@@ -2,10 +2,10 @@
 
 A request to the runtime's Unix socket sent directly (an httpx2 client on the socket, bearer in
 the header) and the same request sent as a native messaging frame through `herdr-mcp native-host`
-(a real subprocess, frames on its stdin/stdout as Chrome writes them), interleaved round by round
-against one server on the socket: the runtime stand-in of tests/native_host_harness.py served by
-uvicorn. Two requests: `GET /push/state` (a small reply) and a `POST` answered by a reply of
-1 MiB + 1 byte, which the host sends as three chunk frames.
+(a real subprocess, frames on its stdin/stdout as Chrome writes them), interleaved round by round.
+Against `herdr-mcp serve` on the Herdr simulator: `GET /push/state` and `POST
+/browser/binding.get`. Against the runtime stand-in of tests/native_host_harness.py (uvicorn on the
+socket): a reply of 1 MiB + 1 byte, which the host sends as three chunk frames.
 
 Run from the repository root with the project installed: `python benchmarks/native_host_bench.py`.
 """
@@ -25,8 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx2
 from tests.native_host_harness import MIB, ORIGIN, short_config_dir, socket_of, stub_runtime
+from tests.runtime_harness import make_repo, running_runtime
 
 from benchmarks.timing import interleaved, percentile
+from herdr_mcp.sim import SimConfig, SimulatorThread
 
 LENGTH = struct.Struct("=I")
 
@@ -60,56 +62,77 @@ class HostClient:
                 return whole
 
 
-async def _run(count: int, warmup: int) -> None:
-    with short_config_dir() as config, stub_runtime(config) as runtime:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "herdr_mcp", "native-host", ORIGIN, "--config-dir", str(config),
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=4 * MIB,
-        )  # fmt: skip
-        host = HostClient(process)
-        headers = {"Authorization": f"Bearer {runtime.token}"}
-        transport = httpx2.AsyncHTTPTransport(uds=str(socket_of(config)))
-        size = (
-            MIB + 1 - len(json.dumps({"id": "b1", "status": 200, "body": {"pad": ""}}, separators=(",", ":")))
-        )
-        async with httpx2.AsyncClient(
-            transport=transport, base_url="http://127.0.0.1:8772", headers=headers, trust_env=False
-        ) as direct:
+#: (what, method, path, body) of one request timed both ways.
+Request = tuple[str, str, str, Any]
 
-            async def state_direct() -> None:
-                (await direct.get("/push/state")).raise_for_status()
 
-            async def state_host() -> None:
-                reply = await host.request({"method": "GET", "path": "/push/state"})
+async def _measure(config: Path, token: str, requests: list[Request], count: int, warmup: int) -> None:
+    """Time each request directly on `config`'s runtime socket and through a native host on it."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "herdr_mcp", "native-host", ORIGIN, "--config-dir", str(config),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=4 * MIB,
+    )  # fmt: skip
+    host = HostClient(process)
+    transport = httpx2.AsyncHTTPTransport(uds=str(socket_of(config)))
+    async with httpx2.AsyncClient(
+        transport=transport,
+        base_url="http://127.0.0.1:8772",
+        headers={"Authorization": f"Bearer {token}"},
+        trust_env=False,
+    ) as client:
+        for what, method, path, body in requests:
+
+            async def direct(method: str = method, path: str = path, body: Any = body) -> None:
+                (await client.request(method, path, json=body)).raise_for_status()
+
+            async def through_host(
+                method: str = method, path: str = path, body: Any = body, what: str = what
+            ) -> None:
+                message = {"method": method, "path": path, **({"body": body} if body is not None else {})}
+                reply = await host.request(message)
                 if reply.get("status") != 200:
-                    raise RuntimeError(reply)
+                    raise RuntimeError(f"{what}: {str(reply)[:200]}")
 
-            async def big_direct() -> None:
-                (await direct.post("/browser/inbox.read", json={"size": size})).raise_for_status()
+            calls: list[Callable[[], Awaitable[None]]] = [direct, through_host]
+            direct_ms, host_ms = await interleaved(calls, count, warmup)
+            direct_p50, host_p50 = percentile(direct_ms, 0.5), percentile(host_ms, 0.5)
+            print(f"{what}: {count} requests each way")
+            print(
+                f"  directly on the socket: p50 {direct_p50:.2f} ms, p95 {percentile(direct_ms, 0.95):.2f} ms"
+            )
+            print(f"  through the native host: p50 {host_p50:.2f} ms, p95 {percentile(host_ms, 0.95):.2f} ms")
+            print(f"  added by the host: p50 +{host_p50 - direct_p50:.2f} ms")
+    assert process.stdin is not None
+    process.stdin.close()
+    await process.wait()
 
-            async def big_host() -> None:
-                reply = await host.request(
-                    {"method": "POST", "path": "/browser/inbox.read", "body": {"size": size}}
-                )
-                if reply.get("status") != 200 or len(reply["body"]["pad"]) != size:
-                    raise RuntimeError("the 1 MiB + 1 byte reply came back wrong")
 
-            small: list[Callable[[], Awaitable[None]]] = [state_direct, state_host]
-            large: list[Callable[[], Awaitable[None]]] = [big_direct, big_host]
-            small_samples = await interleaved(small, count, warmup)
-            large_samples = await interleaved(large, max(count // 10, 20), warmup)
-        assert process.stdin is not None
-        process.stdin.close()
-        await process.wait()
-    for name, (direct_ms, host_ms) in (
-        ("GET /push/state", small_samples),
-        ("POST, a reply of 1 MiB + 1 byte (3 chunk frames)", large_samples),
-    ):
-        direct_p50, host_p50 = percentile(direct_ms, 0.5), percentile(host_ms, 0.5)
-        print(f"{name}: {len(host_ms)} requests each way")
-        print(f"  directly on the socket: p50 {direct_p50:.2f} ms, p95 {percentile(direct_ms, 0.95):.2f} ms")
-        print(f"  through the native host: p50 {host_p50:.2f} ms, p95 {percentile(host_ms, 0.95):.2f} ms")
-        print(f"  added by the host: p50 +{host_p50 - direct_p50:.2f} ms")
+async def _run(count: int, warmup: int) -> None:
+    with short_config_dir() as base:
+        repo = make_repo(base / "repo", {"README.md": b"# demo\n"})
+        config = base / "config"
+        with (
+            SimulatorThread(SimConfig.for_roots([repo]), base / "herdr.sock"),
+            running_runtime(base / "herdr.sock", config) as runtime,
+        ):
+            scope = {"scope": "chatgpt:conv:bench"}
+            real: list[Request] = [
+                ("the runtime, GET /push/state", "GET", "/push/state", None),
+                ("the runtime, POST /browser/binding.get", "POST", "/browser/binding.get", scope),
+            ]
+            await _measure(config, runtime.token, real, count, warmup)
+    with short_config_dir() as config, stub_runtime(config) as stub:
+        empty = {"id": "b1", "status": 200, "body": {"pad": ""}}
+        size = MIB + 1 - len(json.dumps(empty, separators=(",", ":")))
+        large: list[Request] = [
+            (
+                "a stand-in answering 1 MiB + 1 byte (3 chunk frames)",
+                "POST",
+                "/browser/inbox.read",
+                {"size": size},
+            )
+        ]
+        await _measure(config, stub.token, large, max(count // 10, 20), warmup)
 
 
 def main() -> None:
