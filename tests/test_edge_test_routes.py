@@ -1,0 +1,42 @@
+"""The Worker's /__test/ routes (shift the registry's clock, play a lagging KV, run control methods
+without a link) exist only when the `EDGE_TEST_ROUTES` variable is "1": the test harness sets it,
+the deployed configuration never does. Without it every such route is an ordinary 404 and changes
+nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx2
+
+from tests.edge_harness import running_edge
+
+EDGE_DIR = Path(__file__).resolve().parent.parent / "edge"
+TEST_ROUTES = ("/__test/control", "/__test/clock", "/__test/kv", "/__test/legacy-grant")
+
+
+def test_the_deployed_configuration_never_enables_the_test_routes() -> None:
+    for name in ("wrangler.jsonc", "package.json"):
+        assert "EDGE_TEST_ROUTES" not in (EDGE_DIR / name).read_text(), name
+    workflow = Path(__file__).resolve().parent.parent / ".github" / "workflows" / "edge.yml"
+    deploy = workflow.read_text().split("wrangler deploy", 1)[1]
+    assert "EDGE_TEST_ROUTES" not in deploy
+
+
+def test_without_the_variable_every_test_route_is_a_404_that_changes_nothing(tmp_path: Path) -> None:
+    with running_edge(tmp_path, extra_vars={"EDGE_TEST_ROUTES": "0"}) as edge:
+        for path in TEST_ROUTES:
+            answer = httpx2.post(
+                edge.base + path,
+                json={
+                    "offset_s": 86_400,
+                    "op": "list",
+                    "key": "grant:",
+                    "device_id": "dev_x",
+                    "method": "grant.list",
+                },
+                timeout=30,
+            )
+            assert answer.status_code == 404, (path, answer.status_code, answer.text[:200])
+            assert answer.json()["error"]["code"] == "not_found"
+        assert httpx2.get(edge.base + "/health", timeout=30).status_code == 200
