@@ -9,7 +9,8 @@ sent); the settle waking the conversation exactly once (a second settle of the s
 not) with the task's inbox entry acknowledged after the send; a settle while the browser was
 closed replayed once on restart (and not again on the next one); the person's queued message
 sent before the Auto wake; a 429 from the site pausing sends; a binding made on the root page
-migrating once to the conversation the page creates. Screenshots of the HUD and the side panel
+migrating once to the conversation the page creates; the conversation's finalized turns in the
+continuity journal, each once. Screenshots of the HUD and the side panel
 go to the test's temp dir (and to $HERDR_MCP_SCREENSHOTS when set).
 """
 
@@ -166,6 +167,25 @@ def test_bind_dispatch_progress_and_one_wake_per_settle(base: Path, tmp_path: Pa
                 assert inbox["items"] == [], "the inbox entry is acknowledged after the wake was sent"
                 await handled_seq(browser, last["seq"])
                 assert len([text for text in chat.texts(CONV) if WAKE in text]) == 1
+
+                # The finalized turns of the bound conversation are in the continuity journal:
+                # the history the page had, the messages the extension sent, the replies.
+                async def journaled() -> dict[str, Any] | None:
+                    answer = await station.post("/browser/turn.resolve", {"conversation_url": URL})
+                    if answer.get("status") != "resolved":
+                        return None
+                    context: dict[str, Any] = answer["context"]
+                    replies = [
+                        turn["text"] for turn in context["recent_turns"] if turn["role"] == "assistant"
+                    ]
+                    return context if any(WAKE in text for text in replies) else None
+
+                context = await poll_until(journaled, "the wake's reply in the continuity journal")
+                texts = [turn["text"] for turn in context["recent_turns"]]
+                assert texts[:2] == [turn["text"] for turn in HISTORY], texts
+                assert [turn["role"] for turn in context["recent_turns"]][:2] == ["user", "assistant"]
+                users = [turn["text"] for turn in context["recent_turns"] if turn["role"] == "user"]
+                assert sum(WAKE in text for text in users) == 1, "each turn is journaled once"
 
                 await wait_hud(page, "woke the conversation")
                 for directory in screenshot_dirs(tmp_path):
