@@ -68,11 +68,12 @@ from herdr_mcp.link.edge_frames import (
     ControlResult,
     FrameInvalid,
     HelloAck,
+    Outcome,
     ToolRequest,
+    answer_outcome,
     encode,
-    jsonrpc_answer,
+    error_outcome,
     parse_frame,
-    result_frames,
     tool_error_frame,
 )
 from herdr_mcp.link.pointer import Pointer
@@ -172,12 +173,6 @@ class _CallWatch(ClientWatch):
 
     def gone(self) -> bool:
         return self.call.cancelled.is_set() or self.call.clock() > self.call.deadline
-
-
-@dataclass
-class _Outcome:
-    frames: list[str]
-    delivery_state: str
 
 
 class EdgeLink:
@@ -394,7 +389,8 @@ class EdgeLink:
         finished: deque[str] = deque(maxlen=FINISHED_IDS)
         while True:
             try:
-                text = await asyncio.wait_for(ws.recv(), ack.silence_limit_s)
+                async with asyncio.timeout(ack.silence_limit_s):  # no task per frame, as wait_for makes
+                    text = await ws.recv()
             except TimeoutError:
                 await ws.close(1001, "silence")
                 raise TimeoutError(f"no frame from the Edge for {ack.silence_limit_s:g} s") from None
@@ -450,7 +446,7 @@ class EdgeLink:
             return
         except Exception:  # a bug: the Edge still gets an answer, not a wait until the deadline
             log.exception("serving tool_request %s failed", frame.id)
-            outcome = _error(
+            outcome = error_outcome(
                 frame.id, "link_internal_error", "the link failed; it may have run", "delivery_unknown"
             )
         finally:
@@ -465,16 +461,18 @@ class EdgeLink:
         else:
             await _send(ws, outcome.frames)
 
-    def _call(self, frame: ToolRequest, call: _Call, cap: int) -> _Outcome:
+    def _call(self, frame: ToolRequest, call: _Call, cap: int) -> Outcome:
         """In a worker thread: the tool call through the router, once."""
         if call.cancelled.is_set() or call.orphaned:
-            return _Outcome([], "not_delivered")
+            return Outcome([], "not_delivered")
         if call.clock() > call.deadline:
-            return _error(
+            return error_outcome(
                 frame.id, "deadline_exceeded", "the deadline passed before the call was sent", "not_delivered"
             )
         if not frame.tool or not set(frame.tool) <= _TOOL_NAME_CHARS:
-            return _error(frame.id, "tool_unknown", f"no tool is named {frame.tool!r}", "not_delivered")
+            return error_outcome(
+                frame.id, "tool_unknown", f"no tool is named {frame.tool!r}", "not_delivered"
+            )
         body = {
             "jsonrpc": "2.0",
             "id": 1,
@@ -506,17 +504,17 @@ class EdgeLink:
         except LinkRefusal as refusal:
             return _refused(frame.id, refusal)
         except UpstreamBroken as exc:
-            return _error(frame.id, "delivery_unknown", str(exc), "delivery_unknown")
+            return error_outcome(frame.id, "delivery_unknown", str(exc), "delivery_unknown")
         except ClientGone:
             if call.cancelled.is_set():
-                return _Outcome([], "delivery_unknown")
-            return _error(
+                return Outcome([], "delivery_unknown")
+            return error_outcome(
                 frame.id,
                 "deadline_exceeded",
                 "the deadline passed while the runtime worked; it may have run",
                 "delivery_unknown",
             )
-        return _answer(frame.id, status, data, cap)
+        return answer_outcome(frame.id, status, data, cap)
 
     async def _cancel(self, ws: ClientConnection, frame: Cancel, finished: deque[str]) -> None:
         call = self._calls.get(frame.id)
@@ -579,31 +577,11 @@ async def _send(ws: ClientConnection, frames: list[str]) -> None:
             await ws.send(text)
 
 
-def _error(request_id: str, code: str, message: str, delivery_state: str) -> _Outcome:
-    return _Outcome([tool_error_frame(request_id, code, message, delivery_state)], delivery_state)
-
-
-def _refused(request_id: str, refusal: LinkRefusal) -> _Outcome:
+def _refused(request_id: str, refusal: LinkRefusal) -> Outcome:
     if refusal.code == "not_delivered":
-        return _error(request_id, refusal.reason or "not_delivered", refusal.message, "not_delivered")
+        return error_outcome(request_id, refusal.reason or "not_delivered", refusal.message, "not_delivered")
     if refusal.code == "result_too_large":
-        return _error(request_id, "result_too_large", refusal.message, "delivered")
-    return _error(request_id, "delivery_unknown", f"{refusal.message} ({refusal.reason})", "delivery_unknown")
-
-
-def _answer(request_id: str, status: int, data: bytes, cap: int) -> _Outcome:
-    """The generation's answer to the `tools/call` as frames (it ran: `delivered` either way)."""
-    message = jsonrpc_answer(data)
-    if message is None:
-        return _error(
-            request_id,
-            "runtime_answer_invalid",
-            f"the runtime answered HTTP {status} without a JSON-RPC answer",
-            "delivered",
-        )
-    result = message.get("result")
-    if isinstance(result, dict):
-        return _Outcome(result_frames(request_id, result, cap), "delivered")
-    error = message.get("error")
-    text = error.get("message") if isinstance(error, dict) else None
-    return _error(request_id, "runtime_refused", str(text or "the runtime refused the call"), "delivered")
+        return error_outcome(request_id, "result_too_large", refusal.message, "delivered")
+    return error_outcome(
+        request_id, "delivery_unknown", f"{refusal.message} ({refusal.reason})", "delivery_unknown"
+    )

@@ -2,7 +2,8 @@
 
 One parse boundary for what the Edge sends (`parse_frame`): a frame that exists is well-formed.
 A known `type` with a missing or wrongly typed field is `FrameInvalid` (the link closes 1008);
-an unknown `type` is `None` (ignored, for later additive frames).
+an unknown `type` is `None` (ignored, for later additive frames). What the link sends back for a
+`tool_request` is an `Outcome`: its frames and the delivery state they stand for.
 """
 
 from __future__ import annotations
@@ -196,3 +197,36 @@ def jsonrpc_answer(data: bytes) -> dict[str, Any] | None:
         ):
             return message
     return None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the link answers a `tool_request` with: its frames, and the delivery state a `cancel_ack`
+    names should the call have been cancelled meanwhile."""
+
+    frames: list[str]
+    delivery_state: str
+
+
+def error_outcome(request_id: str, code: str, message: str, delivery_state: str) -> Outcome:
+    return Outcome([tool_error_frame(request_id, code, message, delivery_state)], delivery_state)
+
+
+def answer_outcome(request_id: str, status: int, data: bytes, max_frame_bytes: int) -> Outcome:
+    """The generation's answer to the `tools/call` as frames (it ran: `delivered` either way)."""
+    message = jsonrpc_answer(data)
+    if message is None:
+        return error_outcome(
+            request_id,
+            "runtime_answer_invalid",
+            f"the runtime answered HTTP {status} without a JSON-RPC answer",
+            "delivered",
+        )
+    result = message.get("result")
+    if isinstance(result, dict):
+        return Outcome(result_frames(request_id, result, max_frame_bytes), "delivered")
+    error = message.get("error")
+    text = error.get("message") if isinstance(error, dict) else None
+    return error_outcome(
+        request_id, "runtime_refused", str(text or "the runtime refused the call"), "delivered"
+    )
