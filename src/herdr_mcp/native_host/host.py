@@ -246,6 +246,7 @@ class NativeHost:
         reply: dict[str, Any]
         try:
             client, headers = self._client()
+            headers.update(request.headers)
             if request.body is not None:
                 headers["Content-Type"] = "application/json"
             headers["Accept"] = "application/json, text/event-stream"

@@ -2,14 +2,17 @@
 
 A frame's body is a JSON object, one of (docs/browser-protocol.md section 4):
 
-    {"id", "method", "path", "body"?, "query"?}          a request, answered by one reply
+    {"id", "method", "path", "body"?, "query"?, "headers"?}   a request, answered by one reply
     {"id", "method": "GET", "path": "/push/events", "query"?: {"after"}, "stream": true}
     {"id", "cancel": true}                               ends the stream `id`
 
 `parse` turns it into a `Forward` or a `Cancel`, or raises `Refused` with the code the host
 answers (`invalid_request`, `path_not_allowed`) and the frame's id when one could be read. The
 allowlist is the table of section 2; any other path, or another method on a listed path, is
-`path_not_allowed`. A value that exists here is well-formed; the host forwards it as it is.
+`path_not_allowed`. `headers` is taken on `POST /mcp` only, and only the MCP headers of
+`MCP_HEADERS` (the stateless 2026-07-28 protocol needs `MCP-Protocol-Version` on each request,
+and frames have no other way to carry it); never `Authorization`, `Host` or a session id. A value
+that exists here is well-formed; the host forwards it as it is.
 """
 
 from __future__ import annotations
@@ -26,6 +29,12 @@ from herdr_mcp.strict_json import unique_keys
 REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 #: `after` of /push/events: a seq, a decimal number (section 3).
 SEQ = re.compile(r"^[0-9]{1,19}$")
+#: The request headers a frame may carry to `POST /mcp` (lower case): the protocol revision and
+#: the 2026-07-28 routing headers, which name the method and the tool. Nothing that
+#: authenticates, addresses or keeps state (no `Mcp-Session-Id`: the bridge is stateless).
+MCP_HEADERS = frozenset({"mcp-protocol-version", "mcp-method", "mcp-name"})
+#: A header value from a frame: printable ASCII without separators that could split a header.
+HEADER_VALUE = re.compile(r"^[A-Za-z0-9._/:@+-]{1,128}$")
 
 
 @dataclass(frozen=True)
@@ -34,6 +43,7 @@ class Route:
 
     stream: bool = False
     query_keys: frozenset[str] = frozenset()
+    header_keys: frozenset[str] = frozenset()
 
 
 #: Section 2's table: the only (method, path) pairs forwarded.
@@ -47,10 +57,14 @@ ROUTES: dict[tuple[str, str], Route] = {
     ("POST", "/browser/turn.resolve"): Route(),
     ("POST", "/browser/inbox.read"): Route(),
     ("POST", "/browser/inbox.ack"): Route(),
-    ("POST", "/mcp"): Route(),
+    ("POST", "/browser/pane.list"): Route(),
+    ("POST", "/browser/pane.read"): Route(),
+    ("POST", "/browser/agent.prompt"): Route(),
+    ("POST", "/browser/pane.send_input"): Route(),
+    ("POST", "/mcp"): Route(header_keys=MCP_HEADERS),
 }
 
-_REQUEST_FIELDS = {"id", "method", "path", "body", "query", "stream"}
+_REQUEST_FIELDS = {"id", "method", "path", "body", "query", "stream", "headers"}
 _CANCEL_FIELDS = {"id", "cancel"}
 
 
@@ -77,6 +91,7 @@ class Forward:
     stream: bool = False
     query: dict[str, str] = field(default_factory=dict)
     body: bytes | None = None
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -124,6 +139,7 @@ def parse(payload: bytes) -> Forward | Cancel:
         stream=route.stream,
         query=_query(message.get("query"), route, request_id),
         body=_body(message, method, request_id),
+        headers=_headers(message.get("headers"), route, request_id),
     )
 
 
@@ -157,6 +173,29 @@ def _query(value: object, route: Route, request_id: str) -> dict[str, str]:
             raise Refused("invalid_request", f"query {key!r} must be a seq (a decimal number)", request_id)
         query[key] = text
     return query
+
+
+def _headers(value: object, route: Route, request_id: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise Refused("invalid_request", '"headers" must be an object', request_id)
+    headers: dict[str, str] = {}
+    for key, item in value.items():
+        name = key.lower()
+        if name not in route.header_keys:
+            allowed = sorted(route.header_keys) or "none on this path"
+            raise Refused(
+                "invalid_request", f"header {key[:64]!r} is not accepted here; allowed: {allowed}", request_id
+            )
+        if name in headers:
+            raise Refused("invalid_request", f"header {name!r} is given twice", request_id)
+        if not isinstance(item, str) or not HEADER_VALUE.match(item):
+            raise Refused(
+                "invalid_request", f"header {name!r} must be 1-128 characters [A-Za-z0-9._/:@+-]", request_id
+            )
+        headers[name] = item
+    return headers
 
 
 def _body(message: dict[str, Any], method: str, request_id: str) -> bytes | None:
