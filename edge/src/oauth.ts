@@ -100,14 +100,16 @@ export function grantHelpers(env: Env): OAuthHelpers {
 }
 
 /**
- * Revoke a grant everywhere it is known, in this order: the library's grant and tokens (KV); the
- * registry's record, marked revoked (grant.list, and the token endpoint refuses the grant's codes
- * and refresh tokens even where a KV read still shows it); the device's relay, which refuses the
- * grant's access tokens at once (a KV read elsewhere may show a deleted token up to a minute).
+ * Revoke a grant everywhere it is known, in this order: the registry's record, marked revoked
+ * first (grant.list, and the token endpoint refuses the grant's codes and refresh tokens even
+ * where a KV read still shows it; a refresh already past that check sees the mark when it ends
+ * and revokes again, see tokenEndpoint); then the library's grant and tokens (KV); then the
+ * device's relay, which refuses the grant's access tokens at once (a KV read elsewhere may show a
+ * deleted token up to a minute).
  */
 export async function revokeGrantEverywhere(env: Env, deviceId: string, grantId: string): Promise<void> {
-  await grantHelpers(env).revokeGrant(grantId, deviceId);
   await registry(env).forgetGrant(grantId);
+  await grantHelpers(env).revokeGrant(grantId, deviceId);
   await relayOf(env, deviceId).revokeGrant(grantId);
 }
 
@@ -132,7 +134,11 @@ export function grantOf(token: string): { userId: string; grantId: string } | nu
  * 2. the current one is consumed before the library runs (two parallel uses: the second is reuse);
  * 3. the refresh token the library answers becomes the grant's current one; should the library
  *    refuse the refresh (a wrong client_id, another resource), nothing rotated and the presented
- *    token is current again.
+ *    token is current again;
+ * 4. a refresh that was revoked while the library ran (a parallel reuse of the same token) is
+ *    revoked again once the library has written its new tokens, and answered invalid_grant: the
+ *    mark comes first in revokeGrantEverywhere, so in every interleaving either the revoke's KV
+ *    deletes come after the refresh's writes or this second revoke does.
  */
 export async function tokenEndpoint(
   request: Request,
@@ -165,6 +171,11 @@ export async function tokenEndpoint(
   const response = await provider.fetch(request, env, ctx);
   if (!response.ok && consumed !== null) {
     await registry(env).restoreRefreshToken(consumed.grantId, consumed.tokenHash);
+  }
+  if (response.ok && consumed !== null && (await registry(env).grantRevoked(consumed.grantId))) {
+    const grant = grantOf(presented as string);
+    if (grant !== null) await revokeGrantEverywhere(env, grant.userId, grant.grantId);
+    return revokedGrantAnswer();
   }
   if (response.ok) {
     const body: unknown = await response.clone().json().catch(() => null);
