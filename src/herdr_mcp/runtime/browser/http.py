@@ -33,6 +33,8 @@ _STATUS = {
     "herdr_unavailable": 503,
     "state_unavailable": 503,
     "continuity_journal_unavailable": 503,
+    "target_changed": 409,
+    "pane_has_agent": 409,
 }
 
 
