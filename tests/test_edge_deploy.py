@@ -1,15 +1,20 @@
-"""The Worker's /__test/ routes (shift the registry's clock, play a lagging KV, run control methods
+"""What `npx wrangler deploy` would ship, checked without Cloudflare: `wrangler deploy --dry-run`
+bundles the Worker from the committed configuration and names its bindings (offline, no account).
+
+The Worker's /__test/ routes (shift the registry's clock, play a lagging KV, run control methods
 without a link) exist only when the `EDGE_TEST_ROUTES` variable is "1": the test harness sets it,
 the deployed configuration never does. Without it every such route is an ordinary 404 and changes
 nothing."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import httpx2
 
-from tests.edge_harness import running_edge
+from tests.edge_harness import WRANGLER, ensure_edge_packages, running_edge
 
 EDGE_DIR = Path(__file__).resolve().parent.parent / "edge"
 TEST_ROUTES = ("/__test/control", "/__test/clock", "/__test/kv", "/__test/legacy-grant")
@@ -40,3 +45,28 @@ def test_without_the_variable_every_test_route_is_a_404_that_changes_nothing(tmp
             assert answer.status_code == 404, (path, answer.status_code, answer.text[:200])
             assert answer.json()["error"]["code"] == "not_found"
         assert httpx2.get(edge.base + "/health", timeout=30).status_code == 200
+
+
+def test_wrangler_deploy_dry_run_bundles_the_worker_with_its_bindings(tmp_path: Path) -> None:
+    ensure_edge_packages()
+    env = {**os.environ, "HOME": str(tmp_path), "WRANGLER_SEND_METRICS": "false", "CI": "1"}
+    env.pop("CLOUDFLARE_API_TOKEN", None)
+    built = subprocess.run(
+        [str(WRANGLER), "deploy", "--dry-run", "--outdir", str(tmp_path / "out")],
+        cwd=EDGE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
+    for binding in (
+        "env.DEVICE_RELAY (DeviceRelay)",
+        "env.EDGE_REGISTRY (EdgeRegistry)",
+        "env.OAUTH_KV",
+        "env.RATE_LIMIT",
+    ):
+        assert binding in built.stdout, binding
+    bundle = (tmp_path / "out" / "index.js").read_text()
+    # The Durable Object classes the migrations name are exported by the bundle.
+    assert "  DeviceRelay,\n  EdgeRegistry,\n" in bundle
