@@ -107,17 +107,21 @@ export class NativeClient {
   }
 
   /** One request; resolves with the body of a 2xx reply, rejects with a NativeError otherwise. */
-  request(method, path, body = undefined) {
+  request(method, path, body = undefined, { headers = null, timeoutMs = REQUEST_TIMEOUT_MS } = {}) {
     const id = `r${this.nextId++}`;
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
         this.pending.delete(id);
         this.chunks.drop(id);
-        reject(new NativeError("timeout", `${method} ${path} had no answer in ${REQUEST_TIMEOUT_MS / 1000} s`));
-      }, REQUEST_TIMEOUT_MS);
+        reject(new NativeError("timeout", `${method} ${path} had no answer in ${timeoutMs / 1000} s`));
+      }, timeoutMs);
       this.pending.set(id, { resolve, reject, timer });
       try {
-        this.post(body === undefined ? { id, method, path } : { id, method, path, body });
+        const frame = body === undefined ? { id, method, path } : { id, method, path, body };
+        if (headers) {
+          frame.headers = headers; // POST /mcp only: the MCP headers (section 4)
+        }
+        this.post(frame);
       } catch (error) {
         clearTimeout(timer);
         this.pending.delete(id);
