@@ -6,6 +6,7 @@ import { QueueError, addEntry } from "../lib/queue.js";
 import { isScope } from "../lib/scope.js";
 import { Bindings } from "./bindings.js";
 import { Continuity } from "./continuity.js";
+import { ControlCenter } from "./control.js";
 import { Journal } from "./journal.js";
 import { NativeClient } from "./native-port.js";
 import { PushFollower } from "./push-follower.js";
@@ -23,9 +24,15 @@ const tabs = new Tabs({
   onMessage: (tab, message) => pageMessage(tab, message),
 });
 const continuity = new Continuity({ native, bindings, tabs, rateLimit });
-const follower = new PushFollower(native, (type, data) => continuity.handle(type, data), {
-  onHello: (hello, lastSeq) => continuity.hello(hello, lastSeq),
-});
+const control = new ControlCenter(native);
+const follower = new PushFollower(
+  native,
+  (type, data) => {
+    control.onEvent(type, data);
+    return continuity.handle(type, data);
+  },
+  { onHello: (hello, lastSeq) => continuity.hello(hello, lastSeq) },
+);
 
 rateLimit.observe();
 native.onConnection((up) => {
@@ -170,6 +177,8 @@ async function panelMessage(message) {
       continuity.broadcast();
       return { binding };
     }
+    case "control.request":
+      return control.request(message.method, message.body);
     default:
       throw new Error(`unknown request ${message.type}`);
   }

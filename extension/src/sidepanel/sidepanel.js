@@ -1,7 +1,11 @@
 // The side panel: the current ChatGPT page's scope and binding, binding it to a workspace from
-// the runtime's live list (/push/state), and that list with each workspace's state.
+// the runtime's live list (/push/state), and that list with each workspace's state; below it the
+// Control Center (control.js).
+
+import { ControlPanel } from "./control.js";
 
 const $ = (id) => document.getElementById(id);
+const control = new ControlPanel();
 const REFRESH_MS = 2_000;
 
 async function activeTabId() {
@@ -29,6 +33,7 @@ async function refresh() {
     $("connection").textContent = `Error: ${error.message}`;
     return;
   }
+  control.update(state.workspaces);
   $("connection").textContent = state.connected ? "Connected to the local runtime." : "Not connected to the local runtime.";
   const page = state.tab?.page;
   $("scope").textContent = page ? page.scope : "No ChatGPT conversation, Project or home page in this window.";
@@ -79,5 +84,5 @@ async function bind(workspaceId) {
 
 $("bind").addEventListener("click", () => bind($("workspace").value));
 $("unbind").addEventListener("click", () => bind(null));
-refresh();
+control.start().then(refresh);
 setInterval(refresh, REFRESH_MS);

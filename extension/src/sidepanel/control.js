@@ -1,0 +1,270 @@
+// The Control Center in the side panel: the live workspaces, their panes and agents (the runtime's
+// /push/state for workspaces, its pane.list for panes; re-read on every push event the service
+// worker forwards, and on the panel's own tick), one pinned target kept in chrome.storage.local,
+// bounded reads of the pinned pane's output, and sending to it: a prompt to an agent
+// (agent.prompt) or one line and Enter into a terminal pane (pane.send_input). Nothing else of
+// Herdr is offered. Every send carries the target it was pinned as (the runtime refuses
+// `target_changed` when the pane no longer holds it) and an idempotency key; the send is kept in
+// storage until its answer arrives, so an unconfirmed send is retried with the same key and
+// delivered at most once.
+
+import { keepsPending, newKey, pinDrift, pinFromPane, readLines, sendRequest } from "../lib/control.js";
+
+const PIN_KEY = "control:pinned";
+const PENDING_KEY = "control:pending";
+/** The last send that was answered (what a retry of a lost answer would repeat). */
+const LAST_KEY = "control:last";
+const $ = (id) => document.getElementById(id);
+
+class RequestError extends Error {
+  constructor(code, message) {
+    super(message);
+    this.code = code;
+  }
+}
+
+async function request(method, body) {
+  const answer = await chrome.runtime.sendMessage({ type: "control.request", method, body });
+  if (answer?.error) {
+    throw new RequestError(answer.error.code ?? "failed", answer.error.message ?? "failed");
+  }
+  return answer;
+}
+
+async function stored(key) {
+  return (await chrome.storage.local.get(key))[key] ?? null;
+}
+
+function element(tag, { className = null, text = null } = {}, ...children) {
+  const node = document.createElement(tag);
+  if (className) {
+    node.className = className;
+  }
+  if (text !== null) {
+    node.textContent = text;
+  }
+  node.append(...children);
+  return node;
+}
+
+function describe(target) {
+  return target.agent
+    ? `agent ${target.agent}${target.agent_kind ? ` (${target.agent_kind})` : ""}`
+    : `terminal ${target.label || target.pane_id}`;
+}
+
+export class ControlPanel {
+  constructor() {
+    this.workspaces = [];
+    this.panes = [];
+    this.pin = null;
+    this.following = false;
+    this.refreshing = null;
+    $("cc-read").addEventListener("click", () => this.read());
+    $("cc-unpin").addEventListener("click", () => this.setPin(null));
+    $("cc-send").addEventListener("click", () => this.send());
+    $("cc-retry").addEventListener("click", () => this.retry());
+    $("cc-forget").addEventListener("click", () => this.forget());
+    chrome.runtime.onMessage.addListener((message) => {
+      if (message?.type === "control.changed") {
+        this.refresh().then(() => {
+          if (this.following && this.pin && message.pane_id === this.pin.pane_id) {
+            this.read();
+          }
+        });
+      }
+    });
+  }
+
+  async start() {
+    this.pin = await stored(PIN_KEY);
+    await this.showPending();
+    this.renderPin();
+  }
+
+  /** New workspaces from the panel's /push/state read; re-reads the panes. */
+  async update(workspaces) {
+    this.workspaces = workspaces;
+    await this.refresh();
+  }
+
+  async refresh() {
+    if (this.refreshing) {
+      return this.refreshing;
+    }
+    this.refreshing = (async () => {
+      try {
+        this.panes = (await request("pane.list", {})).panes;
+        $("cc-status").textContent = "";
+      } catch (error) {
+        $("cc-status").textContent = `Panes unavailable: ${error.message}`;
+      }
+      this.renderTree();
+      this.renderPin();
+    })();
+    try {
+      await this.refreshing;
+    } finally {
+      this.refreshing = null;
+    }
+  }
+
+  renderTree() {
+    const labels = new Map(this.workspaces.map((workspace) => [workspace.workspace_id, workspace]));
+    const ids = [...new Set([...this.workspaces.map((w) => w.workspace_id), ...this.panes.map((p) => p.workspace_id)])];
+    $("cc-tree").replaceChildren(
+      ...ids.map((workspaceId) => {
+        const workspace = labels.get(workspaceId);
+        const panes = this.panes.filter((pane) => pane.workspace_id === workspaceId);
+        const working = workspace ? workspace.working : panes.some((pane) => pane.status === "working");
+        const head = element(
+          "div",
+          { className: "cc-ws-head" },
+          element("strong", { text: workspace?.label || workspaceId }),
+          element("span", { className: `badge ${working ? "working" : "idle"}`, text: working ? "working" : "not working" }),
+          element("span", { className: "mono muted", text: workspaceId }),
+        );
+        const list = element(
+          "ul",
+          { className: "cc-panes" },
+          ...panes.map((pane) => this.paneRow(pane, workspace?.label ?? null)),
+        );
+        return element("div", { className: "cc-ws" }, head, list);
+      }),
+    );
+  }
+
+  paneRow(pane, workspaceLabel) {
+    const pinned = this.pin?.pane_id === pane.pane_id;
+    const button = element("button", { className: "cc-pin", text: pinned ? "Pinned" : "Pin" });
+    button.dataset.pane = pane.pane_id;
+    button.disabled = pinned;
+    button.addEventListener("click", () => this.setPin(pinFromPane(pane, workspaceLabel)));
+    const what = pane.agent
+      ? element("span", { className: "cc-name", text: `${pane.agent}` }, element("span", { className: "muted", text: ` ${pane.agent_kind ?? "agent"}` }))
+      : element("span", { className: "cc-name", text: pane.label || "terminal" }, element("span", { className: "muted", text: " terminal" }));
+    const status = pane.agent ? element("span", { className: `badge ${pane.status ?? "unknown"}`, text: pane.status ?? "unknown" }) : element("span");
+    const row = element("li", { className: pinned ? "cc-pane pinned" : "cc-pane" }, what, status, element("span", { className: "mono muted", text: pane.pane_id }), button);
+    row.dataset.pane = pane.pane_id;
+    return row;
+  }
+
+  async setPin(pin) {
+    this.pin = pin;
+    this.following = false;
+    $("cc-output").textContent = "";
+    if (pin) {
+      await chrome.storage.local.set({ [PIN_KEY]: pin });
+      $("cc-message").textContent = `Pinned ${describe(pin)}.`;
+    } else {
+      await chrome.storage.local.remove(PIN_KEY);
+      $("cc-message").textContent = "Unpinned.";
+    }
+    this.renderTree();
+    this.renderPin();
+  }
+
+  renderPin() {
+    const pin = this.pin;
+    $("cc-pinned").hidden = !pin;
+    $("cc-none").hidden = Boolean(pin);
+    if (!pin) {
+      return;
+    }
+    const live = this.panes.find((pane) => pane.pane_id === pin.pane_id);
+    const where = pin.workspace_label ? `${pin.workspace_label} (${pin.workspace_id})` : pin.workspace_id;
+    $("cc-pin-line").textContent = `${describe(pin)} in ${where}, pane ${pin.pane_id}${live?.status ? `, ${live.status}` : ""}`;
+    const drift = this.panes.length ? pinDrift(pin, this.panes) : null;
+    $("cc-drift").textContent = drift ? `Changed since pinned: ${drift}. Sends are refused until you pin again.` : "";
+    $("cc-drift").hidden = !drift;
+    $("cc-text-label").textContent = pin.agent ? `Prompt for ${pin.agent}` : "One line for the terminal (typed, then Enter)";
+    $("cc-send").textContent = pin.agent ? "Send prompt" : "Type + Enter";
+  }
+
+  async read() {
+    if (!this.pin) {
+      return;
+    }
+    const lines = readLines($("cc-lines").value);
+    $("cc-lines").value = String(lines);
+    try {
+      const answer = await request("pane.read", { pane_id: this.pin.pane_id, lines });
+      this.following = true;
+      $("cc-output").textContent = answer.text || "(no output)";
+      $("cc-output").scrollTop = $("cc-output").scrollHeight;
+      const notes = [`last ${lines} lines`];
+      if (answer.capped) {
+        notes.push(`cut to the newest ${answer.max_chars} characters`);
+      }
+      $("cc-read-note").textContent = notes.join("; ");
+    } catch (error) {
+      $("cc-read-note").textContent = `Read failed (${error.code}): ${error.message}`;
+    }
+  }
+
+  async send() {
+    if (!this.pin) {
+      return;
+    }
+    let pending;
+    try {
+      pending = { ...sendRequest(this.pin, $("cc-text").value, newKey()), at: Date.now() };
+    } catch (error) {
+      $("cc-message").textContent = error.message;
+      return;
+    }
+    await chrome.storage.local.set({ [PENDING_KEY]: pending });
+    await this.deliver(pending);
+  }
+
+  async retry() {
+    const pending = await stored(PENDING_KEY);
+    if (pending) {
+      await this.deliver(pending);
+    }
+  }
+
+  async forget() {
+    await chrome.storage.local.remove(PENDING_KEY);
+    await this.showPending();
+    $("cc-message").textContent = "Forgot the unconfirmed send (it may have been delivered).";
+  }
+
+  async deliver(pending) {
+    $("cc-send").disabled = true;
+    $("cc-retry").disabled = true;
+    const what = pending.method === "agent.prompt" ? `Prompt to ${pending.body.agent}` : `Input to ${pending.body.pane_id}`;
+    try {
+      const answer = await request(pending.method, pending.body);
+      await chrome.storage.local.set({ [LAST_KEY]: { ...pending, answered: Date.now() } });
+      await chrome.storage.local.remove(PENDING_KEY);
+      const key = pending.body.idempotency_key;
+      if (answer.idempotent_replay) {
+        $("cc-message").textContent = `${what}: already delivered with key ${key}; not sent again.`;
+      } else {
+        $("cc-message").textContent = `${what}: delivered (key ${key}).`;
+        $("cc-text").value = "";
+      }
+    } catch (error) {
+      if (keepsPending(error.code)) {
+        $("cc-message").textContent = `${what}: not confirmed (${error.code}): ${error.message} Retry sends it with the same key.`;
+      } else {
+        await chrome.storage.local.remove(PENDING_KEY);
+        $("cc-message").textContent = `${what}: refused (${error.code}): ${error.message}`;
+      }
+    } finally {
+      $("cc-send").disabled = false;
+      $("cc-retry").disabled = false;
+      await this.showPending();
+    }
+  }
+
+  async showPending() {
+    const pending = await stored(PENDING_KEY);
+    $("cc-pending").hidden = !pending;
+    if (pending) {
+      const target = pending.method === "agent.prompt" ? `agent ${pending.body.agent}` : `pane ${pending.body.pane_id}`;
+      $("cc-pending-line").textContent = `Unconfirmed send to ${target}: "${pending.body.text.slice(0, 80)}" (key ${pending.body.idempotency_key}).`;
+    }
+  }
+}
