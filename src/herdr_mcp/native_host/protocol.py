@@ -61,10 +61,6 @@ ROUTES: dict[tuple[str, str], Route] = {
     ("POST", "/browser/pane.read"): Route(),
     ("POST", "/browser/agent.prompt"): Route(),
     ("POST", "/browser/pane.send_input"): Route(),
-    ("POST", "/browser/pane.list"): Route(),
-    ("POST", "/browser/pane.read"): Route(),
-    ("POST", "/browser/agent.prompt"): Route(),
-    ("POST", "/browser/pane.send_input"): Route(),
     ("POST", "/mcp"): Route(header_keys=MCP_HEADERS),
 }
 
