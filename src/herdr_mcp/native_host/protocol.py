@@ -50,6 +50,7 @@ class Route:
 ROUTES: dict[tuple[str, str], Route] = {
     ("GET", "/push/events"): Route(stream=True, query_keys=frozenset({"after"})),
     ("GET", "/push/state"): Route(),
+    ("POST", "/browser/handoff.prepare"): Route(),
     ("POST", "/browser/binding.get"): Route(),
     ("POST", "/browser/binding.set"): Route(),
     ("POST", "/browser/binding.list"): Route(),

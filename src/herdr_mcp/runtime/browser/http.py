@@ -35,6 +35,7 @@ _STATUS = {
     "continuity_journal_unavailable": 503,
     "target_changed": 409,
     "pane_has_agent": 409,
+    "workspace_working": 409,
 }
 
 

@@ -26,6 +26,7 @@ from jsonschema import Draft202012Validator
 from herdr_mcp.errors import ToolError
 from herdr_mcp.herdr import HerdrError
 from herdr_mcp.runtime.browser.control import control_methods
+from herdr_mcp.runtime.browser.handoff import handoff_methods
 from herdr_mcp.runtime.tools.continuity_methods import CONTINUITY_METHODS
 from herdr_mcp.state import continuity
 from herdr_mcp.state.bindings import (
@@ -247,5 +248,6 @@ METHODS: dict[str, BrowserMethod] = {
             inbox_ack,
         ),
         *control_methods(BrowserMethod),  # the Control Center's four (control.py)
+        *handoff_methods(BrowserMethod),  # handoff.prepare (handoff.py)
     )
 }
