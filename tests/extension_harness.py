@@ -27,7 +27,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -284,8 +284,14 @@ async def wait_hud(page: Page, text: str) -> str:
 
 
 @contextlib.asynccontextmanager
-async def launched(playwright: Playwright, profile: Path, site: ChatGPTSite) -> AsyncIterator[Browser]:
-    """Chromium on `profile` with extension/ loaded and chatgpt.com routed to `site`."""
+async def launched(
+    playwright: Playwright,
+    profile: Path,
+    site: ChatGPTSite,
+    routes: Sequence[tuple[str, Callable[[Route], Awaitable[None]]]] = (),
+) -> AsyncIterator[Browser]:
+    """Chromium on `profile` with extension/ loaded, chatgpt.com routed to `site` and each
+    `(pattern, handler)` of `routes` routed too (the bridge's imitated z.ai and DeepSeek)."""
     if not CHROMIUM.is_file():
         raise RuntimeError(f"no Chromium at {CHROMIUM}: apt-get install chromium (./scripts/test does)")
     context = await playwright.chromium.launch_persistent_context(
@@ -301,6 +307,8 @@ async def launched(playwright: Playwright, profile: Path, site: ChatGPTSite) -> 
     )
     try:
         await context.route("https://chatgpt.com/**", site.route)
+        for pattern, handler in routes:
+            await context.route(pattern, handler)
         worker = next(iter(context.service_workers), None)
         if worker is None:
             worker = await context.wait_for_event("serviceworker", timeout=DEADLINE_S * 1000)

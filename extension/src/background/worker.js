@@ -5,6 +5,7 @@
 import { QueueError, addEntry } from "../lib/queue.js";
 import { isScope } from "../lib/scope.js";
 import { Bindings } from "./bindings.js";
+import { Bridge } from "./bridge.js";
 import { Continuity } from "./continuity.js";
 import { ControlCenter } from "./control.js";
 import { Journal } from "./journal.js";
@@ -16,6 +17,7 @@ import { Tabs } from "./tabs.js";
 
 const native = new NativeClient();
 const bindings = new Bindings(native);
+const bridge = new Bridge(native);
 const journal = new Journal(native, bindings);
 const rateLimit = new RateLimit({ onChange: () => continuity.broadcast() });
 const tabs = new Tabs({
@@ -45,6 +47,8 @@ native.onConnection((up) => {
 chrome.runtime.onConnect.addListener((port) => {
   if (port.name === "page") {
     tabs.attach(port);
+  } else if (port.name === "bridge" && /^https:\/\/chat\.(z\.ai|deepseek\.com)\//.test(port.sender?.url ?? "")) {
+    bridge.attach(port);
   }
 });
 

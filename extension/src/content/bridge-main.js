@@ -1,0 +1,240 @@
+// The bridge's content script on chat.z.ai and chat.deepseek.com: watches the conversation
+// through the site's adapter, asks the worker to run the tool calls of a finished model reply,
+// sends the TOOL_RESULT back into the same conversation, folds protocol messages, and shows a
+// small HUD with a button that sends the protocol prompt. DOM details live in the adapters.
+//
+// Identity: the scope is `<site>:conv:<id>` from the route. State made on a root page (no id
+// yet) moves once to the first conversation the tab lands on; moving from conversation A to B
+// starts B afresh (nothing of A is carried).
+
+import { hasContext, isCallsOnly, isPrompt, isResult, MAX_ROUNDS, messageKey, parseCalls, roundsUsed } from "../lib/bridge-protocol.js";
+
+const CHECK_DELAY_MS = 150;
+const URL_POLL_MS = 300;
+const RECONNECT_MS = 1_000;
+
+let adapter = null;
+let port = null;
+let nextId = 1;
+const waiting = new Map();
+let state = null;
+let busy = false;
+let hud = null;
+
+function freshState(convId) {
+  // sawLive: a reply was seen generating (or we sent something) in this page life; until then a
+  // reply with calls is one that was there at load, and the reload rule applies to it.
+  return { convId, handled: new Set(), pending: null, sawLive: false, note: "" };
+}
+
+export async function start() {
+  if (document.querySelector("herdr-bridge-hud")) {
+    return;
+  }
+  const module =
+    location.hostname === "chat.z.ai" ? await import("./zai-dom.js") : location.hostname === "chat.deepseek.com" ? await import("./deepseek-dom.js") : null;
+  if (!module) {
+    return;
+  }
+  adapter = module.adapter;
+  state = freshState(adapter.conversationId());
+  hud = makeHud();
+  installFoldStyle();
+  connect();
+  let pending = false;
+  new MutationObserver(() => {
+    if (!pending) {
+      pending = true;
+      setTimeout(() => {
+        pending = false;
+        check();
+      }, CHECK_DELAY_MS);
+    }
+  }).observe(document.documentElement, { childList: true, subtree: true, characterData: true, attributes: true });
+  setInterval(check, URL_POLL_MS);
+  check();
+}
+
+function connect() {
+  port = chrome.runtime.connect({ name: "bridge" });
+  port.onMessage.addListener((message) => {
+    const found = waiting.get(message.id);
+    if (found) {
+      waiting.delete(message.id);
+      if (message.ok) {
+        found.resolve(message.result);
+      } else {
+        found.reject(Object.assign(new Error(message.error?.message ?? "failed"), { code: message.error?.code }));
+      }
+    }
+  });
+  port.onDisconnect.addListener(() => {
+    port = null;
+    for (const { reject } of waiting.values()) {
+      reject(Object.assign(new Error("the extension's worker went away"), { code: "worker_gone" }));
+    }
+    waiting.clear();
+    setTimeout(connect, RECONNECT_MS);
+  });
+}
+
+function ask(message) {
+  return new Promise((resolve, reject) => {
+    if (!port) {
+      reject(Object.assign(new Error("not connected to the extension's worker"), { code: "worker_gone" }));
+      return;
+    }
+    const id = nextId++;
+    waiting.set(id, { resolve, reject });
+    port.postMessage({ ...message, id });
+  });
+}
+
+function scope() {
+  return state.convId ? `${adapter.name}:conv:${state.convId}` : null;
+}
+
+function follow() {
+  const convId = adapter.conversationId();
+  if (convId === state.convId) {
+    return;
+  }
+  if (state.convId === null && !state.migrated) {
+    // the root page's state moves, once, to the conversation the tab landed on
+    state.convId = convId;
+    state.migrated = true;
+  } else {
+    state = freshState(convId);
+  }
+}
+
+async function check() {
+  if (!adapter) {
+    return;
+  }
+  fold(adapter.messages());
+  if (busy) {
+    return;
+  }
+  follow();
+  const messages = adapter.messages();
+  if (adapter.isGenerating()) {
+    state.sawLive = true;
+    return;
+  }
+  render();
+  if (!scope()) {
+    return; // a root page: nothing runs before the conversation has its id
+  }
+  busy = true;
+  try {
+    if (state.pending) {
+      await deliver();
+      return;
+    }
+    const last = messages.at(-1);
+    if (!last || last.role !== "assistant" || parseCalls(last.text).calls.length + parseCalls(last.text).errors.length === 0) {
+      return;
+    }
+    const key = await messageKey(scope(), messages.length - 1, last.text);
+    if (state.handled.has(key)) {
+      return;
+    }
+    state.handled.add(key);
+    const plain = messages.map((message) => ({ role: message.role, text: message.text }));
+    if (!state.sawLive && !hasContext(plain)) {
+      setNote("calls at load without the protocol prompt in this conversation: not run");
+      return;
+    }
+    if (roundsUsed(plain) >= MAX_ROUNDS) {
+      setNote(`${MAX_ROUNDS} rounds in this turn: the bridge stops until you write`);
+      return;
+    }
+    setNote("running tool calls...");
+    const answer = await ask({ type: "run", scope: scope(), key, text: last.text, messages: plain, recovering: !state.sawLive });
+    document.documentElement.dataset.herdrBridgeLast = `${answer.status}: ${answer.reason}`;
+    if (answer.text) {
+      state.pending = { key, text: answer.text, scope: scope() };
+      setNote(answer.status === "stored" ? "sending the kept result (nothing ran again)" : `ran ${answer.reason}; sending the result`);
+      await deliver();
+    } else {
+      setNote(`not run: ${answer.reason}`);
+    }
+  } catch (error) {
+    setNote(`bridge error: ${error.code ?? "failed"}: ${error.message}`);
+  } finally {
+    busy = false;
+  }
+}
+
+async function deliver() {
+  const pending = state.pending;
+  if (!adapter.isIdle()) {
+    return; // the person's draft or a reply in the way; tried again on the next change
+  }
+  state.sawLive = true;
+  const sent = await adapter.send(pending.text);
+  if (sent.ok) {
+    if (state.pending === pending) {
+      state.pending = null;
+    }
+    setNote("result sent");
+    await ask({ type: "delivered", scope: pending.scope, key: pending.key }).catch(() => {});
+  } else if (sent.reason === "unconfirmed") {
+    state.pending = null; // typed and clicked but not seen: never typed twice; the page decides
+    setNote("the result was sent but not confirmed on the page");
+  }
+}
+
+async function sendPrompt() {
+  try {
+    setNote("reading the local tools...");
+    const { text } = await ask({ type: "prompt" });
+    state.sawLive = true;
+    const sent = await adapter.send(text);
+    setNote(sent.ok ? "protocol prompt sent" : `protocol prompt not sent: ${sent.reason}`);
+  } catch (error) {
+    setNote(`bridge error: ${error.code ?? "failed"}: ${error.message}`);
+  }
+}
+
+function fold(messages) {
+  for (const message of messages) {
+    const protocol = message.role === "user" ? isPrompt(message.text) || isResult(message.text) : isCallsOnly(message.text);
+    if (protocol && !message.element.dataset.herdrFold) {
+      message.element.dataset.herdrFold = "closed";
+      message.element.addEventListener("click", () => {
+        message.element.dataset.herdrFold = message.element.dataset.herdrFold === "closed" ? "open" : "closed";
+      });
+    }
+  }
+}
+
+function installFoldStyle() {
+  const style = document.createElement("style");
+  style.textContent = '[data-herdr-fold="closed"]{max-height:3.2em;overflow:hidden;opacity:.6;cursor:zoom-in}';
+  document.head.append(style);
+}
+
+function setNote(text) {
+  state.note = text;
+  render();
+}
+
+function render() {
+  if (hud) {
+    hud.line.textContent = `Herdr bridge · ${scope() ?? "no conversation yet"} · ${state.note}`;
+  }
+}
+
+function makeHud() {
+  const host = document.createElement("herdr-bridge-hud");
+  const root = host.attachShadow({ mode: "open" });
+  root.innerHTML = `<style>
+    div{position:fixed;right:12px;top:12px;z-index:2147483647;font:12px system-ui;background:#111a;color:#fff;padding:6px 8px;border-radius:6px;max-width:420px}
+    button{font:inherit;margin-left:6px}
+  </style><div><span class="line"></span><button type="button">Start Herdr tools</button></div>`;
+  root.querySelector("button").addEventListener("click", () => sendPrompt());
+  document.documentElement.append(host);
+  return { line: root.querySelector(".line") };
+}

@@ -1,0 +1,258 @@
+"""The JSON-to-MCP bridge end to end (issue 13, Deliver 1): Debian's Chromium with extension/
+loaded, the real `herdr-mcp native-host`, a real runtime on the Herdr simulator, and imitations of
+chat.z.ai and chat.deepseek.com served through request routing (tests/fixtures/extension/). The
+imitated model is scripted here: it answers the protocol prompt (which must list the live tools)
+with tool-call lines for herdr_inspect and herdr_fs_read, then herdr_fs_write, then a 256 KiB
+herdr_fs_read and a 2 MB herdr_fs_image, then plain text. Shown: each round answered by one
+TOOL_RESULT message in the same conversation, the 2 MB result cleaned and capped, the root page's
+conversation id taken once, and a reload while a mutation's result was in flight re-running
+nothing (the runtime's audit log has each write once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.async_api import Page, Route, async_playwright
+
+from herdr_mcp.layout import Layout
+from tests.extension_harness import ChatGPTSite, install_native_host, launched, workstation
+from tests.runtime_harness import make_repo
+from tests.sim_helpers import run, short_tmp_dir
+from tests.waiting import poll_until
+
+pytestmark = pytest.mark.slow
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "extension"
+MARKER = "HERDR_BRIDGE_V1"
+RESULT = f"TOOL_RESULT {MARKER}"
+#: extension/src/lib/bridge-clean.js RESULT_CAP_CHARS, plus the per-call header lines.
+CAP = 16_000
+BODY_TIMEOUT_S = 240.0
+
+
+@dataclass
+class Site:
+    """An imitated z.ai or DeepSeek: conversations kept here (a reload shows them again), and a
+    scripted model answering each message."""
+
+    host: str
+    page: Path
+    repo: Path
+    conversations: dict[str, list[dict[str, str]]] = field(default_factory=dict)
+    posts: list[tuple[str, str]] = field(default_factory=list)
+    #: While set, a posted TOOL_RESULT is not stored and not answered (a send lost in flight).
+    lose: bool = False
+    _lost: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def results(self, chat_id: str | None = None) -> list[str]:
+        return [text for chat, text in self.posts if text.startswith(RESULT) and chat_id in (None, chat)]
+
+    async def route(self, route: Route) -> None:
+        request = route.request
+        path = request.url.split(self.host, 1)[1].split("?", 1)[0]
+        if path.startswith("/api/chat/") and request.method == "GET":
+            await route.fulfill(json={"messages": self.conversations.get(path.rsplit("/", 1)[1], [])})
+        elif path == "/api/chat" and request.method == "POST":
+            body = request.post_data_json
+            assert isinstance(body, dict), body
+            chat, text = str(body["chat_id"]), str(body["text"])
+            self.posts.append((chat, text))
+            if self.lose and text.startswith(RESULT):
+                with contextlib.suppress(Exception):  # the page went away meanwhile
+                    await self._lost.wait()
+                    await route.abort()
+                return
+            messages = self.conversations.setdefault(chat, [])
+            messages.append({"role": "user", "text": text})
+            reply = {"role": "assistant", "text": self.model(messages)}
+            messages.append(reply)
+            await route.fulfill(json={"reply": reply})
+        elif path.startswith("/api/"):
+            await route.fulfill(status=404, json={"detail": "not imitated"})
+        else:
+            await route.fulfill(body=self.page.read_bytes(), content_type="text/html; charset=utf-8")
+
+    def model(self, messages: list[dict[str, str]]) -> str:
+        """The scripted model: what it answers depends on the conversation so far."""
+        last = messages[-1]["text"]
+        rounds = sum(
+            1 for message in messages if message["role"] == "user" and message["text"].startswith(RESULT)
+        )
+        repo = self.repo
+        if last.startswith(MARKER):
+            assert '"herdr_fs_write"' not in last and "- herdr_fs_write:" in last, (
+                "the prompt lists the live tools"
+            )
+            return "\n".join([
+                "I will look around first.",
+                call("herdr_inspect", {}),
+                call("herdr_fs_read", {"path": str(repo / "README.md")}),
+            ])  # fmt: skip
+        if last.startswith("write again"):
+            return call("herdr_fs_write", {"path": str(repo / "second.txt"), "content": "second\n"})
+        if not last.startswith(RESULT):
+            return "Noted."
+        if rounds == 1:
+            return call(
+                "herdr_fs_write", {"path": str(repo / "note.txt"), "content": "written by the bridge\n"}
+            )
+        if rounds == 2:
+            return "\n".join([
+                call("herdr_fs_read", {"path": str(repo / "big.txt"), "max_bytes": 262144}),
+                call("herdr_fs_image", {"path": str(repo / "big.png"), "max_bytes": 10485760}),
+            ])  # fmt: skip
+        return "All done."
+
+
+def call(tool: str, args: dict[str, Any]) -> str:
+    return json.dumps({"tool": tool, "args": args})
+
+
+def noise_png(width: int = 1024, height: int = 700) -> bytes:
+    """A valid PNG of about 2 MB: random RGB pixels, stored (zlib level 0), so it does not shrink."""
+    raw = b"".join(b"\x00" + os.urandom(width * 3) for _ in range(height))
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(raw, 0))
+        + chunk(b"IEND", b"")
+    )
+
+
+def audited(config_dir: Path, tool: str) -> list[dict[str, Any]]:
+    path = Layout(config_dir).audit_file
+    if not path.exists():
+        return []
+    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [record for record in records if record.get("tool") == tool]
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    with short_tmp_dir() as path:
+        yield path
+
+
+async def page_results(page: Page, selector: str) -> int:
+    texts: list[str] = await page.locator(selector).all_inner_texts()
+    return sum(1 for text in texts if text.strip().startswith(RESULT))
+
+
+SITES = {
+    # name: (host, fixture, root url, conversation route prefix, user message selector)
+    "zai": ("chat.z.ai", "zai.html", "https://chat.z.ai/", "/c/", ".chat-user"),
+    "deepseek": (
+        "chat.deepseek.com",
+        "deepseek.html",
+        "https://chat.deepseek.com/",
+        "/a/chat/s/",
+        ".ds-message",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SITES))
+def test_tool_calls_round_trip_cleaned_and_a_reload_reruns_nothing(base: Path, name: str) -> None:
+    host, fixture, root_url, prefix, user_selector = SITES[name]
+
+    async def body() -> None:
+        profile = base / "profile"
+        # The workspace's directory as a managed Git root (writes are refused in a plain one).
+        repo = make_repo(base / "api", {
+            "README.md": b"# the api repo\nbridge marker line\n",
+            "big.txt": b"a line of the big file, long enough to matter\n" * 50_000,
+            "big.png": noise_png(),
+        })  # fmt: skip
+        assert (repo / "big.png").stat().st_size > 2_000_000
+        with workstation(base) as station:
+            install_native_host(profile, station.config_dir)
+            site = Site(host, FIXTURES / fixture, repo)
+            async with (
+                async_playwright() as playwright,
+                launched(
+                    playwright, profile, ChatGPTSite(), routes=[(f"https://{host}/**", site.route)]
+                ) as browser,
+            ):
+                page = await browser.context.new_page()
+                await page.goto(root_url)
+                await page.locator("herdr-bridge-hud button").click()
+
+                async def finished() -> str | None:
+                    for chat, messages in site.conversations.items():
+                        if messages and messages[-1]["text"] == "All done.":
+                            return chat
+                    return None
+
+                chat = await poll_until(finished, "the scripted model to finish its three rounds")
+                assert page.url == f"https://{host}{prefix}{chat}"
+                results = site.results(chat)
+                assert len(results) == 3, results
+                first, second, third = results
+                assert "[1] herdr_inspect ok" in first and "[2] herdr_fs_read ok" in first
+                assert "bridge marker line" in first
+                assert "[1] herdr_fs_write ok" in second
+                assert (repo / "note.txt").read_text(encoding="utf-8") == "written by the bridge\n"
+                # The 2 MB image and the 256 KiB read arrive cleaned and capped.
+                assert "[1] herdr_fs_read ok" in third and "[2] herdr_fs_image" in third
+                assert len(third) < CAP + 400, len(third)
+                assert "cut]" in third or "result capped at" in third
+                assert "bytes omitted]" in third
+                assert len(audited(station.config_dir, "herdr_fs_write")) == 1
+                scope = f"{name}:conv:{chat}"
+                assert len(await browser.storage(f"bridge:dispatched:{scope}")) == 3
+
+                # Protocol messages are folded in the page.
+                # The prompt, the two call-only replies, the three results (a reply with prose stays open).
+                async def six_folded() -> bool:
+                    return await page.locator('[data-herdr-fold="closed"]').count() == 6
+
+                await poll_until(six_folded, "the protocol messages to be folded")
+                prose = page.locator(
+                    f"{'.chat-assistant' if name == 'zai' else '.ds-message'}", has_text="look around"
+                )
+                assert await prose.get_attribute("data-herdr-fold") is None
+
+                # A reload while a mutation's TOOL_RESULT is in flight: the page showed it sent,
+                # the site never stored it, so after the reload the last message is the call.
+                site.lose = True
+                await page.locator("#chat-input").fill("write again")
+                await page.locator("#chat-input").press("End")
+                send = "#send-message-button" if name == "zai" else '[role="button"][aria-label="Send"]'
+                await page.locator(send).click()
+
+                async def result_in_flight() -> bool:
+                    return len(site.results(chat)) == 4
+
+                await poll_until(result_in_flight, "the fourth TOOL_RESULT to be posted (and lost)")
+                assert (repo / "second.txt").read_text(encoding="utf-8") == "second\n"
+                posts_before = len(site.posts)
+                await page.reload()
+
+                async def decided() -> str | None:
+                    value = await page.evaluate("document.documentElement.dataset.herdrBridgeLast ?? null")
+                    return value if isinstance(value, str) else None
+
+                decision = await poll_until(decided, "the reloaded page to decide about the last call")
+                assert decision.startswith("skipped: ") and "never re-run" in decision, decision
+                assert len(site.posts) == posts_before
+                assert len(audited(station.config_dir, "herdr_fs_write")) == 2
+                assert await page_results(page, user_selector) == 3
+                site._lost.set()
+
+    run(body(), timeout=BODY_TIMEOUT_S)
