@@ -93,6 +93,10 @@ def build_app(services: Services, token: str, dispatcher: ToolDispatcher | None 
         async with server.session_manager.run(), running(services):
             yield
 
-    routes = [Route("/health", health, methods=["GET"]), *push_routes(services), *browser_routes(services)]
+    routes = [
+        Route("/health", health, methods=["GET"]),
+        *push_routes(services),
+        *browser_routes(services, dispatcher.audit),
+    ]
     app = Starlette(routes=[*routes, *sdk_app.routes], lifespan=lifespan)
     return BearerGate(app, token, protected_prefixes=("/mcp", "/push", "/browser"))

@@ -5,7 +5,7 @@ Statuses: 400 for a bad request (`invalid_argument`, `invalid_json`, and the con
 journal's refusals of its params), 401 `unauthorized`, 404 for `*_not_found` and
 `unknown_method`, 405 `method_not_allowed`, 409 for `*_conflict`, 413 `body_too_large`, 415
 `unsupported_media_type`, 503 for what the workstation lacks right now (`herdr_unavailable`,
-`state_unavailable`, `continuity_journal_unavailable`), 500 `internal_error`.
+`state_unavailable`, `continuity_journal_unavailable`, `audit_unavailable`), 500 `internal_error`.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ _STATUS = {
     "herdr_unavailable": 503,
     "state_unavailable": 503,
     "continuity_journal_unavailable": 503,
+    "audit_unavailable": 503,
     "target_changed": 409,
     "pane_has_agent": 409,
     "workspace_working": 409,
