@@ -51,6 +51,8 @@ class Site:
     repo: Path
     conversations: dict[str, list[dict[str, str]]] = field(default_factory=dict)
     posts: list[tuple[str, str]] = field(default_factory=list)
+    #: The model answers every message "Noted." (no calls).
+    quiet: bool = False
     #: While set, a posted TOOL_RESULT is not stored and not answered (a send lost in flight).
     lose: bool = False
     _lost: asyncio.Event = field(default_factory=asyncio.Event)
@@ -86,6 +88,8 @@ class Site:
     def model(self, messages: list[dict[str, str]]) -> str:
         """The scripted model: what it answers depends on the conversation so far."""
         last = messages[-1]["text"]
+        if self.quiet:
+            return "Noted."
         rounds = sum(
             1 for message in messages if message["role"] == "user" and message["text"].startswith(RESULT)
         )
@@ -254,5 +258,56 @@ def test_tool_calls_round_trip_cleaned_and_a_reload_reruns_nothing(base: Path, n
                 assert len(audited(station.config_dir, "herdr_fs_write")) == 2
                 assert await page_results(page, user_selector) == 3
                 site._lost.set()
+
+    run(body(), timeout=BODY_TIMEOUT_S)
+
+
+def test_a_call_there_at_load_runs_only_with_the_protocol_context(base: Path) -> None:
+    """A conversation whose last message is a never-dispatched call and which holds the protocol
+    prompt runs it once on load; one without the prompt runs nothing, also when the tab moves to
+    it from the first conversation inside the page (nothing of A is carried to B)."""
+
+    async def body() -> None:
+        profile = base / "profile"
+        repo = make_repo(base / "api", {"README.md": b"# the api repo\nread at load\n"})
+        read = call("herdr_fs_read", {"path": str(repo / "README.md")})
+        site = Site("chat.z.ai", FIXTURES / "zai.html", repo, quiet=True)
+        site.conversations["withprompt"] = [
+            {"role": "user", "text": f"{MARKER}\n(the protocol prompt of an earlier page)"},
+            {"role": "assistant", "text": read},
+        ]
+        site.conversations["without"] = [
+            {"role": "user", "text": "hello"},
+            {"role": "assistant", "text": read},
+        ]
+        with workstation(base) as station:
+            install_native_host(profile, station.config_dir)
+            async with (
+                async_playwright() as playwright,
+                launched(
+                    playwright, profile, ChatGPTSite(), routes=[("https://chat.z.ai/**", site.route)]
+                ) as browser,
+            ):
+                page = await browser.context.new_page()
+                await page.goto("https://chat.z.ai/c/withprompt")
+
+                async def answered() -> list[str] | None:
+                    return site.results("withprompt") or None
+
+                (result,) = await poll_until(answered, "the call there at load to be run and answered")
+                assert "[1] herdr_fs_read ok" in result and "read at load" in result
+                await page.evaluate(
+                    "history.pushState({}, '', '/c/without'); dispatchEvent(new PopStateEvent('popstate'))"
+                )
+
+                async def decided() -> str | None:
+                    value = await page.evaluate("document.documentElement.dataset.herdrBridgeLast ?? null")
+                    return value if isinstance(value, str) and "protocol context" in value else None
+
+                assert await poll_until(decided, "the bridge to refuse the call without context")
+                assert site.results("without") == []
+                assert site.results("withprompt") == [result]
+                assert await browser.storage("bridge:dispatched:zai:conv:without") is None
+                assert len(await browser.storage("bridge:dispatched:zai:conv:withprompt")) == 1
 
     run(body(), timeout=BODY_TIMEOUT_S)

@@ -143,6 +143,7 @@ async function check() {
     state.handled.add(key);
     const plain = messages.map((message) => ({ role: message.role, text: message.text }));
     if (!state.sawLive && !hasContext(plain)) {
+      document.documentElement.dataset.herdrBridgeLast = "skipped: no protocol context in this conversation";
       setNote("calls at load without the protocol prompt in this conversation: not run");
       return;
     }
