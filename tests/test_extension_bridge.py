@@ -53,6 +53,8 @@ class Site:
     posts: list[tuple[str, str]] = field(default_factory=list)
     #: The model answers every message "Noted." (no calls).
     quiet: bool = False
+    #: While set, the model's replies wait for it (the stop button stays) until it is set.
+    gate: asyncio.Event | None = None
     #: While set, a posted TOOL_RESULT is not stored and not answered (a send lost in flight).
     lose: bool = False
     _lost: asyncio.Event = field(default_factory=asyncio.Event)
@@ -77,6 +79,8 @@ class Site:
                 return
             messages = self.conversations.setdefault(chat, [])
             messages.append({"role": "user", "text": text})
+            if self.gate is not None:
+                await self.gate.wait()
             reply = {"role": "assistant", "text": self.model(messages)}
             messages.append(reply)
             await route.fulfill(json={"reply": reply})
@@ -296,6 +300,10 @@ def test_a_call_there_at_load_runs_only_with_the_protocol_context(base: Path) ->
 
                 (result,) = await poll_until(answered, "the call there at load to be run and answered")
                 assert "[1] herdr_fs_read ok" in result and "read at load" in result
+                # The model's answer to the result shown (no reply in flight) before the tab moves:
+                # the imitation would otherwise put it into the next conversation's thread.
+                await page.locator(".chat-assistant", has_text="Noted.").wait_for()
+                await page.locator("#send-message-button").wait_for()
                 await page.evaluate(
                     "history.pushState({}, '', '/c/without'); dispatchEvent(new PopStateEvent('popstate'))"
                 )
@@ -309,5 +317,60 @@ def test_a_call_there_at_load_runs_only_with_the_protocol_context(base: Path) ->
                 assert site.results("withprompt") == [result]
                 assert await browser.storage("bridge:dispatched:zai:conv:without") is None
                 assert len(await browser.storage("bridge:dispatched:zai:conv:withprompt")) == 1
+
+    run(body(), timeout=BODY_TIMEOUT_S)
+
+
+def test_a_result_kept_before_a_reload_is_sent_and_nothing_runs_again(base: Path) -> None:
+    """The calls ran but the person's draft kept the TOOL_RESULT from being sent; the page is
+    reloaded (the draft goes with it): the kept result is sent once and the write is not repeated."""
+
+    async def body() -> None:
+        profile = base / "profile"
+        repo = make_repo(base / "api", {"README.md": b"# the api repo\n"})
+        site = Site("chat.z.ai", FIXTURES / "zai.html", repo)
+        site.conversations["kept"] = [{"role": "user", "text": f"{MARKER}\n(the protocol prompt)"}]
+        with workstation(base) as station:
+            install_native_host(profile, station.config_dir)
+            async with (
+                async_playwright() as playwright,
+                launched(
+                    playwright, profile, ChatGPTSite(), routes=[("https://chat.z.ai/**", site.route)]
+                ) as browser,
+            ):
+                page = await browser.context.new_page()
+                await page.goto("https://chat.z.ai/c/kept")
+                await page.locator(".chat-user").first.wait_for()
+                site.gate = asyncio.Event()
+                await page.locator("#chat-input").fill("write again")
+                await page.locator("#send-message-button").click()
+                await page.locator("#stop-response-button").wait_for()
+                await page.locator("#chat-input").fill("a draft of the person's")
+                site.gate.set()
+
+                async def kept() -> list[str] | None:
+                    everything = await browser.worker.evaluate("async () => chrome.storage.local.get(null)")
+                    found = [key for key in everything if key.startswith("bridge:result:zai:conv:kept:")]
+                    return found or None
+
+                (key,) = await poll_until(kept, "the TOOL_RESULT to be kept while the draft blocks it")
+                assert (repo / "second.txt").read_text(encoding="utf-8") == "second\n"
+                assert site.results("kept") == []
+                site.quiet = True  # the model's answer to the result makes no further calls
+                await page.reload()
+
+                async def sent() -> list[str] | None:
+                    return site.results("kept") or None
+
+                (result,) = await poll_until(sent, "the kept result to be sent after the reload")
+                assert "[1] herdr_fs_write ok" in result
+                decision = await page.evaluate("document.documentElement.dataset.herdrBridgeLast")
+                assert decision.startswith("stored: "), decision
+                assert len(audited(station.config_dir, "herdr_fs_write")) == 1
+
+                async def forgotten() -> bool:
+                    return await browser.storage(key) is None
+
+                await poll_until(forgotten, "the kept result to be dropped once sent")
 
     run(body(), timeout=BODY_TIMEOUT_S)
