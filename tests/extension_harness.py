@@ -82,6 +82,10 @@ class ChatGPTSite:
     posts: list[Post] = field(default_factory=list)
     #: The next N messages are answered HTTP 429 (as ChatGPT's rate limit does).
     refuse_next: int = 0
+    #: Pages served from now on show user turns without their seed marker line (handoff tests).
+    drop_seed_marker: bool = False
+    #: New-chat pages (`/`, `/g/<p>/project`) fail to load (a network error: no content script).
+    unreachable_new_chat: bool = False
     _held: asyncio.Event | None = None
 
     def hold(self) -> None:
@@ -109,8 +113,12 @@ class ChatGPTSite:
             await self._answer(route, body)
         elif path.startswith("/backend-api/"):
             await route.fulfill(status=404, json={"detail": "not imitated"})
+        elif self.unreachable_new_chat and (path in ("", "/") or path.endswith("/project")):
+            await route.abort("connectionrefused")
         else:
-            await route.fulfill(body=PAGE.read_bytes(), content_type="text/html; charset=utf-8")
+            switches = json.dumps({"dropSeedMarker": self.drop_seed_marker})
+            page = PAGE.read_text(encoding="utf-8").replace("/*IMITATION*/ {}", switches, 1)
+            await route.fulfill(body=page.encode(), content_type="text/html; charset=utf-8")
 
     async def _answer(self, route: Route, body: dict[str, Any]) -> None:
         conversation = str(body["conversation_id"])

@@ -13,6 +13,7 @@ import {
   opened,
   prepared,
   refused,
+  reopen,
   seeding,
   start,
   transferId,
@@ -81,6 +82,18 @@ test("control lost before anything was typed is unavailable with the copy prompt
   const midSeed = controlLost(seeded(), { code: "handoff_tab_closed", message: "closed" }, 5);
   assert.equal(midSeed.phase, "seed_uncertain");
   assert.equal(view(midSeed).copyPrompt, null);
+  const nothingTyped = controlLost(seeded(), { code: "handoff_page_busy", message: "busy" }, 5, { notTyped: true });
+  assert.equal(nothingTyped.phase, "unavailable", "the one page that had the seed typed nothing");
+  const uncertain = observed(seeded(), { convKey: null, markerSeen: false }, 5);
+  const secondTry = seeding(uncertain, 6);
+  assert.equal(
+    controlLost(secondTry, { code: "handoff_page_busy", message: "busy" }, 7, { notTyped: true }).phase,
+    "seed_uncertain",
+    "an earlier attempt may have landed: still uncertain",
+  );
+  const reopened = reopen(uncertain, 6);
+  assert.equal(reopened.phase, "opening");
+  assert.equal(controlLost(reopened, { code: "handoff_tab_unreachable", message: "x" }, 7).phase, "seed_uncertain");
 });
 
 test("a refusal of the runtime ends the transfer with its code", () => {

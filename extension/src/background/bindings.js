@@ -4,6 +4,14 @@
 
 import { isScope } from "../lib/scope.js";
 
+// The runtime keeps a Project's active conversation as the site's path (`/c/<id>`,
+// docs/browser-protocol.md 2); the worker uses the bare conversation id.
+const toRuntime = (convKey) => `/c/${convKey}`;
+function fromRuntime(binding) {
+  const key = binding?.active_conv_key;
+  return typeof key === "string" && key.startsWith("/c/") ? { ...binding, active_conv_key: key.slice(3) } : binding;
+}
+
 export class Bindings {
   constructor(native, log = console) {
     this.native = native;
@@ -15,7 +23,7 @@ export class Bindings {
 
   async refresh() {
     const { bindings } = await this.native.call("/browser/binding.list", {});
-    this.byScope = new Map(bindings.map((binding) => [binding.scope, binding]));
+    this.byScope = new Map(bindings.map((binding) => [binding.scope, fromRuntime(binding)]));
     return this.byScope;
   }
 
@@ -60,10 +68,10 @@ export class Bindings {
         body.label = shown;
       }
       if (activeConvKey) {
-        body.active_conv_key = activeConvKey;
+        body.active_conv_key = toRuntime(activeConvKey);
       }
     }
-    const { binding } = await this.native.call("/browser/binding.set", body);
+    const binding = fromRuntime((await this.native.call("/browser/binding.set", body)).binding);
     if (binding) {
       this.byScope.set(scope, binding);
     } else {

@@ -200,6 +200,9 @@ export class Continuity {
     if (!tab) {
       return "no_tab";
     }
+    if (this.holds?.(convKey)) {
+      return "handoff"; // the source of a handoff in flight waits (background/handoff.js)
+    }
     const paused = await this.rateLimit.remaining();
     if (paused > 0) {
       clearTimeout(this.pauseTimer);
@@ -320,6 +323,7 @@ export class Continuity {
       uncertain: page.convKey ? await store.get(`uncertain:${page.convKey}`, false) : false,
       isTarget: Boolean(binding) && wakeTarget(page.scope, binding) === page.convKey,
       note: this.notes.get(page.scope) ?? null,
+      handoff: this.handoffView?.(page.scope) ?? null,
     };
   }
 

@@ -30,6 +30,8 @@ export class Journal {
     }
     const key = `journal:${page.convKey}`;
     const done = new Set(await store.get(key, []));
+    // A handoff's target conversation continues the source's chain (background/handoff.js).
+    const chain = await store.get(`chain:${page.convKey}`, null);
     let appended = 0;
     for (const turn of turns) {
       if (done.has(turn.key) || !turn.key || !["user", "assistant"].includes(turn.role)) {
@@ -38,6 +40,9 @@ export class Journal {
       const body = { scope: page.scope, conversation_url: url, turn_key: turn.key, role: turn.role, text: turn.text };
       if (title) {
         body.title = title.slice(0, 200);
+      }
+      if (chain) {
+        body.continuity_id = chain;
       }
       await this.native.call("/browser/turn.append", body);
       done.add(turn.key);

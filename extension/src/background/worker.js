@@ -7,6 +7,7 @@ import { isScope } from "../lib/scope.js";
 import { Bindings } from "./bindings.js";
 import { Bridge } from "./bridge.js";
 import { Continuity } from "./continuity.js";
+import { Handoff } from "./handoff.js";
 import { ControlCenter } from "./control.js";
 import { Journal } from "./journal.js";
 import { NativeClient } from "./native-port.js";
@@ -26,6 +27,9 @@ const tabs = new Tabs({
   onMessage: (tab, message) => pageMessage(tab, message),
 });
 const continuity = new Continuity({ native, bindings, tabs, rateLimit });
+const handoff = new Handoff({ native, bindings, tabs, continuity });
+continuity.holds = (convKey) => handoff.holds(convKey);
+continuity.handoffView = (scope) => handoff.view(scope);
 const control = new ControlCenter(native);
 const follower = new PushFollower(
   native,
@@ -33,7 +37,12 @@ const follower = new PushFollower(
     control.onEvent(type, data);
     return continuity.handle(type, data);
   },
-  { onHello: (hello, lastSeq) => continuity.hello(hello, lastSeq) },
+  {
+    onHello: (hello, lastSeq) => {
+      handoff.restore();
+      return continuity.hello(hello, lastSeq);
+    },
+  },
 );
 
 rateLimit.observe();
@@ -101,6 +110,7 @@ async function pageChanged(tab, previous) {
   continuity.broadcast();
   if (page?.convKey && page.convKey !== previous?.convKey) {
     continuity.pump(page.convKey);
+    handoff.pageSeen(tab);
   }
 }
 
@@ -136,6 +146,18 @@ async function pageMessage(tab, message) {
           await continuity.pump(page.convKey, { manual: true });
         }
         break;
+      case "handoff.start":
+        await handoff.begin(tab);
+        break;
+      case "handoff.resume":
+        if (page) {
+          await handoff.resume(page.scope);
+        }
+        break;
+      case "handoff.seeded":
+      case "handoff.probed":
+        handoff.reply(message);
+        break;
       case "turns":
         if (page?.convKey) {
           await followActiveConversation(page, message.turns);
@@ -156,6 +178,9 @@ async function followActiveConversation(page, turns) {
   const binding = bindings.get(page.scope);
   if (!binding || page.kind !== "project" || binding.active_conv_key === page.convKey) {
     return;
+  }
+  if (handoff.busy(page.scope)) {
+    return; // a handoff's target becomes active only by its confirmed cutover
   }
   if (turns.some((turn) => turn.fresh && turn.role === "user")) {
     await bindings.set(page.scope, binding.workspace_id, { label: binding.label, active_conv_key: page.convKey });

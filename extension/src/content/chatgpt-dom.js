@@ -123,3 +123,45 @@ export async function send(text) {
   );
   return confirmed ? { ok: true } : { ok: false, reason: "unconfirmed" };
 }
+
+// ---- handoff (background/handoff.js): the seed into a new conversation, and probes for it
+
+/** A conversation page: /c/<id> or /g/<project>/c/<id> (the new-chat pages are not). */
+export function onConversation() {
+  return /\/c\/[^/]+\/?$/.test(location.pathname);
+}
+
+/** Whether a user turn on the page carries the seed marker (the package message's first line). */
+export function hasMarker(marker) {
+  return turns().some((turn) => turn.role === "user" && turn.text.includes(marker));
+}
+
+/**
+ * Type the seed into a new conversation page and send it. `{typed: false, reason}` when nothing
+ * was submitted (the composer never became usable within `idleMs`, or no send button appeared:
+ * the typed text is cleared again); otherwise `{typed: true, markerSeen}` once the page is on a
+ * conversation and shows the marker in a user turn, or when `deadlineMs` passed without that.
+ */
+export async function submitSeed(text, marker, { idleMs, deadlineMs }) {
+  if (!(await waitFor(() => isIdle(), idleMs))) {
+    return { typed: false, reason: composer() ? "composer_busy" : "no_composer" };
+  }
+  typeInto(composer(), text);
+  const button = await waitFor(() => {
+    const found = document.querySelector(SELECTORS.send);
+    return found && !found.disabled ? found : null;
+  }, SEND_BUTTON_TIMEOUT_MS);
+  if (!button) {
+    clearComposer();
+    return { typed: false, reason: "no_send_button" };
+  }
+  button.click();
+  const seen = await waitFor(() => onConversation() && hasMarker(marker), deadlineMs);
+  return { typed: true, markerSeen: Boolean(seen) };
+}
+
+/** Wait up to `deadlineMs` for a user turn with the marker on this conversation page. */
+export async function probeMarker(marker, deadlineMs) {
+  const seen = await waitFor(() => onConversation() && hasMarker(marker), deadlineMs);
+  return { markerSeen: Boolean(seen) };
+}

@@ -16,10 +16,14 @@ const STYLE = `
     padding: 4px 8px; cursor: pointer; }
   button:disabled { opacity: .45; cursor: default; }
   button.active { background: #5e81ac; border-color: #81a1c1; }
+  .handoff-row { margin-top: 6px; }
+  .copy { display: none; width: 100%; box-sizing: border-box; height: 90px; margin-top: 6px; font: 11px/1.3 ui-monospace, monospace;
+    color: #eceff4; background: #2e3440; border: 1px solid #4c566a; border-radius: 6px; }
+  .copy.shown { display: block; }
 `;
 
 export class Hud {
-  constructor({ onContinue, onAuto, onQueue, onClearQueue }) {
+  constructor({ onContinue, onAuto, onQueue, onClearQueue, onHandoff }) {
     this.host = document.createElement("herdr-mcp-hud");
     const root = this.host.attachShadow({ mode: "open" });
     root.innerHTML = `<style>${STYLE}</style>
@@ -31,6 +35,10 @@ export class Hud {
           <button class="auto" title="Automatic wakes and progress for this scope">Auto: off</button>
           <button class="queue" title="Queue the composer's text as the next message (right click: clear the queue)">Queue (0)</button>
         </div>
+        <div class="row handoff-row">
+          <button class="handoff" title="Hand this conversation off to a new conversation in the same scope">Hand off</button>
+        </div>
+        <textarea class="copy" readonly title="The handoff prompt: paste it into a new conversation"></textarea>
       </div>`;
     this.root = root;
     this.parts = {
@@ -40,11 +48,14 @@ export class Hud {
       continue: root.querySelector(".continue"),
       auto: root.querySelector(".auto"),
       queue: root.querySelector(".queue"),
+      handoff: root.querySelector(".handoff"),
+      copy: root.querySelector(".copy"),
     };
     this.state = null;
     this.parts.continue.addEventListener("click", () => onContinue());
     this.parts.auto.addEventListener("click", () => onAuto(!this.state?.auto));
     this.parts.queue.addEventListener("click", () => onQueue());
+    this.parts.handoff.addEventListener("click", () => this.handoffClicked(onHandoff));
     this.parts.queue.addEventListener("contextmenu", (event) => {
       event.preventDefault();
       onClearQueue();
@@ -66,7 +77,42 @@ export class Hud {
     parts.queue.disabled = !page?.convKey;
     // Auto on locks the manual push, so two paths never drive one conversation.
     parts.continue.disabled = !page?.convKey || Boolean(state?.auto);
+    this.renderHandoff(state);
     parts.line.textContent = message ?? describe(state);
+  }
+
+  /** One entry, whose label follows the transfer: Hand off, Handing off…, Resume handoff, Copy prompt. */
+  renderHandoff(state) {
+    const { handoff: button, copy } = this.parts;
+    const view = state?.handoff;
+    let label = "Hand off";
+    if (view?.inFlight) {
+      label = "Handing off…";
+    } else if (view?.resumable) {
+      label = "Resume handoff";
+    } else if (view?.copyPrompt) {
+      label = "Copy prompt";
+    }
+    button.textContent = label;
+    button.disabled = !state?.page?.convKey || !state?.connected || Boolean(view?.inFlight);
+    const prompt = view?.copyPrompt ?? "";
+    if (copy.value !== prompt) {
+      copy.value = prompt;
+    }
+    copy.classList.toggle("shown", Boolean(prompt));
+  }
+
+  handoffClicked(onHandoff) {
+    const view = this.state?.handoff;
+    if (view?.copyPrompt) {
+      this.parts.copy.select();
+      navigator.clipboard?.writeText(view.copyPrompt).then(
+        () => this.flash("Prompt copied: paste it into a new conversation."),
+        () => this.flash("Copy the selected prompt (Ctrl+C) into a new conversation."),
+      );
+      return;
+    }
+    onHandoff(view?.resumable ? "resume" : "start");
   }
 
   flash(message) {
@@ -98,6 +144,13 @@ function describe(state) {
   }
   if (state.uncertain) {
     lines.push("A send was not confirmed: automation paused; press Continue after checking the page.");
+  }
+  if (state.handoff?.phase === "seed_uncertain") {
+    lines.push("Handoff seed_uncertain: this conversation stays active until the seed is confirmed.");
+  } else if (state.handoff?.phase === "unavailable") {
+    lines.push("Browser control unavailable: copy the prompt into a new conversation.");
+  } else if (state.handoff?.phase === "refused") {
+    lines.push(`Handoff refused: ${state.handoff.error?.code}.`);
   }
   if (state.note) {
     lines.push(`Last: ${state.note.line}`);

@@ -25,6 +25,7 @@ export function start() {
     onAuto: (on) => post({ type: "auto.set", on }),
     onQueue: () => queueComposer(),
     onClearQueue: () => post({ type: "queue.clear" }),
+    onHandoff: (action) => post({ type: action === "resume" ? "handoff.resume" : "handoff.start" }),
   });
   seenAtLoad = new Set(dom.turns().map((turn) => turn.key));
   connect();
@@ -127,6 +128,8 @@ async function received(message) {
     post({ type: "sent", id: message.id, ...result });
     lastIdle = null;
     check();
+  } else if (message.type === "handoff.seed" || message.type === "handoff.probe") {
+    await handoffRequest(message);
   } else if (message.type === "error") {
     hud.flash(message.message);
   } else if (message.type === "queued") {
@@ -141,4 +144,28 @@ function queueComposer() {
     return;
   }
   post({ type: "queue.add", text });
+}
+
+/** The worker's handoff requests: type the seed here, or look for its marker (chatgpt-dom.js). */
+async function handoffRequest(message) {
+  let result;
+  if (message.type === "handoff.seed") {
+    sending = true;
+    try {
+      result = await dom.submitSeed(message.text, message.marker, { idleMs: message.idleMs, deadlineMs: message.deadlineMs });
+    } catch (error) {
+      // Something went wrong after typing may have begun: say so (the worker treats it as uncertain).
+      result = { typed: true, markerSeen: false, detail: String(error) };
+    } finally {
+      sending = false;
+    }
+  } else {
+    result = await dom.probeMarker(message.marker, message.deadlineMs);
+  }
+  post({ type: message.type === "handoff.seed" ? "handoff.seeded" : "handoff.probed", id: message.id, url: location.href, ...result });
+  if (location.href !== lastUrl) {
+    announce();
+  }
+  lastIdle = null;
+  check();
 }

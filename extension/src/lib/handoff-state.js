@@ -108,7 +108,12 @@ export function prepared(record, answer, now) {
   if (typeof message !== "string" || typeof marker !== "string" || !message.startsWith(marker)) {
     throw new HandoffError("handoff_package_invalid", "The runtime's package has no seed marker on its first line.");
   }
-  return move(record, "opening", now, { message, marker, workspaceId: answer.workspace_id ?? null });
+  return move(record, "opening", now, {
+    message,
+    marker,
+    continuityId: answer.package.continuity_id ?? null,
+    workspaceId: answer.workspace_id ?? null,
+  });
 }
 
 /** The runtime (or a check before it) refused: nothing was opened. */
@@ -134,13 +139,23 @@ export function seeding(record, now) {
  * unavailable and the copy prompt is offered. From `seeding` on, the seed may be on its way:
  * the transfer becomes `seed_uncertain` instead (never the copy prompt).
  */
-export function controlLost(record, reason, now) {
+export function controlLost(record, reason, now, { notTyped = false } = {}) {
   expect(record, ["opening", "seeding", "seed_uncertain"]);
   const error = { code: reason.code, message: reason.message };
-  if (record.phase === "opening") {
+  // Only while no seed was ever handed to a page (or the one page that had it says it typed
+  // nothing) is "nothing was sent" certain.
+  const neverSeeded = record.phase === "opening" && record.attempts === 0;
+  const firstNotTyped = record.phase === "seeding" && record.attempts === 1 && notTyped;
+  if (neverSeeded || firstNotTyped) {
     return move(record, "unavailable", now, { error });
   }
   return move(record, "seed_uncertain", now, { error });
+}
+
+/** Resume without a known target conversation: open a new page again (attempts are kept). */
+export function reopen(record, now) {
+  expect(record, ["seed_uncertain"]);
+  return move(record, "opening", now, { targetTabId: null });
 }
 
 /**

@@ -1,0 +1,400 @@
+// Handoff: a conversation handed to a new conversation of the same scope, fail-closed (seed 000;
+// the state machine is lib/handoff-state.js, this module does its I/O).
+//
+// Hand off (HUD) -> /browser/handoff.prepare (the runtime refuses while the workspace works) ->
+// a new ChatGPT page in the same scope (the Project's home for a Project, the root page
+// otherwise) -> its content script types the package's message (the seed) and reports the URL
+// and whether a user turn carries the seed marker -> only with a new conversation id AND the
+// marker: the cutover (a Project's active_conv_key, or a conversation scope's binding moved to
+// the new conversation; Auto inherited; the queue moved in order; a pending wake moved). Every
+// step is persisted under `handoff:<source scope>` first, so a restarted worker resumes it.
+// While a transfer is in flight the source conversation's automatic sends wait.
+
+import {
+  FINISHED,
+  IN_FLIGHT,
+  afterRestart,
+  controlLost,
+  done,
+  handoffOptions,
+  migrateQueue,
+  observed,
+  opened,
+  prepared,
+  refused,
+  reopen,
+  seeding,
+  start,
+  view,
+} from "../lib/handoff-state.js";
+import { conversationUrl, pageScope } from "../lib/scope.js";
+import * as store from "./store.js";
+
+const POLL_MS = 100;
+/** A probe of an existing conversation: long enough for a reloaded page to load its turns. */
+const PROBE_MS = 10_000;
+/** How long the new page's composer may take to become usable before the seed is typed. */
+const IDLE_WAIT_MS = 15_000;
+
+const key = (scope) => `handoff:${scope}`;
+
+export class Handoff {
+  constructor({ native, bindings, tabs, continuity, now = () => Date.now(), log = console }) {
+    this.native = native;
+    this.bindings = bindings;
+    this.tabs = tabs;
+    this.continuity = continuity;
+    this.now = now;
+    this.log = log;
+    /** scope -> record, for the synchronous checks of the pump. */
+    this.records = new Map();
+    this.running = new Map();
+    this.requests = new Map();
+    this.nextRequest = 1;
+    this.restored = null;
+  }
+
+  // ---- what others ask
+
+  /** True while conversation `convKey` is the source of a transfer in flight (its sends wait). */
+  holds(convKey) {
+    return [...this.records.values()].some((record) => record.sourceConvKey === convKey && IN_FLIGHT.includes(record.phase));
+  }
+
+  /** True while a transfer of `scope` is not finished (in flight or uncertain). */
+  busy(scope) {
+    const record = this.records.get(scope);
+    return Boolean(record) && !FINISHED.includes(record.phase);
+  }
+
+  view(scope) {
+    return view(this.records.get(scope) ?? null);
+  }
+
+  /** Load persisted transfers once (after a worker restart) and carry on with those in flight. */
+  restore() {
+    this.restored ??= (async () => {
+      const all = await chrome.storage.local.get(null);
+      for (const [name, record] of Object.entries(all)) {
+        if (name.startsWith("handoff:") && record?.scope) {
+          const after = afterRestart(record, this.now());
+          await this.save(after);
+          if (["preparing", "opening", "confirmed"].includes(after.phase)) {
+            this.run(after.scope);
+          }
+        }
+      }
+    })().catch((error) => this.log.warn("herdr-mcp: restoring handoffs failed", error.message));
+    return this.restored;
+  }
+
+  /** Hand off the conversation shown in `tab`. */
+  async begin(tab) {
+    await this.restore();
+    const page = tab.page;
+    const sourceUrl = conversationUrl(page);
+    const auto = page ? (await store.get(`auto:${page.scope}`, false)) === true : false;
+    let record;
+    await store.update(key(page?.scope ?? "none"), null, (existing) => {
+      record = start(existing, { page, sourceUrl, auto, now: this.now() });
+      return record;
+    });
+    this.records.set(record.scope, record);
+    this.note(record, "handing off: preparing the package");
+    this.run(record.scope); // runs on; the HUD follows its phases
+    return record;
+  }
+
+  /** "Resume handoff" of an uncertain transfer. */
+  async resume(scope) {
+    await this.restore();
+    const record = this.records.get(scope);
+    if (!record || record.phase !== "seed_uncertain") {
+      throw Object.assign(new Error("No uncertain handoff to resume here."), { code: "handoff_not_uncertain" });
+    }
+    this.run(scope, { resume: true });
+    return record;
+  }
+
+  /** A page announced itself: an uncertain transfer whose target it shows is probed (reconcile). */
+  pageSeen(tab) {
+    const convKey = tab.page?.convKey;
+    for (const record of this.records.values()) {
+      if (record.phase === "seed_uncertain" && convKey && record.targetConvKey === convKey && !this.running.has(record.scope)) {
+        this.run(record.scope, { reconcileOnly: tab });
+      }
+    }
+  }
+
+  /** Replies of content scripts (`handoff.seeded`, `handoff.probed`). */
+  reply(message) {
+    const waiting = this.requests.get(message.id);
+    if (waiting) {
+      this.requests.delete(message.id);
+      waiting(message);
+    }
+  }
+
+  // ---- the steps
+
+  run(scope, options = {}) {
+    const previous = this.running.get(scope) ?? Promise.resolve();
+    const next = previous
+      .then(() => this.step(scope, options))
+      .catch((error) => this.log.warn("herdr-mcp: handoff failed", scope, error.code ?? "", error.message))
+      .finally(() => {
+        if (this.running.get(scope) === next) {
+          this.running.delete(scope);
+        }
+        this.continuity.broadcast();
+      });
+    this.running.set(scope, next);
+    return next;
+  }
+
+  async step(scope, { resume = false, reconcileOnly = null }) {
+    let record = this.records.get(scope);
+    if (reconcileOnly) {
+      if (record?.phase === "seed_uncertain") {
+        await this.probe(record, reconcileOnly, { resend: false });
+      }
+      return;
+    }
+    if (resume && record.phase === "seed_uncertain") {
+      record = await this.resumeUncertain(record);
+    }
+    while (record && !["done", "seed_uncertain", "unavailable", "refused"].includes(record.phase)) {
+      if (record.phase === "preparing") {
+        record = await this.prepare(record);
+      } else if (record.phase === "opening") {
+        record = await this.open(record);
+      } else if (record.phase === "confirmed") {
+        record = await this.cutover(record);
+      } else {
+        // seeding outside of a request in this worker: the outcome is not known
+        record = await this.save(observed(record, { convKey: null, markerSeen: false }, this.now()));
+      }
+    }
+    if (record) {
+      this.note(record, describe(record));
+    }
+  }
+
+  async prepare(record) {
+    try {
+      const answer = await this.native.call("/browser/handoff.prepare", {
+        scope: record.scope,
+        transfer_id: record.transferId,
+        source_url: record.sourceUrl,
+      });
+      return this.save(prepared(record, answer, this.now()));
+    } catch (error) {
+      return this.save(refused(record, error, this.now()));
+    }
+  }
+
+  /** Open the new conversation page and seed it (phase opening -> seeding -> ...). */
+  async open(record) {
+    const options = handoffOptions(await store.get("options", {}));
+    const url = record.kind === "project" ? `https://chatgpt.com/g/${record.projectId}/project` : "https://chatgpt.com/";
+    let tabId;
+    try {
+      tabId = (await chrome.tabs.create({ url, active: true })).id;
+    } catch (error) {
+      return this.save(controlLost(record, { code: "handoff_tab_failed", message: `A new tab could not be opened: ${error.message}` }, this.now()));
+    }
+    record = await this.save(opened(record, tabId, this.now()));
+    const tab = await this.connected(tabId, options.connectDeadlineSec * 1000, (page) => page !== null);
+    if (!tab) {
+      chrome.tabs.remove(tabId).catch(() => {});
+      return this.save(
+        controlLost(
+          record,
+          { code: "handoff_page_unreachable", message: `The new ChatGPT page did not answer within ${options.connectDeadlineSec} s.` },
+          this.now(),
+        ),
+      );
+    }
+    return this.seed(record, tab, options);
+  }
+
+  /** Hand the seed to `tab`'s content script and judge what it saw. */
+  async seed(record, tab, options) {
+    record = await this.save(seeding(record, this.now()));
+    const deadlineMs = options.seedDeadlineSec * 1000;
+    const answer = await this.request(tab, { type: "handoff.seed", text: record.message, marker: record.marker, idleMs: IDLE_WAIT_MS, deadlineMs }, IDLE_WAIT_MS + deadlineMs + 10_000);
+    if (!answer) {
+      return this.save(controlLost(record, { code: "handoff_page_lost", message: "The new page went away while the seed was sent." }, this.now()));
+    }
+    if (!answer.typed) {
+      return this.save(
+        controlLost(record, { code: "handoff_page_busy", message: `The new page could not take the seed (${answer.reason}).` }, this.now(), {
+          notTyped: true,
+        }),
+      );
+    }
+    return this.save(observed(record, { convKey: this.targetOf(record, answer.url), markerSeen: Boolean(answer.markerSeen) }, this.now()));
+  }
+
+  /**
+   * Resume: probe the target conversation (reloaded, so the page shows what the site has); the
+   * marker found -> confirmed; confirmed absent -> the seed again into that conversation. Without
+   * a known target conversation, a new page again.
+   */
+  async resumeUncertain(record) {
+    const options = handoffOptions(await store.get("options", {}));
+    if (!record.targetConvKey) {
+      return this.save(reopen(record, this.now()));
+    }
+    let tab = this.tabs.forConv(record.targetConvKey);
+    let tabId;
+    try {
+      if (tab) {
+        tabId = tab.tabId;
+        await chrome.tabs.reload(tabId);
+      } else {
+        const page = { convKey: record.targetConvKey, projectId: record.projectId };
+        tabId = (await chrome.tabs.create({ url: conversationUrl(page), active: true })).id;
+      }
+    } catch (error) {
+      return this.save({ ...record, error: { code: "handoff_tab_failed", message: error.message }, updatedAt: this.now() });
+    }
+    tab = await this.connected(tabId, options.connectDeadlineSec * 1000, (page) => page?.convKey === record.targetConvKey, tab);
+    if (!tab) {
+      return this.save({
+        ...record,
+        error: { code: "handoff_page_unreachable", message: "The target conversation did not answer; resume again later." },
+        updatedAt: this.now(),
+      });
+    }
+    return this.probe(record, tab, { resend: true, options });
+  }
+
+  async probe(record, tab, { resend, options = null }) {
+    const answer = await this.request(tab, { type: "handoff.probe", marker: record.marker, deadlineMs: PROBE_MS }, PROBE_MS + 5_000);
+    if (answer?.markerSeen) {
+      record = await this.save(observed(record, { convKey: this.targetOf(record, answer.url), markerSeen: true }, this.now()));
+      if (record.phase === "confirmed") {
+        return this.cutover(record);
+      }
+      return record;
+    }
+    if (!resend || !answer) {
+      return record;
+    }
+    return this.seed(record, tab, options ?? handoffOptions(await store.get("options", {})));
+  }
+
+  /** The conversation a target page is on, when it belongs where the transfer goes. */
+  targetOf(record, url) {
+    const page = url ? pageScope(url) : null;
+    if (!page?.convKey) {
+      return null;
+    }
+    if (record.kind === "project") {
+      return page.scope === record.scope ? page.convKey : null;
+    }
+    return page.kind === "conv" && page.site === record.site ? page.convKey : null;
+  }
+
+  /** The cutover, each step idempotent (a restart in the middle does them again). */
+  async cutover(record) {
+    const target = record.targetConvKey;
+    const binding = this.bindings.get(record.scope);
+    let targetScope = record.scope;
+    if (record.kind === "project") {
+      if (binding) {
+        await this.bindings.set(record.scope, binding.workspace_id, { label: binding.label, active_conv_key: target });
+      }
+    } else {
+      targetScope = `${record.site}:conv:${target}`;
+      if (binding) {
+        await this.bindings.set(targetScope, binding.workspace_id, { label: binding.label });
+        await this.bindings.set(record.scope, null);
+      }
+      if (record.auto) {
+        await store.set(`auto:${targetScope}`, true);
+      }
+      const wake = await store.get(`wake:${record.scope}`, null);
+      if (wake && (await store.get(`wake:${targetScope}`, null)) === null) {
+        await store.set(`wake:${targetScope}`, wake);
+      }
+      await store.remove(`wake:${record.scope}`);
+    }
+    if (record.continuityId) {
+      await store.set(`chain:${target}`, record.continuityId);
+    }
+    const source = await store.get(`queue:${record.sourceConvKey}`, []);
+    if (source.length > 0) {
+      await store.update(`queue:${target}`, [], (queue) => migrateQueue(queue, source));
+      await store.remove(`queue:${record.sourceConvKey}`);
+    }
+    record = await this.save(done(record, this.now()));
+    this.continuity.note(targetScope, `handed off from ${record.sourceConvKey}`);
+    this.continuity.pump(target);
+    return record;
+  }
+
+  // ---- plumbing
+
+  async save(record) {
+    this.records.set(record.scope, record);
+    await store.set(key(record.scope), record);
+    this.continuity.broadcast();
+    return record;
+  }
+
+  note(record, line) {
+    this.continuity.note(record.scope, line);
+    this.continuity.broadcast();
+  }
+
+  /** The connected content script of tab `tabId` once `ready(page)` holds; null after `ms`. */
+  async connected(tabId, ms, ready, stale = null) {
+    const until = this.now() + ms;
+    while (this.now() < until) {
+      const tab = this.tabs.byId.get(tabId);
+      if (tab && tab !== stale && ready(tab.page)) {
+        return tab;
+      }
+      await new Promise((resolve) => setTimeout(resolve, POLL_MS));
+    }
+    return null;
+  }
+
+  /** Ask a content script; its answer, or null when it went away or did not answer in `ms`. */
+  request(tab, message, ms) {
+    const id = `h${this.nextRequest++}`;
+    return new Promise((resolve) => {
+      const finish = (answer) => {
+        clearTimeout(timer);
+        clearInterval(watch);
+        this.requests.delete(id);
+        resolve(answer);
+      };
+      const timer = setTimeout(() => finish(null), ms);
+      const watch = setInterval(() => {
+        if (this.tabs.byId.get(tab.tabId) !== tab) {
+          finish(null);
+        }
+      }, 500);
+      this.requests.set(id, finish);
+      this.tabs.post(tab, { ...message, id });
+    });
+  }
+}
+
+function describe(record) {
+  switch (record.phase) {
+    case "done":
+      return `handed off to ${record.targetConvKey}`;
+    case "seed_uncertain":
+      return `handoff uncertain (seed_uncertain): ${record.error?.message ?? ""} Press Resume handoff.`;
+    case "unavailable":
+      return `browser control unavailable (${record.error?.code}): copy the prompt into a new conversation`;
+    case "refused":
+      return `handoff refused (${record.error?.code}): ${record.error?.message ?? ""}`;
+    default:
+      return `handing off: ${record.phase}`;
+  }
+}

@@ -1,0 +1,327 @@
+"""Handoff end to end (issue 13, deliver 2): Debian's Chromium with extension/ loaded, the real
+native host and runtime on the Herdr simulator, and the imitated chatgpt.com
+(tests/extension_harness.py; its new-chat pages create /c/<new id> with their first message).
+
+Shown, each from the HUD's one "Hand off" entry:
+- success in a ChatGPT Project: the package prepared by the runtime, a new conversation of the same
+  Project opened and seeded with exactly the package's message, `active_conv_key` switched only
+  then, Auto inherited (the next settle wakes the new conversation, not the old one);
+- the seed marker never shows on the page: `seed_uncertain`, the source stays active, no copy
+  prompt; once the page shows it, "Resume handoff" finds the marker and cuts over without sending
+  the seed again;
+- browser control unavailable (the new page never gets a content script): the copy prompt,
+  byte for byte the package's message, and nothing sent anywhere;
+- refused while an agent of the workspace works (`workspace_working`): nothing opened or sent;
+- a plain conversation's queued messages arrive in the new conversation, in order, after the
+  cutover moved the binding there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.async_api import Page, async_playwright
+
+from tests.extension_harness import (
+    Browser,
+    ChatGPTSite,
+    PushReader,
+    Workstation,
+    install_native_host,
+    launched,
+    wait_hud,
+    workstation,
+)
+from tests.sim_helpers import run, short_tmp_dir
+from tests.waiting import poll_until
+
+pytestmark = pytest.mark.slow
+
+PROJECT = "g-p-0a1b2c3d"
+SOURCE = "conv-src-0001"
+PROJECT_SCOPE = f"chatgpt:project:{PROJECT}"
+PROJECT_URL = f"https://chatgpt.com/g/{PROJECT}/c/{SOURCE}"
+CONV_SCOPE = f"chatgpt:conv:{SOURCE}"
+CONV_URL = f"https://chatgpt.com/c/{SOURCE}"
+MARKER = "[herdr-handoff transfer="
+HISTORY = [
+    {"id": "u-hist", "role": "user", "text": "Plan the migration, then dispatch the tests."},
+    {"id": "a-hist", "role": "assistant", "text": "Dispatching the tests to the coder agent."},
+]
+WAKE = "No agent in workspace"
+#: A whole test: a browser launch, a runtime, the simulator, waits on a loaded machine.
+BODY_TIMEOUT_S = 240.0
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    with short_tmp_dir() as path:
+        yield path
+
+
+def site() -> ChatGPTSite:
+    return ChatGPTSite(conversations={SOURCE: [dict(turn) for turn in HISTORY]})
+
+
+async def set_handoff_options(browser: Browser, seed_s: int, connect_s: int) -> None:
+    """Short handoff deadlines (the defaults are 60 s and 20 s), in the extension's options."""
+    await browser.worker.evaluate(
+        """async ([seed, connect]) => {
+            const { options = {} } = await chrome.storage.local.get("options");
+            await chrome.storage.local.set({ options: { ...options, handoffSeedDeadlineSec: seed,
+                handoffConnectDeadlineSec: connect } });
+        }""",
+        [seed_s, connect_s],
+    )
+
+
+async def bound_source(browser: Browser, station: Workstation, url: str, *, auto: bool) -> Page:
+    """The source page, bound through the side panel, its history journaled (a handoff needs the chain)."""
+    page = await browser.open(url)
+    await wait_hud(page, "Not bound")
+    panel = await browser.bind(station.workspace_id())
+    await panel.close()
+    await wait_hud(page, "Bound to api")
+    if auto:
+        await page.locator("herdr-mcp-hud .auto").click()
+        await page.locator("herdr-mcp-hud .auto").filter(has_text="Auto: on").wait_for()
+
+    # The page reports its turns when it loads; bound now, a reload journals them.
+    await page.reload()
+    await wait_hud(page, "Bound to api")
+
+    async def journaled() -> bool:
+        return len(await browser.storage(f"journal:{SOURCE}") or []) >= 2
+
+    await poll_until(journaled, "the source's history in the continuity journal")
+    return page
+
+
+async def binding(station: Workstation, scope: str) -> dict[str, Any] | None:
+    answer = await station.post("/browser/binding.get", {"scope": scope})
+    found: dict[str, Any] | None = answer["binding"]
+    return found
+
+
+async def transfer(browser: Browser, scope: str, phase: str) -> dict[str, Any]:
+    async def probe() -> dict[str, Any] | None:
+        record = await browser.storage(f"handoff:{scope}")
+        return record if record and record["phase"] == phase else None
+
+    return await poll_until(probe, f"the handoff of {scope} to be {phase}")
+
+
+def seeds(chat: ChatGPTSite) -> list[tuple[str, str]]:
+    return [(post.conversation_id, post.text) for post in chat.posts if post.text.startswith(MARKER)]
+
+
+async def package_message(station: Workstation, record: dict[str, Any]) -> str:
+    """The runtime's package of this transfer (preparing it again returns the same package)."""
+    answer = await station.post(
+        "/browser/handoff.prepare",
+        {"scope": record["scope"], "transfer_id": record["transferId"], "source_url": record["sourceUrl"]},
+    )
+    message: str = answer["package"]["message"]
+    return message
+
+
+async def page_on(browser: Browser, conversation: str) -> Page:
+    async def probe() -> Page | None:
+        return next((page for page in browser.context.pages if page.url.endswith(f"/c/{conversation}")), None)
+
+    return await poll_until(probe, f"a tab on conversation {conversation}")
+
+
+def test_handoff_in_a_project_switches_the_active_conversation_after_the_seed(base: Path) -> None:
+    async def body() -> None:
+        profile = base / "profile"
+        with workstation(base) as station:
+            install_native_host(profile, station.config_dir)
+            chat = site()
+            async with (
+                async_playwright() as playwright,
+                launched(playwright, profile, chat) as browser,
+                PushReader(station) as push,
+            ):
+                source = await bound_source(browser, station, PROJECT_URL, auto=True)
+                assert (await binding(station, PROJECT_SCOPE) or {})["active_conv_key"] == f"/c/{SOURCE}"
+                await source.locator("herdr-mcp-hud .handoff").click()
+
+                record = await transfer(browser, PROJECT_SCOPE, "done")
+                target = record["targetConvKey"]
+                assert target and target != SOURCE
+                assert (await binding(station, PROJECT_SCOPE) or {})["active_conv_key"] == f"/c/{target}"
+                message = await package_message(station, record)
+                assert message.splitlines()[0] == record["marker"]
+                assert seeds(chat) == [(target, message)], (
+                    "exactly the package's message, once, in the new one"
+                )
+                new_page = await page_on(browser, target)
+                assert f"/g/{PROJECT}/c/{target}" in new_page.url, "the same Project"
+                await wait_hud(source, f"handed off to {target}")
+                await new_page.locator("herdr-mcp-hud .auto").filter(has_text="Auto: on").wait_for()
+
+                # Auto inherited, and the Project's wakes now go to the new conversation.
+                await station.prompt("run the migration tests")
+                await push.wait("agent_working", "the coder working", workspace_id=station.workspace_id())
+                station.settle()
+
+                async def woke() -> list[str] | None:
+                    found = [text for text in chat.texts(target) if WAKE in text]
+                    return found or None
+
+                await poll_until(woke, "the wake in the new conversation")
+                assert not [text for text in chat.texts(SOURCE) if WAKE in text], "the old one is not woken"
+
+    run(body(), timeout=BODY_TIMEOUT_S)
+
+
+def test_seed_marker_never_shown_is_uncertain_and_resume_cuts_over_later(base: Path) -> None:
+    async def body() -> None:
+        profile = base / "profile"
+        with workstation(base) as station:
+            install_native_host(profile, station.config_dir)
+            chat = site()
+            async with async_playwright() as playwright, launched(playwright, profile, chat) as browser:
+                source = await bound_source(browser, station, PROJECT_URL, auto=False)
+                await set_handoff_options(browser, seed_s=4, connect_s=20)
+                chat.drop_seed_marker = True
+                await source.locator("herdr-mcp-hud .handoff").click()
+
+                record = await transfer(browser, PROJECT_SCOPE, "seed_uncertain")
+                target = record["targetConvKey"]
+                assert target, "the page did move to a new conversation"
+                assert record["error"]["code"] == "seed_uncertain"
+                assert (await binding(station, PROJECT_SCOPE) or {})["active_conv_key"] == f"/c/{SOURCE}", (
+                    "source stays"
+                )
+                await wait_hud(source, "seed_uncertain")
+                handoff = source.locator("herdr-mcp-hud .handoff")
+                await handoff.filter(has_text="Resume handoff").wait_for()
+                assert not await source.locator("herdr-mcp-hud .copy.shown").count(), "no copy prompt"
+                assert [conv for conv, _ in seeds(chat)] == [target]
+
+                # Later the page shows what the site stored; Resume probes and cuts over.
+                chat.drop_seed_marker = False
+                await handoff.click()
+                done = await transfer(browser, PROJECT_SCOPE, "done")
+                assert done["targetConvKey"] == target
+                assert (await binding(station, PROJECT_SCOPE) or {})["active_conv_key"] == f"/c/{target}"
+                assert [conv for conv, _ in seeds(chat)] == [target], "found, so not sent again"
+                await wait_hud(source, f"handed off to {target}")
+
+    run(body(), timeout=BODY_TIMEOUT_S)
+
+
+def test_browser_control_unavailable_offers_the_copy_prompt(base: Path) -> None:
+    async def body() -> None:
+        profile = base / "profile"
+        with workstation(base) as station:
+            install_native_host(profile, station.config_dir)
+            chat = site()
+            async with async_playwright() as playwright, launched(playwright, profile, chat) as browser:
+                source = await bound_source(browser, station, PROJECT_URL, auto=False)
+                await set_handoff_options(browser, seed_s=10, connect_s=3)
+                chat.unreachable_new_chat = True
+                await source.locator("herdr-mcp-hud .handoff").click()
+
+                record = await transfer(browser, PROJECT_SCOPE, "unavailable")
+                assert record["error"]["code"] == "handoff_page_unreachable"
+                await source.locator("herdr-mcp-hud .handoff").filter(has_text="Copy prompt").wait_for()
+                shown = await source.locator("herdr-mcp-hud .copy").input_value()
+                assert shown == await package_message(station, record)
+                assert shown.startswith(MARKER)
+                await wait_hud(source, "Browser control unavailable")
+                assert seeds(chat) == [], "nothing was sent"
+                assert (await binding(station, PROJECT_SCOPE) or {})["active_conv_key"] == f"/c/{SOURCE}"
+
+    run(body(), timeout=BODY_TIMEOUT_S)
+
+
+def test_handoff_is_refused_while_an_agent_works(base: Path) -> None:
+    async def body() -> None:
+        profile = base / "profile"
+        with workstation(base) as station:
+            install_native_host(profile, station.config_dir)
+            chat = site()
+            async with (
+                async_playwright() as playwright,
+                launched(playwright, profile, chat) as browser,
+                PushReader(station) as push,
+            ):
+                source = await bound_source(browser, station, PROJECT_URL, auto=False)
+                pages_before = len(browser.context.pages)
+                await station.prompt("long task")
+                await push.wait("agent_working", "the coder working", workspace_id=station.workspace_id())
+                await source.locator("herdr-mcp-hud .handoff").click()
+
+                record = await transfer(browser, PROJECT_SCOPE, "refused")
+                assert record["error"]["code"] == "workspace_working"
+                await wait_hud(source, "Handoff refused: workspace_working")
+                assert len(browser.context.pages) == pages_before, "no page was opened"
+                assert seeds(chat) == []
+                assert (await binding(station, PROJECT_SCOPE) or {})["active_conv_key"] == f"/c/{SOURCE}"
+
+    run(body(), timeout=BODY_TIMEOUT_S)
+
+
+def test_queued_messages_arrive_in_the_new_conversation_in_order(base: Path) -> None:
+    async def body() -> None:
+        profile = base / "profile"
+        with workstation(base) as station:
+            install_native_host(profile, station.config_dir)
+            chat = site()
+            async with async_playwright() as playwright, launched(playwright, profile, chat) as browser:
+                source = await bound_source(browser, station, CONV_URL, auto=True)
+                # A reply in progress keeps the composer busy, so the queue waits.
+                chat.hold()
+                composer = source.locator("#prompt-textarea")
+                await composer.click()
+                await source.keyboard.type("Start the review.")
+                await source.keyboard.press("Enter")
+                await source.locator('[data-testid="stop-button"]').wait_for()
+                for text in ("first queued message", "second queued message"):
+                    await composer.click()
+                    await source.keyboard.type(text)
+                    await source.locator("herdr-mcp-hud .queue").click()
+                    await poll_until(partial(_queued, browser, text), f"{text!r} in the source's queue")
+                assert [entry["text"] for entry in await browser.storage(f"queue:{SOURCE}")] == [
+                    "first queued message",
+                    "second queued message",
+                ]
+                await source.locator("herdr-mcp-hud .handoff").click()
+
+                record = await transfer(browser, CONV_SCOPE, "done")
+                target = record["targetConvKey"]
+                assert await binding(station, CONV_SCOPE) is None, "the binding left the old conversation"
+                assert (await binding(station, f"chatgpt:conv:{target}") or {})[
+                    "workspace_id"
+                ] == station.workspace_id()
+                assert await browser.storage(f"queue:{SOURCE}") is None
+                assert await browser.storage(f"auto:chatgpt:conv:{target}") is True, "Auto inherited"
+                chat.release()
+
+                async def delivered() -> list[str] | None:
+                    found = [text for text in chat.texts(target) if "queued message" in text]
+                    return found or None
+
+                (text,) = await poll_until(delivered, "the queue in the new conversation")
+                # One message, the entries in order with blank lines between them (the imitated
+                # composer may turn the typed blank line into two newlines).
+                assert [part.strip() for part in text.split("\n") if part.strip()] == [
+                    "first queued message",
+                    "second queued message",
+                ], text
+                assert not [t for t in chat.texts(SOURCE) if "queued message" in t], "none into the old one"
+                assert await browser.storage(f"queue:{target}") == []
+
+    run(body(), timeout=BODY_TIMEOUT_S)
+
+
+async def _queued(browser: Browser, text: str) -> bool:
+    queue = await browser.storage(f"queue:{SOURCE}") or []
+    return any(entry["text"] == text for entry in queue)
