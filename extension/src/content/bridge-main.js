@@ -201,8 +201,11 @@ async function sendPrompt() {
 
 function fold(messages) {
   for (const message of messages) {
+    if (message.element.dataset.herdrFold) {
+      continue; // folded already (or opened by the person)
+    }
     const protocol = message.role === "user" ? isPrompt(message.text) || isResult(message.text) : isCallsOnly(message.text);
-    if (protocol && !message.element.dataset.herdrFold) {
+    if (protocol) {
       message.element.dataset.herdrFold = "closed";
       message.element.addEventListener("click", () => {
         message.element.dataset.herdrFold = message.element.dataset.herdrFold === "closed" ? "open" : "closed";
