@@ -13,7 +13,9 @@ Shown, each from the HUD's one "Hand off" entry:
   byte for byte the package's message, and nothing sent anywhere;
 - refused while an agent of the workspace works (`workspace_working`): nothing opened or sent;
 - a plain conversation's queued messages arrive in the new conversation, in order, after the
-  cutover moved the binding there.
+  cutover moved the binding there;
+- the browser closed mid-seed: the persisted transfer comes back `seed_uncertain` with the new
+  conversation it had reached, and Resume there cuts over without a second seed.
 """
 
 from __future__ import annotations
@@ -325,3 +327,43 @@ def test_queued_messages_arrive_in_the_new_conversation_in_order(base: Path) -> 
 async def _queued(browser: Browser, text: str) -> bool:
     queue = await browser.storage(f"queue:{SOURCE}") or []
     return any(entry["text"] == text for entry in queue)
+
+
+def test_a_restart_mid_seed_resumes_the_persisted_transfer(base: Path) -> None:
+    async def body() -> None:
+        profile = base / "profile"
+        with workstation(base) as station:
+            install_native_host(profile, station.config_dir)
+            chat = site()
+            async with async_playwright() as playwright:
+                async with launched(playwright, profile, chat) as browser:
+                    source = await bound_source(browser, station, PROJECT_URL, auto=False)
+                    await set_handoff_options(browser, seed_s=120, connect_s=20)
+                    chat.drop_seed_marker = True
+                    await source.locator("herdr-mcp-hud .handoff").click()
+
+                    async def mid_seed() -> dict[str, Any] | None:
+                        record = await browser.storage(f"handoff:{PROJECT_SCOPE}")
+                        seeding = record and record["phase"] == "seeding" and record["targetConvKey"]
+                        return record if seeding else None
+
+                    record = await poll_until(mid_seed, "the seed sent, its marker not yet seen")
+                    target = record["targetConvKey"]
+                # The browser closed while the new page was still looking for the marker.
+                chat.drop_seed_marker = False
+                async with launched(playwright, profile, chat) as browser:
+                    uncertain = await transfer(browser, PROJECT_SCOPE, "seed_uncertain")
+                    assert uncertain["targetConvKey"] == target
+                    active = (await binding(station, PROJECT_SCOPE) or {})["active_conv_key"]
+                    assert active == f"/c/{SOURCE}", "the source stays active across the restart"
+                    source = await browser.open(PROJECT_URL)
+                    handoff = source.locator("herdr-mcp-hud .handoff")
+                    await handoff.filter(has_text="Resume handoff").wait_for()
+                    await handoff.click()
+                    done = await transfer(browser, PROJECT_SCOPE, "done")
+                    assert done["targetConvKey"] == target
+                    active = (await binding(station, PROJECT_SCOPE) or {})["active_conv_key"]
+                    assert active == f"/c/{target}"
+                    assert [conv for conv, _ in seeds(chat)] == [target], "the seed went out once"
+
+    run(body(), timeout=BODY_TIMEOUT_S)

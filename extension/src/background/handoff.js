@@ -116,10 +116,20 @@ export class Handoff {
     return record;
   }
 
-  /** A page announced itself: an uncertain transfer whose target it shows is probed (reconcile). */
+  /**
+   * A page announced itself. The page being seeded moved to a conversation: that id is kept at
+   * once (a restart mid-seed then knows where to look). An uncertain transfer whose target it
+   * shows is probed (reconcile).
+   */
   pageSeen(tab) {
     const convKey = tab.page?.convKey;
     for (const record of this.records.values()) {
+      if (record.phase === "seeding" && record.targetTabId === tab.tabId && !record.targetConvKey) {
+        const target = this.targetOf(record, tab.url);
+        if (target) {
+          this.save({ ...record, targetConvKey: target, updatedAt: this.now() });
+        }
+      }
       if (record.phase === "seed_uncertain" && convKey && record.targetConvKey === convKey && !this.running.has(record.scope)) {
         this.run(record.scope, { reconcileOnly: tab });
       }
