@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import struct
 import zlib
 from collections.abc import Iterator
@@ -39,6 +40,7 @@ RESULT = f"TOOL_RESULT {MARKER}"
 #: extension/src/lib/bridge-clean.js RESULT_CAP_CHARS, plus the per-call header lines.
 CAP = 16_000
 BODY_TIMEOUT_S = 240.0
+NOTE = "written by the bridge\n"
 
 
 @dataclass
@@ -51,6 +53,8 @@ class Site:
     repo: Path
     conversations: dict[str, list[dict[str, str]]] = field(default_factory=dict)
     posts: list[tuple[str, str]] = field(default_factory=list)
+    #: The workspace id herdr_exec is given.
+    workspace: str = ""
     #: The model answers every message "Noted." (no calls).
     quiet: bool = False
     #: While set, the model's replies wait for it (the stop button stays) until it is set.
@@ -112,9 +116,15 @@ class Site:
         if not last.startswith(RESULT):
             return "Noted."
         if rounds == 1:
-            return call(
-                "herdr_fs_write", {"path": str(repo / "note.txt"), "content": "written by the bridge\n"}
-            )
+            return "\n".join([
+                call("herdr_fs_write", {"path": str(repo / "note.txt"), "content": NOTE}),
+                # No idempotency_key from the model: the bridge supplies one (the tool requires it
+                # for a non_idempotent_write).
+                call("herdr_exec", {
+                    "workspace": self.workspace, "command": "echo ran >> exec.log",
+                    "intent": "non_idempotent_write", "confirm_busy": True,
+                }),
+            ])  # fmt: skip
         if rounds == 2:
             return "\n".join([
                 call("herdr_fs_read", {"path": str(repo / "big.txt"), "max_bytes": 262144}),
@@ -190,7 +200,7 @@ def test_tool_calls_round_trip_cleaned_and_a_reload_reruns_nothing(base: Path, n
         assert (repo / "big.png").stat().st_size > 2_000_000
         with workstation(base) as station:
             install_native_host(profile, station.config_dir)
-            site = Site(host, FIXTURES / fixture, repo)
+            site = Site(host, FIXTURES / fixture, repo, workspace=station.workspace_id())
             async with (
                 async_playwright() as playwright,
                 launched(
@@ -214,7 +224,10 @@ def test_tool_calls_round_trip_cleaned_and_a_reload_reruns_nothing(base: Path, n
                 first, second, third = results
                 assert "[1] herdr_inspect ok" in first and "[2] herdr_fs_read ok" in first
                 assert "bridge marker line" in first
-                assert "[1] herdr_fs_write ok" in second
+                assert "[1] herdr_fs_write ok" in second and "[2] herdr_exec ok" in second, second
+                assert (repo / "exec.log").read_text(encoding="utf-8") == "ran\n"
+                (executed,) = audited(station.config_dir, "herdr_exec")
+                assert re.fullmatch(r"bridge-[0-9a-f]{32}-1", executed["idempotency_key"]), executed
                 assert (repo / "note.txt").read_text(encoding="utf-8") == "written by the bridge\n"
                 # The 2 MB image and the 256 KiB read arrive cleaned and capped.
                 assert "[1] herdr_fs_read ok" in third and "[2] herdr_fs_image" in third
