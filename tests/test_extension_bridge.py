@@ -2,11 +2,13 @@
 loaded, the real `herdr-mcp native-host`, a real runtime on the Herdr simulator, and imitations of
 chat.z.ai and chat.deepseek.com served through request routing (tests/fixtures/extension/). The
 imitated model is scripted here: it answers the protocol prompt (which must list the live tools)
-with tool-call lines for herdr_inspect and herdr_fs_read, then herdr_fs_write, then a 256 KiB
-herdr_fs_read and a 2 MB herdr_fs_image, then plain text. Shown: each round answered by one
-TOOL_RESULT message in the same conversation, the 2 MB result cleaned and capped, the root page's
-conversation id taken once, and a reload while a mutation's result was in flight re-running
-nothing (the runtime's audit log has each write once).
+with tool-call lines for herdr_inspect and herdr_fs_read, then herdr_fs_write and herdr_exec
+(a non_idempotent_write the bridge gives an idempotency key), then a 256 KiB herdr_fs_read and a
+2 MB herdr_fs_image, then plain text. Shown: each round answered by one TOOL_RESULT message in the
+same conversation, protocol messages folded, the 2 MB result cleaned and capped, the root page's
+conversation id taken once, a reload while a mutation's result was in flight re-running nothing
+(the runtime's audit log has each write once), a result kept while a draft blocked it sent after
+a reload, and a call present at load run only when the protocol prompt is in the conversation.
 """
 
 from __future__ import annotations
