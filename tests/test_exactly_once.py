@@ -16,6 +16,7 @@ import pytest
 from herdr_mcp.sim import SimConfig, SimulatorThread
 from tests.runtime_harness import InProcessRuntime, call_tool, in_process_runtime, make_repo, running_runtime
 from tests.sim_helpers import short_tmp_dir
+from tests.waiting import poll_until
 
 KEY = "key-0001-exactly-once"
 
@@ -84,7 +85,16 @@ def test_twenty_concurrent_identical_prompts_reach_the_agent_once(
             answers = await _concurrently(runtime, "herdr_prompt", request)
             pane = next(a for a in sim.snapshot()["agents"] if a["name"] == "repo-agent")["pane_id"]
             read = {"method": "pane.read", "params": {"pane_id": pane, "source": "recent"}}
-            return answers, await runtime.call("herdr_call", read)
+            # The agent echoes a prompt a moment after taking it: a later prompt's echo marks the
+            # point by which a second copy of the first would have shown too.
+            later = {"target": "repo-agent", "text": "a later prompt", "idempotency_key": KEY + "-later"}
+            assert "error" not in await runtime.call("herdr_prompt", later)
+
+            async def echoed() -> dict[str, Any] | None:
+                output: dict[str, Any] = await runtime.call("herdr_call", read)
+                return output if "a later prompt" in output["result"]["read"]["text"] else None
+
+            return answers, await poll_until(echoed, "the later prompt's echo")
 
     answers, output = _run(body())
     assert all("error" not in answer for answer in answers), answers
