@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import gc
+import os
 import signal
+import subprocess
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -52,3 +57,44 @@ def workdir(tmp_path: Path) -> Path:
 def sigstore_stack(tmp_path_factory: pytest.TempPathFactory) -> SigstoreStack:
     """One local Sigstore stack (CA, CT log, transparency log, trust root) for the session."""
     return SigstoreStack(tmp_path_factory.mktemp("sigstore-stack"))
+
+
+#: The test that started each child process (PYTEST_CURRENT_TEST at Popen time).
+_STARTED_BY: weakref.WeakKeyDictionary[subprocess.Popen[Any], str] = weakref.WeakKeyDictionary()
+#: What `child_processes_are_reaped` found, shown in the terminal summary.
+_UNREAPED: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _UNREAPED:
+        terminalreporter.section("child processes never waited for")
+        for line in _UNREAPED:
+            terminalreporter.write_line(line)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def child_processes_are_reaped() -> Iterator[None]:
+    """At the end of the session, name the tests whose child processes were never waited for.
+
+    Such a Popen is reported by the interpreter only as `ResourceWarning: subprocess N is still
+    running` at exit, with no hint of who started it; this names the test and reaps the child.
+    """
+    original = subprocess.Popen.__init__
+
+    def recording_init(self: subprocess.Popen[Any], *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        _STARTED_BY[self] = os.environ.get("PYTEST_CURRENT_TEST", "(outside a test)")
+
+    subprocess.Popen.__init__ = recording_init  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        subprocess.Popen.__init__ = original  # type: ignore[method-assign]
+        gc.collect()
+        for process, test in list(_STARTED_BY.items()):
+            if process.returncode is None:
+                what = f"child process {process.pid} ({process.args!r:.100}) never waited for"
+                _UNREAPED.append(f"{what}; started by {test}")
+                if process.poll() is None:
+                    process.kill()
+                process.wait()
