@@ -15,7 +15,9 @@ Shown, each from the HUD's one "Hand off" entry:
 - a plain conversation's queued messages arrive in the new conversation, in order, after the
   cutover moved the binding there;
 - the browser closed mid-seed: the persisted transfer comes back `seed_uncertain` with the new
-  conversation it had reached, and Resume there cuts over without a second seed.
+  conversation it had reached, and Resume there cuts over without a second seed;
+- auto rollover, turned on in the options page (off by default) with a tiny context window: the
+  next finalized exchange hands the conversation off by itself.
 """
 
 from __future__ import annotations
@@ -365,5 +367,39 @@ def test_a_restart_mid_seed_resumes_the_persisted_transfer(base: Path) -> None:
                     active = (await binding(station, PROJECT_SCOPE) or {})["active_conv_key"]
                     assert active == f"/c/{target}"
                     assert [conv for conv, _ in seeds(chat)] == [target], "the seed went out once"
+
+    run(body(), timeout=BODY_TIMEOUT_S)
+
+
+def test_auto_rollover_hands_off_a_conversation_whose_context_is_nearly_full(base: Path) -> None:
+    async def body() -> None:
+        profile = base / "profile"
+        with workstation(base) as station:
+            install_native_host(profile, station.config_dir)
+            chat = site()
+            async with async_playwright() as playwright, launched(playwright, profile, chat) as browser:
+                source = await bound_source(browser, station, PROJECT_URL, auto=True)
+                # Rollover is off by default; on in the options page, with a tiny context window.
+                options = await browser.page_for("src/options/options.html")
+                assert not await options.locator("#rolloverAuto").is_checked(), "off by default"
+                await options.locator("#rolloverAuto").check()
+                await options.fill("#rolloverContextTokens", "1000")
+                await options.fill("#rolloverThreshold", "0.5")
+                await options.click("button[type=submit]")
+                await options.locator("#saved").filter(has_text="Saved").wait_for()
+                await options.close()
+                assert (await browser.storage("options"))["rolloverAuto"] is True
+                assert await browser.storage(f"handoff:{PROJECT_SCOPE}") is None
+
+                # A finalized exchange (the fourth message) makes the page report its turns.
+                await source.locator("#prompt-textarea").click()
+                await source.keyboard.type("Summarise where the migration stands.")
+                await source.keyboard.press("Enter")
+                record = await transfer(browser, PROJECT_SCOPE, "done")
+                target = record["targetConvKey"]
+                active = (await binding(station, PROJECT_SCOPE) or {})["active_conv_key"]
+                assert active == f"/c/{target}"
+                assert [conv for conv, _ in seeds(chat)] == [target]
+                await wait_hud(source, f"handed off to {target}")
 
     run(body(), timeout=BODY_TIMEOUT_S)

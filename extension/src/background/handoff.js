@@ -67,6 +67,11 @@ export class Handoff {
     return Boolean(record) && !FINISHED.includes(record.phase);
   }
 
+  /** True while any transfer is not finished (an automatic rollover waits for it). */
+  anyBusy() {
+    return [...this.records.values()].some((record) => !FINISHED.includes(record.phase));
+  }
+
   view(scope) {
     return view(this.records.get(scope) ?? null);
   }

@@ -8,6 +8,7 @@ import { Bindings } from "./bindings.js";
 import { Bridge } from "./bridge.js";
 import { Continuity } from "./continuity.js";
 import { Handoff } from "./handoff.js";
+import { Rollover } from "./rollover.js";
 import { ControlCenter } from "./control.js";
 import { Journal } from "./journal.js";
 import { NativeClient } from "./native-port.js";
@@ -29,7 +30,12 @@ const tabs = new Tabs({
 const continuity = new Continuity({ native, bindings, tabs, rateLimit });
 const handoff = new Handoff({ native, bindings, tabs, continuity });
 continuity.holds = (convKey) => handoff.holds(convKey);
-continuity.handoffView = (scope) => handoff.view(scope);
+const rollover = new Rollover({ bindings, handoff, continuity });
+continuity.handoffView = (scope) => {
+  const shown = handoff.view(scope);
+  const pressure = rollover.view(scope);
+  return shown || pressure ? { ...shown, pressure } : null;
+};
 const control = new ControlCenter(native);
 const follower = new PushFollower(
   native,
@@ -162,6 +168,7 @@ async function pageMessage(tab, message) {
         if (page?.convKey) {
           await followActiveConversation(page, message.turns);
           await journal.report(page, message.turns, message.title);
+          await rollover.consider(tab, message);
         }
         break;
       default:

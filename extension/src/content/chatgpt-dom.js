@@ -8,6 +8,11 @@ export const SELECTORS = Object.freeze({
   send: '[data-testid="send-button"]',
   stop: '[data-testid="stop-button"]',
   turn: "[data-message-author-role]",
+  // Absolute turn numbers (ChatGPT virtualises old turns; the number still says how many there were).
+  numberedTurn: '[data-testid^="conversation-turn-"]',
+  // A tool call or permission card waiting for the person. NOT checked against the live site:
+  // these are the names this adapter looks for; a card it does not recognise is not seen.
+  card: '[data-testid="tool-permission-card"], [data-testid="tool-call-card"][data-state="pending"]',
 });
 
 const CONFIRM_TIMEOUT_MS = 20_000;
@@ -164,4 +169,21 @@ export async function submitSeed(text, marker, { idleMs, deadlineMs }) {
 export async function probeMarker(marker, deadlineMs) {
   const seen = await waitFor(() => onConversation() && hasMarker(marker), deadlineMs);
   return { markerSeen: Boolean(seen) };
+}
+
+/** What auto rollover needs of the page (lib/rollover.js): turn numbers, streaming, cards, draft. */
+export function pressureSignals() {
+  let maxTurnIndex = 0;
+  for (const element of document.querySelectorAll(SELECTORS.numberedTurn)) {
+    const number = Number(element.getAttribute("data-testid").slice("conversation-turn-".length));
+    if (Number.isInteger(number) && number > maxTurnIndex) {
+      maxTurnIndex = number;
+    }
+  }
+  return {
+    maxTurnIndex,
+    generating: isGenerating(),
+    card: document.querySelector(SELECTORS.card) !== null,
+    draft: composerText() !== "",
+  };
 }

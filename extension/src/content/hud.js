@@ -145,6 +145,10 @@ function describe(state) {
   if (state.uncertain) {
     lines.push("A send was not confirmed: automation paused; press Continue after checking the page.");
   }
+  const pressure = state.handoff?.pressure;
+  if (pressure?.on) {
+    lines.push(`Context ~${Math.round(pressure.ratio * 100)}% (auto rollover on).`);
+  }
   if (state.handoff?.phase === "seed_uncertain") {
     lines.push("Handoff seed_uncertain: this conversation stays active until the seed is confirmed.");
   } else if (state.handoff?.phase === "unavailable") {

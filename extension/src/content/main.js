@@ -109,6 +109,7 @@ function reportTurns() {
     type: "turns",
     title: dom.title(),
     turns: turns.map((turn) => ({ ...turn, fresh: !seenAtLoad.has(turn.key) })),
+    metrics: dom.pressureSignals(),
   });
 }
 

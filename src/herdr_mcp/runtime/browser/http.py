@@ -3,7 +3,8 @@
 
 Statuses: 400 for a bad request (`invalid_argument`, `invalid_json`, and the continuity
 journal's refusals of its params), 401 `unauthorized`, 404 for `*_not_found` and
-`unknown_method`, 405 `method_not_allowed`, 409 for `*_conflict`, 413 `body_too_large`, 415
+`unknown_method`, 405 `method_not_allowed`, 409 for `*_conflict` (and `target_changed`,
+`pane_has_agent`, `workspace_working`), 413 `body_too_large`, 415
 `unsupported_media_type`, 503 for what the workstation lacks right now (`herdr_unavailable`,
 `state_unavailable`, `continuity_journal_unavailable`, `audit_unavailable`), 500 `internal_error`.
 """

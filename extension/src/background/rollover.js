@@ -1,0 +1,62 @@
+// Auto rollover (lib/rollover.js decides): every time a conversation reports its finalized turns,
+// the context-pressure estimate of that conversation is updated (its message-count floor kept in
+// `floor:<conv key>`), and when the estimate is high and every precondition holds, the same
+// handoff as the HUD's Hand off starts (background/handoff.js). Off by default (options).
+
+import { decide, nextFloor, pressure, rolloverOptions } from "../lib/rollover.js";
+import { wakeTarget } from "../lib/scope.js";
+import * as store from "./store.js";
+
+export class Rollover {
+  constructor({ bindings, handoff, continuity, log = console }) {
+    this.bindings = bindings;
+    this.handoff = handoff;
+    this.continuity = continuity;
+    this.log = log;
+    /** scope -> {ratio, tokens, blocked, on}: what the HUD shows. */
+    this.pressures = new Map();
+  }
+
+  view(scope) {
+    return this.pressures.get(scope) ?? null;
+  }
+
+  /** `report`: the content script's "turns" message ({turns, metrics}). */
+  async consider(tab, report) {
+    const page = tab.page;
+    if (!page?.convKey || page.kind === "root") {
+      return false;
+    }
+    const binding = this.bindings.get(page.scope);
+    if (binding && wakeTarget(page.scope, binding) !== page.convKey) {
+      return false; // in a Project only the active conversation rolls over
+    }
+    const options = rolloverOptions(await store.get("options", {}));
+    const metrics = report.metrics ?? {};
+    const turns = report.turns ?? [];
+    const floor = await store.update(`floor:${page.convKey}`, 0, (value) => nextFloor(value, turns.length, metrics.maxTurnIndex));
+    const estimate = pressure(turns, floor, options);
+    const workspace = binding ? await store.get(`ws:${binding.workspace_id}`, null) : null;
+    const decision = decide(
+      {
+        ratio: estimate.ratio,
+        messages: estimate.messages,
+        auto: (await store.get(`auto:${page.scope}`, false)) === true,
+        working: Boolean(workspace?.working),
+        generating: Boolean(metrics.generating),
+        card: Boolean(metrics.card),
+        draft: Boolean(metrics.draft),
+        uncertain: (await store.get(`uncertain:${page.convKey}`, false)) === true,
+        handoffBusy: this.handoff.anyBusy(),
+      },
+      options,
+    );
+    this.pressures.set(page.scope, { ratio: estimate.ratio, tokens: estimate.tokens, blocked: decision.blocked, on: options.rolloverAuto });
+    if (!decision.go) {
+      return false;
+    }
+    this.continuity.note(page.scope, `context ~${Math.round(estimate.ratio * 100)}%: rolling over`);
+    await this.handoff.begin(tab);
+    return true;
+  }
+}
