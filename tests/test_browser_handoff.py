@@ -147,6 +147,23 @@ def test_prepare_refusals(tmp_short: Path) -> None:
                         url_,
                     )
 
+                # z.ai and DeepSeek conversation scopes prepare the same way.
+                for site_scope, site_url in (
+                    ("zai:conv:chat-zai-1", "https://chat.z.ai/c/chat-zai-1"),
+                    ("deepseek:conv:ds-1", "https://chat.deepseek.com/a/chat/s/ds-1"),
+                ):
+                    assert (await call(client, "binding.set", {"scope": site_scope, "workspace_id": "w2"}))[
+                        0
+                    ] == 200
+                    await journal_two_turns(client, site_scope, site_url)
+                    status, answer = await call(
+                        client,
+                        "handoff.prepare",
+                        {"scope": site_scope, "transfer_id": f"tr-{site_scope[:3]}", "source_url": site_url},
+                    )
+                    assert status == 200, answer
+                    assert answer["package"]["target_context"]["site"] == site_scope.split(":")[0]
+
                 for bad in (
                     {"scope": scope, "source_url": url},
                     {"scope": scope, "transfer_id": "tr z", "source_url": url},
