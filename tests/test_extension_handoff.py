@@ -11,7 +11,8 @@ Shown, each from the HUD's one "Hand off" entry:
   the seed again;
 - browser control unavailable (the new page never gets a content script): the copy prompt,
   byte for byte the package's message, and nothing sent anywhere;
-- refused while an agent of the workspace works (`workspace_working`): nothing opened or sent;
+- refused while an agent of the workspace works (`workspace_working`), and while ChatGPT's 429
+  pause holds (`handoff_rate_limited`): nothing opened or sent;
 - a plain conversation's queued messages arrive in the new conversation, in order, after the
   cutover moved the binding there;
 - the browser closed mid-seed: the persisted transfer comes back `seed_uncertain` with the new
@@ -269,6 +270,24 @@ def test_handoff_is_refused_while_an_agent_works(base: Path) -> None:
                 assert len(browser.context.pages) == pages_before, "no page was opened"
                 assert seeds(chat) == []
                 assert (await binding(station, PROJECT_SCOPE) or {})["active_conv_key"] == f"/c/{SOURCE}"
+
+                # Settled, but ChatGPT answered 429: sends are paused, and so is a handoff.
+                station.settle()
+                await push.wait("agent_settled", "the coder settled", workspace_id=station.workspace_id())
+                chat.refuse_next = 1
+                await source.locator("#prompt-textarea").click()
+                await source.keyboard.type("One more question.")
+                await source.keyboard.press("Enter")
+                await wait_hud(source, "ChatGPT answered 429")
+                await source.locator("herdr-mcp-hud .handoff").click()
+
+                async def paused() -> dict[str, Any] | None:
+                    record = await browser.storage(f"handoff:{PROJECT_SCOPE}")
+                    return record if record["error"]["code"] == "handoff_rate_limited" else None
+
+                record = await poll_until(paused, "the handoff refused while sends are paused")
+                assert record["phase"] == "refused"
+                assert len(browser.context.pages) == pages_before and seeds(chat) == []
 
     run(body(), timeout=BODY_TIMEOUT_S)
 

@@ -105,6 +105,14 @@ export class Handoff {
       return record;
     });
     this.records.set(record.scope, record);
+    const paused = (await this.continuity.rateLimit?.remaining()) ?? 0;
+    if (paused > 0) {
+      // The seed would meet the same 429: nothing is opened while sends are paused.
+      const error = { code: "handoff_rate_limited", message: `ChatGPT answered 429: hand off again in ${Math.ceil(paused / 1000)} s.` };
+      record = await this.save(refused(record, error, this.now()));
+      this.note(record, describe(record));
+      return record;
+    }
     this.note(record, "handing off: preparing the package");
     this.run(record.scope); // runs on; the HUD follows its phases
     return record;

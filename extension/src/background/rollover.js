@@ -56,7 +56,12 @@ export class Rollover {
       return false;
     }
     this.continuity.note(page.scope, `context ~${Math.round(estimate.ratio * 100)}%: rolling over`);
-    await this.handoff.begin(tab);
+    try {
+      await this.handoff.begin(tab);
+    } catch (error) {
+      this.continuity.note(page.scope, `rollover not started (${error.code ?? "failed"}): ${error.message}`);
+      return false;
+    }
     return true;
   }
 }
