@@ -10,7 +10,8 @@ Shown, each from the HUD's one "Hand off" entry:
   prompt; once the page shows it, "Resume handoff" finds the marker and cuts over without sending
   the seed again;
 - browser control unavailable (the new page never gets a content script): the copy prompt,
-  byte for byte the package's message, and nothing sent anywhere;
+  byte for byte the package's message, and nothing sent anywhere; pasted by hand into a new
+  conversation of the Project, its marker there cuts over;
 - refused while an agent of the workspace works (`workspace_working`), and while ChatGPT's 429
   pause holds (`handoff_rate_limited`): nothing opened or sent;
 - a plain conversation's queued messages arrive in the new conversation, in order, after the
@@ -243,6 +244,19 @@ def test_browser_control_unavailable_offers_the_copy_prompt(base: Path) -> None:
                 await wait_hud(source, "Browser control unavailable")
                 assert seeds(chat) == [], "nothing was sent"
                 assert (await binding(station, PROJECT_SCOPE) or {})["active_conv_key"] == f"/c/{SOURCE}"
+
+                # The person pastes the prompt into a new conversation of the Project by hand:
+                # the marker there is the same evidence, and the transfer cuts over.
+                chat.unreachable_new_chat = False
+                fresh = await browser.open(f"https://chatgpt.com/g/{PROJECT}/project")
+                await fresh.locator("#prompt-textarea").click()
+                await fresh.keyboard.insert_text(shown)
+                await fresh.keyboard.press("Enter")
+                done = await transfer(browser, PROJECT_SCOPE, "done")
+                target = done["targetConvKey"]
+                assert [conv for conv, _ in seeds(chat)] == [target], "typed by the person only"
+                active = (await binding(station, PROJECT_SCOPE) or {})["active_conv_key"]
+                assert active == f"/c/{target}"
 
     run(body(), timeout=BODY_TIMEOUT_S)
 

@@ -11,6 +11,7 @@ import {
   migrateQueue,
   observed,
   opened,
+  pastedSeen,
   prepared,
   refused,
   reopen,
@@ -147,4 +148,13 @@ test("options are bounded; transfer ids are unique-looking and valid for the run
   });
   const id = transferId(1_700_000_000_000, () => 0.5);
   assert.match(id, /^tr-[a-z0-9]+-[a-z0-9]{8}$/);
+});
+
+test("a pasted copy prompt seen in a new conversation cuts over like a seed", () => {
+  const lost = controlLost(prepared(begun(), ANSWER, 2), { code: "handoff_page_unreachable", message: "x" }, 3);
+  const pasted = pastedSeen(lost, "conv-9", 4);
+  assert.equal(pasted.phase, "confirmed");
+  assert.equal(pasted.targetConvKey, "conv-9");
+  assert.equal(pastedSeen(lost, "conv-1", 4), lost, "the source itself is no target");
+  assert.throws(() => pastedSeen(seeded(), "conv-9", 4), (error) => error.code === "handoff_state");
 });

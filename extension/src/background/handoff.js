@@ -20,6 +20,7 @@ import {
   migrateQueue,
   observed,
   opened,
+  pastedSeen,
   prepared,
   refused,
   reopen,
@@ -146,6 +147,10 @@ export class Handoff {
       if (record.phase === "seed_uncertain" && convKey && record.targetConvKey === convKey && !this.running.has(record.scope)) {
         this.run(record.scope, { reconcileOnly: tab });
       }
+      const fresh = convKey && convKey !== record.sourceConvKey && this.targetOf(record, tab.url);
+      if (record.phase === "unavailable" && fresh && !this.running.has(record.scope)) {
+        this.run(record.scope, { reconcileOnly: tab }); // the copy prompt pasted there by hand?
+      }
     }
   }
 
@@ -180,6 +185,8 @@ export class Handoff {
     if (reconcileOnly) {
       if (record?.phase === "seed_uncertain") {
         await this.probe(record, reconcileOnly, { resend: false });
+      } else if (record?.phase === "unavailable") {
+        await this.pasted(record, reconcileOnly);
       }
       return;
     }
@@ -306,6 +313,17 @@ export class Handoff {
       return record;
     }
     return this.seed(record, tab, options ?? handoffOptions(await store.get("options", {})));
+  }
+
+  /** A new conversation of the scope may hold the copy prompt the person pasted: probe, never type. */
+  async pasted(record, tab) {
+    const answer = await this.request(tab, { type: "handoff.probe", marker: record.marker, deadlineMs: PROBE_MS }, PROBE_MS + 5_000);
+    const target = answer?.markerSeen ? this.targetOf(record, answer.url) : null;
+    if (!target) {
+      return record;
+    }
+    record = await this.save(pastedSeen(record, target, this.now()));
+    return record.phase === "confirmed" ? this.cutover(record) : record;
   }
 
   /** The conversation a target page is on, when it belongs where the transfer goes. */

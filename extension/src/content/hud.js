@@ -56,6 +56,13 @@ export class Hud {
     this.parts.auto.addEventListener("click", () => onAuto(!this.state?.auto));
     this.parts.queue.addEventListener("click", () => onQueue());
     this.parts.handoff.addEventListener("click", () => this.handoffClicked(onHandoff));
+    this.parts.handoff.addEventListener("contextmenu", (event) => {
+      // With the copy prompt shown, a right click tries the automatic handoff again.
+      if (this.state?.handoff?.copyPrompt) {
+        event.preventDefault();
+        onHandoff("start");
+      }
+    });
     this.parts.queue.addEventListener("contextmenu", (event) => {
       event.preventDefault();
       onClearQueue();
@@ -94,6 +101,9 @@ export class Hud {
       label = "Copy prompt";
     }
     button.textContent = label;
+    button.title = view?.copyPrompt
+      ? "Copy the handoff prompt (right click: try the automatic handoff again)"
+      : "Hand this conversation off to a new conversation in the same scope";
     button.disabled = !state?.page?.convKey || !state?.connected || Boolean(view?.inFlight);
     const prompt = view?.copyPrompt ?? "";
     if (copy.value !== prompt) {

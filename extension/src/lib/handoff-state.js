@@ -181,6 +181,18 @@ export function observed(record, { convKey, markerSeen }, now) {
   });
 }
 
+/**
+ * The copy prompt was pasted by hand: a new conversation of the scope shows the marker in a user
+ * turn. That is the same evidence as an automatic seed, so the transfer cuts over the same way.
+ */
+export function pastedSeen(record, convKey, now) {
+  expect(record, ["unavailable"]);
+  if (!convKey || convKey === record.sourceConvKey) {
+    return record;
+  }
+  return move(record, "confirmed", now, { targetConvKey: convKey, error: null });
+}
+
 /** The cutover's steps are applied. */
 export function done(record, now) {
   expect(record, ["confirmed"]);
