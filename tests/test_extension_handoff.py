@@ -15,7 +15,7 @@ Shown, each from the HUD's one "Hand off" entry:
 - refused while an agent of the workspace works (`workspace_working`), and while ChatGPT's 429
   pause holds (`handoff_rate_limited`): nothing opened or sent;
 - a plain conversation's queued messages arrive in the new conversation, in order, after the
-  cutover moved the binding there;
+  cutover moved the binding there, and its turns journal into the same continuity chain;
 - the browser closed mid-seed: the persisted transfer comes back `seed_uncertain` with the new
   conversation it had reached, and Resume there cuts over without a second seed;
 - auto rollover, turned on in the options page (off by default) with a tiny context window: the
@@ -355,6 +355,16 @@ def test_queued_messages_arrive_in_the_new_conversation_in_order(base: Path) -> 
                 ], text
                 assert not [t for t in chat.texts(SOURCE) if "queued message" in t], "none into the old one"
                 assert await browser.storage(f"queue:{target}") == []
+
+                # The new conversation's turns journal into the source's chain (no new chain).
+                async def same_chain() -> bool:
+                    answer = await station.post(
+                        "/browser/turn.resolve", {"conversation_url": f"https://chatgpt.com/c/{target}"}
+                    )
+                    context = answer.get("context") or {}
+                    return bool(context.get("continuity_id") == record["continuityId"])
+
+                await poll_until(same_chain, "the new conversation journaled into the same chain")
 
     run(body(), timeout=BODY_TIMEOUT_S)
 
