@@ -86,7 +86,24 @@ class ChatGPTSite:
     drop_seed_marker: bool = False
     #: New-chat pages (`/`, `/g/<p>/project`) fail to load (a network error: no content script).
     unreachable_new_chat: bool = False
+    #: Page health: the site stores each message and its finished reply at once but never answers
+    #: the page's request (the page keeps showing the stop button: a stale view) until `release`.
+    stuck: bool = False
+    #: Page health: the next message is answered HTTP 504 (the page shows "Message send timed
+    #: out" and a Retry button), "delivered" with the reply stored, "not_delivered" with only the
+    #: user's message stored.
+    time_out_next: str | None = None
+    #: Page health: snapshot reads (the conversation GET with the session's bearer, as the
+    #: extension makes it) are answered with this HTTP status instead of the snapshot.
+    snapshot_status: int | None = None
+    #: Paths of the HTML pages served (a reload is one more), the snapshot reads made with the
+    #: bearer, and the texts of Retry requests (action "variant": no new user turn).
+    page_loads: list[str] = field(default_factory=list)
+    snapshot_reads: int = 0
+    retries: list[str] = field(default_factory=list)
     _held: asyncio.Event | None = None
+    _unstick: asyncio.Event = field(default_factory=asyncio.Event)
+    _times: dict[str, float] = field(default_factory=dict)
 
     def hold(self) -> None:
         """From now on the assistant's replies wait (the stop button stays) until `release`."""
@@ -97,6 +114,8 @@ class ChatGPTSite:
         if self._held is not None:
             self._held.set()
         self._held = None
+        self.stuck = False
+        self._unstick.set()
 
     def texts(self, conversation_id: str | None = None) -> list[str]:
         return [post.text for post in self.posts if conversation_id in (None, post.conversation_id)]
@@ -106,7 +125,14 @@ class ChatGPTSite:
         path = request.url.split("chatgpt.com", 1)[1].split("?", 1)[0]
         if path.startswith("/backend-api/conversation/") and request.method == "GET":
             turns = self.conversations.get(path.rsplit("/", 1)[1], [])
-            await route.fulfill(json={"turns": turns})
+            if "authorization" in request.headers:
+                self.snapshot_reads += 1
+                if self.snapshot_status is not None:
+                    await route.fulfill(status=self.snapshot_status, json={"detail": "imitated failure"})
+                    return
+            await route.fulfill(json={"turns": turns, **self.snapshot(turns)})
+        elif path == "/api/auth/session":
+            await route.fulfill(json={"accessToken": "imitation-access-token"})
         elif path == "/backend-api/conversation" and request.method == "POST":
             body = request.post_data_json
             assert isinstance(body, dict), body
@@ -116,13 +142,39 @@ class ChatGPTSite:
         elif self.unreachable_new_chat and (path in ("", "/") or path.endswith("/project")):
             await route.abort("connectionrefused")
         else:
+            self.page_loads.append(path)
             switches = json.dumps({"dropSeedMarker": self.drop_seed_marker})
             page = PAGE.read_text(encoding="utf-8").replace("/*IMITATION*/ {}", switches, 1)
             await route.fulfill(body=page.encode(), content_type="text/html; charset=utf-8")
 
+    def snapshot(self, turns: list[dict[str, str]]) -> dict[str, Any]:
+        """ChatGPT's conversation shape: `current_node` and a `mapping` of parent-linked nodes
+        (author role, content parts, status, times in epoch seconds)."""
+        parent = "client-created-root"
+        mapping: dict[str, Any] = {parent: {"id": parent, "parent": None, "message": None}}
+        for turn in turns:
+            at = self._times.setdefault(turn["id"], time.time())
+            message = {
+                "id": turn["id"],
+                "author": {"role": turn["role"]},
+                "content": {"content_type": "text", "parts": [turn["text"]]},
+                "status": turn.get("status", "finished_successfully"),
+                "create_time": at,
+                "update_time": at,
+            }
+            mapping[turn["id"]] = {"id": turn["id"], "parent": parent, "message": message}
+            parent = turn["id"]
+        return {"current_node": parent, "mapping": mapping}
+
     async def _answer(self, route: Route, body: dict[str, Any]) -> None:
         conversation = str(body["conversation_id"])
         text = str(body["text"])
+        if body.get("action") == "variant":  # ChatGPT's Retry: the same user message again
+            self.retries.append(text)
+            reply = {"id": f"a-retry-{len(self.retries)}", "role": "assistant", "text": f"Noted: {text[:60]}"}
+            self.conversations.setdefault(conversation, []).append(reply)
+            await route.fulfill(json={"reply": reply})
+            return
         self.posts.append(Post(conversation, text, time.monotonic()))
         if self.refuse_next > 0:
             self.refuse_next -= 1
@@ -130,6 +182,19 @@ class ChatGPTSite:
             return
         turns = self.conversations.setdefault(conversation, [])
         turns.append({"id": str(body["message_id"]), "role": "user", "text": text})
+        if self.time_out_next is not None:
+            delivered, self.time_out_next = self.time_out_next == "delivered", None
+            if delivered:
+                reply = {"id": f"a-{len(self.posts)}", "role": "assistant", "text": f"Noted: {text[:60]}"}
+                turns.append(reply)
+            await route.fulfill(status=504, json={"detail": "Message send timed out"})
+            return
+        if self.stuck:
+            turns.append({"id": f"a-{len(self.posts)}", "role": "assistant", "text": f"Noted: {text[:60]}"})
+            await self._unstick.wait()
+            with contextlib.suppress(Exception):  # the page that asked may be gone (reloaded)
+                await route.abort("connectionreset")
+            return
         held = self._held
         if held is not None:
             await held.wait()

@@ -13,6 +13,7 @@ import { ControlCenter } from "./control.js";
 import { Journal } from "./journal.js";
 import { NativeClient } from "./native-port.js";
 import { PushFollower } from "./push-follower.js";
+import { tabReload } from "./page-health.js";
 import { RateLimit } from "./ratelimit.js";
 import * as store from "./store.js";
 import { Tabs } from "./tabs.js";
@@ -159,6 +160,9 @@ async function pageMessage(tab, message) {
         if (page) {
           await handoff.resume(page.scope);
         }
+        break;
+      case "health.tabReload":
+        await tabReload(tab, message, (target, reply) => tabs.post(target, reply));
         break;
       case "handoff.seeded":
       case "handoff.probed":

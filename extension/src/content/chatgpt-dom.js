@@ -187,3 +187,78 @@ export function pressureSignals() {
     draft: composerText() !== "",
   };
 }
+
+// ---- page health (content/page-health.js): the last assistant message, the thread error and
+// its Retry, and the conversation snapshot ChatGPT's own page reads.
+
+// The thread error and its Retry button: NOT checked against the live site (the names the
+// imitation in tests/fixtures/extension/chatgpt.html uses); an error this adapter does not
+// recognise is not seen, and nothing is retried.
+const THREAD_ERROR = '[data-testid="thread-error"]';
+const RETRY = '[data-testid="thread-error"] [data-testid="retry-button"]';
+const SEND_TIMED_OUT = /timed out|超时/i;
+
+/** The conversation id of /c/<id> or /g/<project>/c/<id>, or null. */
+export function conversationId() {
+  const match = /\/c\/([^/]+)\/?$/.exec(location.pathname);
+  return match ? decodeURIComponent(match[1]) : null;
+}
+
+/** `{assistantId, assistantLength, generating}`: what the page shows of the newest assistant message. */
+export function assistantView() {
+  const elements = document.querySelectorAll('[data-message-author-role="assistant"]');
+  const last = elements[elements.length - 1];
+  return {
+    assistantId: last?.getAttribute("data-message-id") || null,
+    assistantLength: last ? last.innerText.trim().length : 0,
+    generating: isGenerating(),
+  };
+}
+
+/** ChatGPT's explicit "message send timed out" thread error, or null. */
+export function sendTimedOut() {
+  const element = document.querySelector(THREAD_ERROR);
+  return element && SEND_TIMED_OUT.test(element.innerText) ? element.innerText.trim().slice(0, 200) : null;
+}
+
+export function retryButton() {
+  const button = document.querySelector(RETRY);
+  return button && !button.disabled ? button : null;
+}
+
+/** The id of the newest user turn (to tell one thread error from the next). */
+export function lastUserId() {
+  const elements = document.querySelectorAll('[data-message-author-role="user"]');
+  return elements[elements.length - 1]?.getAttribute("data-message-id") ?? null;
+}
+
+async function fetchJson(url, { headers = {}, timeoutMs }) {
+  const answer = await fetch(url, { credentials: "include", headers, signal: AbortSignal.timeout(timeoutMs) });
+  if (!answer.ok) {
+    return { ok: false, reason: `HTTP ${answer.status}` };
+  }
+  try {
+    return { ok: true, json: await answer.json() };
+  } catch {
+    return { ok: false, reason: "not JSON" };
+  }
+}
+
+/**
+ * The same-origin conversation snapshot, as the page reads it: `GET /api/auth/session` for the
+ * page's access token (held only for this request, never stored), then `GET
+ * /backend-api/conversation/<id>` with it. `{ok: true, json}` or `{ok: false, reason}` (an HTTP
+ * error, a timeout, not JSON): best effort, and the caller fails closed on anything but ok.
+ */
+export async function readSnapshot(id, timeoutMs) {
+  try {
+    const headers = {};
+    const session = await fetchJson("/api/auth/session", { timeoutMs });
+    if (session.ok && typeof session.json?.accessToken === "string") {
+      headers.Authorization = `Bearer ${session.json.accessToken}`;
+    }
+    return await fetchJson(`/backend-api/conversation/${encodeURIComponent(id)}`, { headers, timeoutMs });
+  } catch (error) {
+    return { ok: false, reason: error?.name === "TimeoutError" ? "timed out" : `failed (${error?.message ?? error})` };
+  }
+}

@@ -17,6 +17,8 @@ const STYLE = `
   button:disabled { opacity: .45; cursor: default; }
   button.active { background: #5e81ac; border-color: #81a1c1; }
   .handoff-row { margin-top: 6px; }
+  .health { color: #ebcb8b; margin: 0 0 6px; white-space: pre-wrap; word-break: break-word; }
+  .health:empty { display: none; }
   .copy { display: none; width: 100%; box-sizing: border-box; height: 90px; margin-top: 6px; font: 11px/1.3 ui-monospace, monospace;
     color: #eceff4; background: #2e3440; border: 1px solid #4c566a; border-radius: 6px; }
   .copy.shown { display: block; }
@@ -30,6 +32,7 @@ export class Hud {
       <div class="hud" part="hud">
         <div class="title"><span><span class="dot"></span>herdr-mcp</span><span class="scope"></span></div>
         <div class="line">starting…</div>
+        <div class="health"></div>
         <div class="row">
           <button class="continue" title="Send the pending wake, or ask the planner to continue">Continue</button>
           <button class="auto" title="Automatic wakes and progress for this scope">Auto: off</button>
@@ -50,6 +53,7 @@ export class Hud {
       queue: root.querySelector(".queue"),
       handoff: root.querySelector(".handoff"),
       copy: root.querySelector(".copy"),
+      health: root.querySelector(".health"),
     };
     this.state = null;
     this.parts.continue.addEventListener("click", () => onContinue());
@@ -123,6 +127,11 @@ export class Hud {
       return;
     }
     onHandoff(view?.resumable ? "resume" : "start");
+  }
+
+  /** Page health (content/page-health.js): its own line, kept across the worker's renders. */
+  setHealth(text) {
+    this.parts.health.textContent = text;
   }
 
   flash(message) {

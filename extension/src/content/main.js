@@ -4,6 +4,7 @@
 
 import * as dom from "./chatgpt-dom.js";
 import { Hud } from "./hud.js";
+import { PageHealth } from "./page-health.js";
 
 const URL_POLL_MS = 300;
 const RECONNECT_MS = 1_000;
@@ -15,6 +16,7 @@ let lastUrl = null;
 let sending = false;
 let seenAtLoad = null;
 let reportedTurns = "";
+let health = null;
 
 export function start() {
   if (document.querySelector("herdr-mcp-hud")) {
@@ -28,6 +30,8 @@ export function start() {
     onHandoff: (action) => post({ type: action === "resume" ? "handoff.resume" : "handoff.start" }),
   });
   seenAtLoad = new Set(dom.turns().map((turn) => turn.key));
+  health = new PageHealth({ hud, post, busy: () => sending });
+  health.start();
   connect();
   new MutationObserver(() => scheduleCheck()).observe(document.documentElement, {
     childList: true,
@@ -116,6 +120,7 @@ function reportTurns() {
 async function received(message) {
   if (message.type === "hud") {
     hud.render(message.state);
+    health.update(message.state);
   } else if (message.type === "send") {
     sending = true;
     let result;
@@ -131,6 +136,8 @@ async function received(message) {
     check();
   } else if (message.type === "handoff.seed" || message.type === "handoff.probe") {
     await handoffRequest(message);
+  } else if (message.type === "health.refused") {
+    await health.tabReloadRefused(message.reason);
   } else if (message.type === "error") {
     hud.flash(message.message);
   } else if (message.type === "queued") {

@@ -1,0 +1,211 @@
+"""Stale-view recovery end to end (issue 13 deliver 3): Debian's Chromium with extension/ loaded,
+the real native host and runtime on the Herdr simulator, and the imitated chatgpt.com
+(tests/extension_harness.py), whose conversation GET also answers ChatGPT's snapshot shape
+(`current_node`, `mapping`) and can be scripted: a page stuck on the stop button while the site
+already stored the reply, snapshot reads failing with HTTP 500, a send answered "Message send
+timed out" with the message delivered or not.
+
+Shown: server ahead -> exactly one page reload, recorded; snapshot 500 -> no reload and the HUD
+says fail-closed; a timed-out send whose current_node is the assistant's -> one reload, never
+Retry, and no second user message; a timed-out send still at the user's node -> ChatGPT's Retry
+once (no new user turn).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.async_api import Page, async_playwright
+
+from tests.extension_harness import (
+    Browser,
+    ChatGPTSite,
+    Workstation,
+    install_native_host,
+    launched,
+    wait_hud,
+    workstation,
+)
+from tests.sim_helpers import run, short_tmp_dir
+from tests.waiting import poll_until
+
+pytestmark = pytest.mark.slow
+
+CONV = "conv-health-0001"
+URL = f"https://chatgpt.com/c/{CONV}"
+PATH = f"/c/{CONV}"
+HEALTH_KEY = f"health:{CONV}"
+HISTORY = [
+    {"id": "u-seed", "role": "user", "text": "Plan the migration."},
+    {"id": "a-seed", "role": "assistant", "text": "Planned: three steps."},
+]
+#: A whole test: a browser launch, a runtime, the simulator, a reload, on a loaded machine.
+BODY_TIMEOUT_S = 240.0
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    with short_tmp_dir() as path:
+        yield path
+
+
+def site() -> ChatGPTSite:
+    return ChatGPTSite(conversations={CONV: [dict(turn) for turn in HISTORY]})
+
+
+async def bound_page(browser: Browser, station: Workstation) -> Page:
+    """Options with a 2 s stale delay (through storage, as the options page keeps them), then the
+    conversation bound through the side panel (Auto stays off: recovery needs the binding)."""
+    await browser.worker.evaluate(
+        """async () => {
+            const { options } = await chrome.storage.local.get("options");
+            const health = { staleAfterSec: 2, stalledAfterSec: 600 };
+            await chrome.storage.local.set({ options: { ...options, ...health } });
+        }"""
+    )
+    page = await browser.open(URL)
+    panel = await browser.bind(station.workspace_id())
+    await panel.close()
+    await wait_hud(page, "Bound to api")
+    return page
+
+
+async def type_and_send(page: Page, text: str) -> None:
+    """As the person does: type into the composer and press Enter."""
+    composer = page.locator("#prompt-textarea")
+    await composer.fill(text)
+    await composer.press("Enter")
+    await page.locator('[data-message-author-role="user"]', has_text=text).wait_for()
+
+
+async def health_says(page: Page, text: str) -> str:
+    async def probe() -> str | None:
+        line = await page.locator("herdr-mcp-hud .health").inner_text()
+        return line if text in line else None
+
+    return await poll_until(probe, f"the HUD's page-health line to say {text!r}")
+
+
+async def health_record(browser: Browser) -> dict[str, Any]:
+    stored = await browser.storage(HEALTH_KEY)
+    assert isinstance(stored, dict), stored
+    return stored
+
+
+async def reply_shown(page: Page, text: str) -> None:
+    await page.locator('[data-message-author-role="assistant"]', has_text=text).wait_for()
+
+
+def user_turns(chat: ChatGPTSite, text: str) -> list[dict[str, str]]:
+    return [turn for turn in chat.conversations[CONV] if turn["role"] == "user" and turn["text"] == text]
+
+
+def test_server_ahead_reloads_exactly_once(base: Path) -> None:
+    async def body() -> None:
+        profile = base / "profile"
+        with workstation(base) as station:
+            install_native_host(profile, station.config_dir)
+            chat = site()
+            async with async_playwright() as playwright, launched(playwright, profile, chat) as browser:
+                page = await bound_page(browser, station)
+                chat.stuck = True
+                await type_and_send(page, "Summarise the build log.")
+                await page.locator('[data-testid="stop-button"]').wait_for()
+                assert chat.page_loads == [PATH]
+
+                line = await health_says(page, "recovered")
+                assert "page reloaded once" in line, line
+                assert chat.page_loads == [PATH, PATH], "exactly one reload"
+                assert await page.locator('[data-testid="stop-button"]').count() == 0
+                await reply_shown(page, "Noted: Summarise")
+                stored = await health_record(browser)
+                assert stored["episode"] is None, "the episode ended with the reply shown"
+                (entry,) = stored["records"]
+                assert entry["step"] == "page_reload", entry
+                assert entry["reason"].startswith("server ahead"), entry
+                assert entry["evidence"]["dom"]["assistantId"] == "a-seed", entry
+                assert entry["evidence"]["server"]["role"] == "assistant", entry
+                assert chat.texts(CONV) == ["Summarise the build log."], "the message was never sent again"
+                assert chat.snapshot_reads >= 1
+
+    run(body(), timeout=BODY_TIMEOUT_S)
+
+
+def test_unknown_snapshot_fails_closed(base: Path) -> None:
+    async def body() -> None:
+        profile = base / "profile"
+        with workstation(base) as station:
+            install_native_host(profile, station.config_dir)
+            chat = site()
+            async with async_playwright() as playwright, launched(playwright, profile, chat) as browser:
+                page = await bound_page(browser, station)
+                chat.stuck = True
+                chat.snapshot_status = 500
+                await type_and_send(page, "Summarise the build log.")
+
+                line = await health_says(page, "fail-closed")
+                assert "HTTP 500" in line, line
+                assert chat.page_loads == [PATH], "no reload on unknown evidence"
+                assert chat.snapshot_reads >= 1
+                assert await page.locator('[data-testid="stop-button"]').count() == 1, "nothing was done"
+                stored = await health_record(browser)
+                assert {entry["step"] for entry in stored["records"]} == {"fail_closed"}, stored
+                assert stored["episode"]["pageReloads"] == 0, stored
+                assert chat.texts(CONV) == ["Summarise the build log."]
+
+    run(body(), timeout=BODY_TIMEOUT_S)
+
+
+def test_send_timed_out_but_delivered_reloads_never_retries(base: Path) -> None:
+    async def body() -> None:
+        profile = base / "profile"
+        with workstation(base) as station:
+            install_native_host(profile, station.config_dir)
+            chat = site()
+            async with async_playwright() as playwright, launched(playwright, profile, chat) as browser:
+                page = await bound_page(browser, station)
+                chat.time_out_next = "delivered"
+                await type_and_send(page, "Apply the patch.")
+
+                line = await health_says(page, "recovered")
+                assert "page reloaded once" in line, line
+                assert chat.page_loads == [PATH, PATH]
+                assert chat.retries == [], "Retry is never pressed once the request was delivered"
+                assert chat.texts(CONV) == ["Apply the patch."]
+                assert len(user_turns(chat, "Apply the patch.")) == 1
+                shown = page.locator('[data-message-author-role="user"]', has_text="Apply the patch.")
+                assert await shown.count() == 1, "no second user message"
+                await reply_shown(page, "Noted: Apply")
+                (entry,) = (await health_record(browser))["records"]
+                assert entry["step"] == "page_reload" and "timed out" in entry["reason"], entry
+
+    run(body(), timeout=BODY_TIMEOUT_S)
+
+
+def test_send_timed_out_at_the_user_node_retries_once(base: Path) -> None:
+    async def body() -> None:
+        profile = base / "profile"
+        with workstation(base) as station:
+            install_native_host(profile, station.config_dir)
+            chat = site()
+            async with async_playwright() as playwright, launched(playwright, profile, chat) as browser:
+                page = await bound_page(browser, station)
+                chat.time_out_next = "not_delivered"
+                await type_and_send(page, "Run the linter.")
+
+                line = await health_says(page, "recovered")
+                assert "Retry pressed once" in line, line
+                assert chat.retries == ["Run the linter."]
+                assert chat.page_loads == [PATH], "no reload"
+                assert chat.texts(CONV) == ["Run the linter."], "the original message was not resent"
+                assert len(user_turns(chat, "Run the linter.")) == 1
+                shown = page.locator('[data-message-author-role="user"]', has_text="Run the linter.")
+                assert await shown.count() == 1
+                await reply_shown(page, "Noted: Run the")
+                (entry,) = (await health_record(browser))["records"]
+                assert entry["step"] == "retry", entry
+
+    run(body(), timeout=BODY_TIMEOUT_S)
