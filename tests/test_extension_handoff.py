@@ -6,7 +6,8 @@ Shown, each from the HUD's one "Hand off" entry:
 - success in a ChatGPT Project: the package prepared by the runtime, a new conversation of the same
   Project opened and seeded with exactly the package's message, `active_conv_key` switched only
   then, Auto inherited (the next settle wakes the new conversation, not the old one);
-- the seed marker never shows on the page: `seed_uncertain`, the source stays active, no copy
+- the seed marker never shows on the page: `seed_uncertain`, the source stays active (a message
+  queued while the seed was out goes to it once the transfer is uncertain, not before), no copy
   prompt; once the page shows it, "Resume handoff" finds the marker and cuts over without sending
   the seed again;
 - browser control unavailable (the new page never gets a content script): the copy prompt,
@@ -24,6 +25,7 @@ Shown, each from the HUD's one "Hand off" entry:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -35,6 +37,7 @@ from playwright.async_api import Page, async_playwright
 from tests.extension_harness import (
     Browser,
     ChatGPTSite,
+    Post,
     PushReader,
     Workstation,
     install_native_host,
@@ -197,6 +200,13 @@ def test_seed_marker_never_shown_is_uncertain_and_resume_cuts_over_later(base: P
                 await set_handoff_options(browser, seed_s=4, connect_s=20)
                 chat.drop_seed_marker = True
                 await source.locator("herdr-mcp-hud .handoff").click()
+                await transfer(browser, PROJECT_SCOPE, "seeding")
+                # Queued while the seed is out: the source sends nothing until the transfer ends.
+                await source.locator("#prompt-textarea").click()
+                await source.keyboard.type("held while handing off")
+                await source.locator("herdr-mcp-hud .queue").click()
+                await poll_until(partial(_queued, browser, "held while handing off"), "the queued message")
+                wall, mono = time.time(), time.monotonic()
 
                 record = await transfer(browser, PROJECT_SCOPE, "seed_uncertain")
                 target = record["targetConvKey"]
@@ -210,6 +220,16 @@ def test_seed_marker_never_shown_is_uncertain_and_resume_cuts_over_later(base: P
                 await handoff.filter(has_text="Resume handoff").wait_for()
                 assert not await source.locator("herdr-mcp-hud .copy.shown").count(), "no copy prompt"
                 assert [conv for conv, _ in seeds(chat)] == [target]
+
+                # Uncertain: the source is still the active conversation and gets what was held,
+                # only after the transfer stopped being in flight.
+                async def held_sent() -> Post | None:
+                    return next((p for p in chat.posts if p.text == "held while handing off"), None)
+
+                post = await poll_until(held_sent, "the held message sent into the source")
+                assert post.conversation_id == SOURCE
+                sent_at_ms = (post.at - mono + wall) * 1000
+                assert sent_at_ms >= record["updatedAt"] - 500, "sent only once the transfer was uncertain"
 
                 # Later the page shows what the site stored; Resume probes and cuts over.
                 chat.drop_seed_marker = False

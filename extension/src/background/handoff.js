@@ -207,6 +207,9 @@ export class Handoff {
     }
     if (record) {
       this.note(record, describe(record));
+      if (record.phase !== "done") {
+        this.continuity.pump(record.sourceConvKey); // what waited for the transfer goes to the source
+      }
     }
   }
 
