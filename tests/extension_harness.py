@@ -102,8 +102,10 @@ class ChatGPTSite:
     snapshot_reads: int = 0
     retries: list[str] = field(default_factory=list)
     _held: asyncio.Event | None = None
+    #: Page health: each message's time in the snapshot (epoch seconds; set when first read:
+    #: a test sets one earlier to make a message in progress look stalled).
+    times: dict[str, float] = field(default_factory=dict)
     _unstick: asyncio.Event = field(default_factory=asyncio.Event)
-    _times: dict[str, float] = field(default_factory=dict)
 
     def hold(self) -> None:
         """From now on the assistant's replies wait (the stop button stays) until `release`."""
@@ -153,7 +155,7 @@ class ChatGPTSite:
         parent = "client-created-root"
         mapping: dict[str, Any] = {parent: {"id": parent, "parent": None, "message": None}}
         for turn in turns:
-            at = self._times.setdefault(turn["id"], time.time())
+            at = self.times.setdefault(turn["id"], time.time())
             message = {
                 "id": turn["id"],
                 "author": {"role": turn["role"]},

@@ -13,6 +13,7 @@ once (no new user turn).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -56,20 +57,27 @@ def site() -> ChatGPTSite:
     return ChatGPTSite(conversations={CONV: [dict(turn) for turn in HISTORY]})
 
 
-async def bound_page(browser: Browser, station: Workstation) -> Page:
+async def bound_page(
+    browser: Browser, station: Workstation, *, stalled_after_s: int = 600, auto: bool = False
+) -> Page:
     """Options with a 2 s stale delay (through storage, as the options page keeps them), then the
-    conversation bound through the side panel (Auto stays off: recovery needs the binding)."""
+    conversation bound through the side panel (Auto off unless asked: recovery needs the
+    binding; only the tab reload needs Auto)."""
+    health = {"staleAfterSec": 2, "stalledAfterSec": stalled_after_s, "stalledWaitSec": 1}
     await browser.worker.evaluate(
-        """async () => {
+        """async (health) => {
             const { options } = await chrome.storage.local.get("options");
-            const health = { staleAfterSec: 2, stalledAfterSec: 600 };
             await chrome.storage.local.set({ options: { ...options, ...health } });
-        }"""
+        }""",
+        health,
     )
     page = await browser.open(URL)
     panel = await browser.bind(station.workspace_id())
     await panel.close()
     await wait_hud(page, "Bound to api")
+    if auto:
+        await page.locator("herdr-mcp-hud .auto").click()
+        await page.locator("herdr-mcp-hud .auto").filter(has_text="Auto: on").wait_for()
     return page
 
 
@@ -207,5 +215,81 @@ def test_send_timed_out_at_the_user_node_retries_once(base: Path) -> None:
                 await reply_shown(page, "Noted: Run the")
                 (entry,) = (await health_record(browser))["records"]
                 assert entry["step"] == "retry", entry
+
+    run(body(), timeout=BODY_TIMEOUT_S)
+
+
+def test_stalled_server_spends_the_budget_then_rollover_recommended(base: Path) -> None:
+    """The site's reply stays in progress with no update for an hour: stalled -> wait -> one page
+    reload; still stalled -> wait -> one tab reload (Auto on, checked by the worker); still
+    stalled -> rollover_recommended in the HUD, and nothing more."""
+
+    async def body() -> None:
+        profile = base / "profile"
+        with workstation(base) as station:
+            install_native_host(profile, station.config_dir)
+            chat = site()
+            chat.conversations[CONV] += [
+                {"id": "u-step", "role": "user", "text": "Do step one."},
+                {
+                    "id": "a-stall",
+                    "role": "assistant",
+                    "text": "Working on step one",
+                    "status": "in_progress",
+                },
+            ]
+            chat.times.update({"u-step": time.time() - 3_700, "a-stall": time.time() - 3_600})
+            async with async_playwright() as playwright, launched(playwright, profile, chat) as browser:
+                page = await bound_page(browser, station, stalled_after_s=5, auto=True)
+                await page.locator('[data-testid="stop-button"]').wait_for()
+
+                line = await health_says(page, "rollover_recommended")
+                assert "budget spent" in line, line
+                assert chat.page_loads == [PATH, PATH, PATH], "one page reload, one tab reload"
+                stored = await health_record(browser)
+                steps = [entry["step"] for entry in stored["records"]]
+                assert steps == [
+                    "wait",
+                    "page_reload",
+                    "wait",
+                    "tab_reload",
+                    "wait",
+                    "rollover_recommended",
+                ], steps
+                assert all(entry["reason"].startswith("server stalled") for entry in stored["records"])
+                episode = stored["episode"]
+                assert episode["state"] == "rollover_recommended", episode
+                assert (episode["pageReloads"], episode["tabReloads"], episode["retries"]) == (1, 1, 0)
+                assert episode["tabReloadExecutedAt"] >= episode["pendingTabReload"], episode
+                assert chat.texts(CONV) == [], "nothing was ever sent"
+                assert chat.retries == []
+
+    run(body(), timeout=BODY_TIMEOUT_S)
+
+
+def test_tab_reload_refused_with_auto_off(base: Path) -> None:
+    """The same stalled reply with Auto off: the page reloads once; the worker refuses the tab
+    reload (it needs Auto), so the episode is rollover_recommended after one reload."""
+
+    async def body() -> None:
+        profile = base / "profile"
+        with workstation(base) as station:
+            install_native_host(profile, station.config_dir)
+            chat = site()
+            chat.conversations[CONV] += [
+                {"id": "u-step", "role": "user", "text": "Do step one."},
+                {"id": "a-stall", "role": "assistant", "text": "Working on it", "status": "in_progress"},
+            ]
+            chat.times.update({"u-step": time.time() - 3_700, "a-stall": time.time() - 3_600})
+            async with async_playwright() as playwright, launched(playwright, profile, chat) as browser:
+                page = await bound_page(browser, station, stalled_after_s=5)
+
+                line = await health_says(page, "rollover_recommended")
+                assert "tab reload refused: Auto is off" in line, line
+                assert chat.page_loads == [PATH, PATH]
+                stored = await health_record(browser)
+                steps = [entry["step"] for entry in stored["records"]]
+                assert steps == ["wait", "page_reload", "wait", "tab_reload", "rollover_recommended"], steps
+                assert "tabReloadExecutedAt" not in stored["episode"], stored
 
     run(body(), timeout=BODY_TIMEOUT_S)
