@@ -210,7 +210,7 @@ export function assistantView() {
   const last = elements[elements.length - 1];
   return {
     assistantId: last?.getAttribute("data-message-id") || null,
-    assistantLength: last ? last.innerText.trim().length : 0,
+    assistantLength: last ? last.textContent.trim().length : 0, // textContent: no layout each tick
     generating: isGenerating(),
   };
 }

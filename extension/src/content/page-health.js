@@ -22,6 +22,7 @@ import {
   pressureDecision,
   record,
   startEpisode,
+  sustained,
   windowLevel,
 } from "../lib/page-health.js";
 
@@ -118,7 +119,10 @@ export class PageHealth {
   tick() {
     const now = Date.now();
     this.window.ticks += 1;
-    this.window.maxDriftMs = Math.max(this.window.maxDriftMs, now - this.lastTick - TICK_MS);
+    if (document.visibilityState === "visible") {
+      // A hidden tab's timers are throttled by Chrome on purpose: that is not page pressure.
+      this.window.maxDriftMs = Math.max(this.window.maxDriftMs, now - this.lastTick - TICK_MS);
+    }
     this.lastTick = now;
     if (now - this.window.startMs >= WINDOW_MS) {
       this.closeWindow(now);
@@ -137,6 +141,9 @@ export class PageHealth {
     if (!this.convKey || !this.health || this.checking || this.busy()) {
       return;
     }
+    if (this.state?.handoff?.inFlight || this.state?.pausedMs > 0) {
+      return; // a handoff drives this page, or ChatGPT answered 429: no requests, no reloads
+    }
     this.maybeCloseEpisode(view, now);
     this.act(view, now).catch((error) => this.show(`Page health: check failed (${error.message}); nothing done.`));
   }
@@ -149,7 +156,10 @@ export class PageHealth {
     const result = windowLevel(this.window, now);
     this.meter = meterAfter(this.meter, result);
     this.window = newWindow(now);
-    if (result.level !== "ok" && this.convKey) {
+    if (result.level !== "ok" && this.convKey && this.health) {
+      // A spike is only recorded (the newest one, apart from the steps' records).
+      this.health = { ...this.health, pressure: { at: now, ...result, consecutive: this.meter.consecutive } };
+      this.save();
       this.show(`UI pressure ${result.level} (${result.reasons.join(", ")}), ${this.meter.consecutive} window(s) in a row.`);
     }
   }
@@ -181,7 +191,7 @@ export class PageHealth {
       noProgressMs: now - this.lastProgressAt,
       staleAfterMs: staleMs,
       quietMs: now - this.lastChangeAt,
-      blocked: this.blocked(),
+      blocked: sustained(this.meter) ? this.blocked() : true, // read only when it can matter
     });
     if (pressure === "maintenance_reload") {
       await this.guarded(() => this.reload("critical heap, page still", { meter: this.meter?.last ?? null }, view));
@@ -285,6 +295,7 @@ export class PageHealth {
   /** One reload out of the budget: the page's own, then the tab's (by the worker), then none. */
   async reload(reason, evidence, view) {
     this.begin(view, reason);
+    evidence = { ...evidence, pressure: this.meter?.last ?? null };
     const step = planReload(this.health.episode);
     if (step === "rollover_recommended") {
       await this.recommendRollover(reason, evidence);
