@@ -10,6 +10,8 @@
 //   journal:<conv key>      turn keys already appended (bounded)
 //   options                 {progressTickSec, progressFallbackSec}
 //   log                     the last events shown in the side panel (bounded)
+//   health:<conv key>       page health: the open episode, its step records, the last pressure spike
+//                           (content/page-health.js; README "Page health")
 
 export async function get(key, fallback) {
   const found = await chrome.storage.local.get(key);
