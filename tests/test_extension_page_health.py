@@ -8,7 +8,9 @@ timed out" with the message delivered or not.
 Shown: server ahead -> exactly one page reload, recorded; snapshot 500 -> no reload and the HUD
 says fail-closed; a timed-out send whose current_node is the assistant's -> one reload, never
 Retry, and no second user message; a timed-out send still at the user's node -> ChatGPT's Retry
-once (no new user turn).
+once (no new user turn); a reply stalled on the site spending the budget (wait, page reload,
+wait, tab reload by the worker with Auto on, then rollover_recommended), and with Auto off the tab
+reload refused; a UI-pressure spike (mutations, long tasks) recorded and nothing reloaded.
 """
 
 from __future__ import annotations
@@ -291,5 +293,57 @@ def test_tab_reload_refused_with_auto_off(base: Path) -> None:
                 steps = [entry["step"] for entry in stored["records"]]
                 assert steps == ["wait", "page_reload", "wait", "tab_reload", "rollover_recommended"], steps
                 assert "tabReloadExecutedAt" not in stored["episode"], stored
+
+    run(body(), timeout=BODY_TIMEOUT_S)
+
+
+def test_pressure_spike_is_recorded_and_nothing_reloads(base: Path) -> None:
+    """A page script churns the DOM and blocks the main thread in 150 ms tasks for a while: the
+    meter's window says high (mutations, long tasks, from the real MutationObserver and
+    PerformanceObserver), the spike is recorded with Chromium's heap figure, and one window of
+    pressure does nothing else (no reload, no episode)."""
+
+    async def body() -> None:
+        profile = base / "profile"
+        with workstation(base) as station:
+            install_native_host(profile, station.config_dir)
+            chat = site()
+            async with async_playwright() as playwright, launched(playwright, profile, chat) as browser:
+                page = await bound_page(browser, station)
+                await page.evaluate(
+                    """() => {
+                        const box = document.createElement("div");
+                        document.body.appendChild(box);
+                        const started = performance.now();
+                        const timer = setInterval(() => {
+                            const end = performance.now() + 150;
+                            while (performance.now() < end) {
+                                for (let i = 0; i < 20; i += 1) {
+                                    box.textContent = String(Math.random());
+                                }
+                            }
+                            if (performance.now() - started > 25000) {
+                                clearInterval(timer);
+                                box.remove();
+                            }
+                        }, 200);
+                    }"""
+                )
+                line = await health_says(page, "UI pressure high")
+                assert "mutations" in line and "long tasks" in line, line
+
+                async def spike() -> dict[str, Any] | None:
+                    stored = await browser.storage(HEALTH_KEY)
+                    return stored if stored and stored.get("pressure") else None
+
+                stored = await poll_until(spike, "the pressure spike recorded")
+                pressure = stored["pressure"]
+                assert pressure["level"] == "high", pressure
+                assert {"mutations", "long tasks"} <= set(pressure["reasons"]), pressure
+                assert pressure["signals"]["mutationsPerSec"] >= 300, pressure
+                heap = pressure["signals"]["heapRatio"]
+                assert isinstance(heap, (int, float)) and 0 <= heap < 1, "Chromium's performance.memory"
+                assert stored["episode"] is None and stored["records"] == [], stored
+                assert chat.page_loads == [PATH], "a spike is only recorded"
 
     run(body(), timeout=BODY_TIMEOUT_S)

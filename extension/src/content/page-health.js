@@ -62,8 +62,8 @@ export class PageHealth {
         this.options = healthOptions(changes.options.newValue ?? {});
       }
     });
-    new MutationObserver(() => {
-      this.window.mutations += 1; // O(1) per callback: the rate is read per window
+    new MutationObserver((records) => {
+      this.window.mutations += records.length; // O(1) per callback: the rate is read per window
     }).observe(document.documentElement, { childList: true, subtree: true, characterData: true });
     try {
       new PerformanceObserver((list) => {

@@ -103,7 +103,7 @@ export function closeEpisode(health) {
 
 export const WINDOW_MS = 10_000;
 export const PRESSURE_THRESHOLDS = Object.freeze({
-  mutationsPerSec: 300, // MutationObserver callbacks
+  mutationsPerSec: 300, // DOM mutation records seen by the MutationObserver
   driftMs: 1_500, // the worst lateness of a 1 s timer in the window
   longTaskShare: 0.3, // share of the window spent in long tasks
   heapRatio: 0.85, // usedJSHeapSize / jsHeapSizeLimit: critical
@@ -123,7 +123,7 @@ export function windowLevel(window, endMs, t = PRESSURE_THRESHOLDS) {
     ticks: window.ticks,
     maxDriftMs: Math.round(window.maxDriftMs),
     longTaskShare: Math.round((window.longTaskMs / (seconds * 1000)) * 100) / 100,
-    heapRatio: window.heapRatio === null ? null : Math.round(window.heapRatio * 100) / 100,
+    heapRatio: window.heapRatio === null ? null : Math.round(window.heapRatio * 1000) / 1000,
   };
   const reasons = [];
   if (signals.mutationsPerSec >= t.mutationsPerSec) {
