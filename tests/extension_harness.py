@@ -96,6 +96,8 @@ class ChatGPTSite:
     #: Page health: snapshot reads (the conversation GET with the session's bearer, as the
     #: extension makes it) are answered with this HTTP status instead of the snapshot.
     snapshot_status: int | None = None
+    #: Page health: ChatGPT's Retry is answered HTTP 504 too (nothing stored).
+    retry_times_out: bool = False
     #: Paths of the HTML pages served (a reload is one more), the snapshot reads made with the
     #: bearer, and the texts of Retry requests (action "variant": no new user turn).
     page_loads: list[str] = field(default_factory=list)
@@ -173,6 +175,9 @@ class ChatGPTSite:
         text = str(body["text"])
         if body.get("action") == "variant":  # ChatGPT's Retry: the same user message again
             self.retries.append(text)
+            if self.retry_times_out:
+                await route.fulfill(status=504, json={"detail": "Message send timed out"})
+                return
             reply = {"id": f"a-retry-{len(self.retries)}", "role": "assistant", "text": f"Noted: {text[:60]}"}
             self.conversations.setdefault(conversation, []).append(reply)
             await route.fulfill(json={"reply": reply})

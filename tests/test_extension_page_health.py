@@ -10,7 +10,7 @@ says fail-closed; a timed-out send whose current_node is the assistant's -> one 
 Retry, and no second user message; a timed-out send still at the user's node -> ChatGPT's Retry
 once (no new user turn); a reply stalled on the site spending the budget (wait, page reload,
 wait, tab reload by the worker with Auto on, then rollover_recommended), and with Auto off the tab
-reload refused; a UI-pressure spike (mutations, long tasks) recorded and nothing reloaded.
+reload refused; a Retry that times out again not repeated; a UI-pressure spike (mutations, long tasks) recorded and nothing reloaded.
 """
 
 from __future__ import annotations
@@ -345,5 +345,31 @@ def test_pressure_spike_is_recorded_and_nothing_reloads(base: Path) -> None:
                 assert isinstance(heap, (int, float)) and 0 <= heap < 1, "Chromium's performance.memory"
                 assert stored["episode"] is None and stored["records"] == [], stored
                 assert chat.page_loads == [PATH], "a spike is only recorded"
+
+    run(body(), timeout=BODY_TIMEOUT_S)
+
+
+def test_retry_that_times_out_again_is_not_repeated(base: Path) -> None:
+    """The Retry times out too (a new thread error, still at the user's node): the episode's one
+    Retry is spent, so rollover_recommended, no second Retry, no reload, no resend."""
+
+    async def body() -> None:
+        profile = base / "profile"
+        with workstation(base) as station:
+            install_native_host(profile, station.config_dir)
+            chat = site()
+            async with async_playwright() as playwright, launched(playwright, profile, chat) as browser:
+                page = await bound_page(browser, station)
+                chat.time_out_next = "not_delivered"
+                chat.retry_times_out = True
+                await type_and_send(page, "Run the linter.")
+
+                line = await health_says(page, "rollover_recommended")
+                assert "Retry already used" in line, line
+                assert chat.retries == ["Run the linter."], "one Retry"
+                assert chat.page_loads == [PATH]
+                assert chat.texts(CONV) == ["Run the linter."]
+                steps = [entry["step"] for entry in (await health_record(browser))["records"]]
+                assert steps == ["retry", "rollover_recommended"], steps
 
     run(body(), timeout=BODY_TIMEOUT_S)

@@ -215,10 +215,10 @@ export function assistantView() {
   };
 }
 
-/** ChatGPT's explicit "message send timed out" thread error, or null. */
+/** ChatGPT's explicit "message send timed out" thread error `{element, text}`, or null. */
 export function sendTimedOut() {
   const element = document.querySelector(THREAD_ERROR);
-  return element && SEND_TIMED_OUT.test(element.innerText) ? element.innerText.trim().slice(0, 200) : null;
+  return element && SEND_TIMED_OUT.test(element.innerText) ? { element, text: element.innerText.trim().slice(0, 200) } : null;
 }
 
 export function retryButton() {

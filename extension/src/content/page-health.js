@@ -47,7 +47,7 @@ export class PageHealth {
     this.lastProgressAt = Date.now();
     this.lastCheckAt = 0;
     this.stalledSince = null;
-    this.handledErrors = new Set();
+    this.handledErrors = new WeakSet(); // thread error elements already acted on
     this.window = newWindow(Date.now());
     this.meter = null;
     this.lastTick = Date.now();
@@ -179,10 +179,10 @@ export class PageHealth {
       return; // nothing more is done; the state is shown (a handoff is the person's or rollover's)
     }
     const error = dom.sendTimedOut();
-    const errorKey = error ? `${this.convKey}:${dom.lastUserId()}` : null;
-    if (error && !this.handledErrors.has(errorKey)) {
-      this.handledErrors.add(errorKey);
-      await this.guarded(() => this.sendTimedOut(view, error));
+    if (error && !this.handledErrors.has(error.element)) {
+      // Each error once; a new one (a Retry that timed out again) meets the spent budget.
+      this.handledErrors.add(error.element);
+      await this.guarded(() => this.sendTimedOut(view, error.text));
       return;
     }
     const staleMs = this.options.staleAfterSec * 1000;
