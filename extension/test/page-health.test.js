@@ -43,10 +43,22 @@ test("budget: Retry once per episode", () => {
 test("records are bounded", () => {
   let health = emptyHealth();
   for (let i = 0; i < RECORDS_KEPT + 5; i += 1) {
-    health = record(health, { step: "fail_closed", reason: "snapshot 500", nowMs: i });
+    health = record(health, { step: "wait", reason: `stalled ${i}`, nowMs: i });
   }
   assert.equal(health.records.length, RECORDS_KEPT);
   assert.equal(health.records.at(-1).at, RECORDS_KEPT + 4);
+});
+
+test("the same fail-closed check again is counted, never pushing the steps out", () => {
+  let health = record(emptyHealth(), { step: "page_reload", reason: "server ahead", nowMs: 1 });
+  for (let i = 0; i < RECORDS_KEPT * 2; i += 1) {
+    health = record(health, { step: "fail_closed", reason: "snapshot HTTP 500", nowMs: 10 + i });
+  }
+  assert.equal(health.records.length, 2);
+  assert.equal(health.records[0].step, "page_reload");
+  assert.deepEqual([health.records[1].count, health.records[1].first, health.records[1].at], [RECORDS_KEPT * 2, 10, 10 + RECORDS_KEPT * 2 - 1]);
+  health = record(health, { step: "fail_closed", reason: "snapshot timed out", nowMs: 100 });
+  assert.equal(health.records.length, 3);
 });
 
 test("an episode ends with real progress or after a quiet spell, never while faulty", () => {

@@ -76,6 +76,13 @@ export function record(health, { step, reason, evidence, nowMs }) {
     episode.state = "rollover_recommended";
   }
   const entry = { at: nowMs, step, reason, evidence: evidence ?? null };
+  const last = health.records.at(-1);
+  if (step === "fail_closed" && last?.step === step && last.reason === reason) {
+    // The same fail-closed check again: counted on its record, so repeats never push the
+    // steps' records out of the bounded list.
+    const repeated = { ...entry, first: last.first ?? last.at, count: (last.count ?? 1) + 1 };
+    return { episode, records: [...health.records.slice(0, -1), repeated] };
+  }
   return { episode, records: [...health.records, entry].slice(-RECORDS_KEPT) };
 }
 
