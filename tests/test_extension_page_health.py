@@ -10,7 +10,8 @@ says fail-closed; a timed-out send whose current_node is the assistant's -> one 
 Retry, and no second user message; a timed-out send still at the user's node -> ChatGPT's Retry
 once (no new user turn); a reply stalled on the site spending the budget (wait, page reload,
 wait, tab reload by the worker with Auto on, then rollover_recommended), and with Auto off the tab
-reload refused; a Retry that times out again not repeated; a UI-pressure spike (mutations, long tasks) recorded and nothing reloaded.
+reload refused; a Retry that times out again not repeated; a UI-pressure spike (mutations, long
+tasks) recorded and nothing reloaded.
 """
 
 from __future__ import annotations
