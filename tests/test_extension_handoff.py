@@ -317,7 +317,8 @@ def test_handoff_is_refused_while_an_agent_works(base: Path) -> None:
 
                 async def paused() -> dict[str, Any] | None:
                     record = await browser.storage(f"handoff:{PROJECT_SCOPE}")
-                    return record if record["error"]["code"] == "handoff_rate_limited" else None
+                    code = ((record or {}).get("error") or {}).get("code")  # error is null while preparing
+                    return record if code == "handoff_rate_limited" else None
 
                 record = await poll_until(paused, "the handoff refused while sends are paused")
                 assert record["phase"] == "refused"
