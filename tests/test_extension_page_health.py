@@ -63,16 +63,22 @@ def site() -> ChatGPTSite:
 async def bound_page(
     browser: Browser, station: Workstation, *, stalled_after_s: int = 600, auto: bool = False
 ) -> Page:
-    """Options with a 2 s stale delay (through storage, as the options page keeps them), then the
-    conversation bound through the side panel (Auto off unless asked: recovery needs the
-    binding; only the tab reload needs Auto)."""
-    health = {"staleAfterSec": 2, "stalledAfterSec": stalled_after_s, "stalledWaitSec": 1}
-    await browser.worker.evaluate(
-        """async (health) => {
-            const { options } = await chrome.storage.local.get("options");
-            await chrome.storage.local.set({ options: { ...options, ...health } });
-        }""",
-        health,
+    """A 2 s stale delay set on the options page, as a person would, then the conversation bound
+    through the side panel (Auto off unless asked: recovery needs the binding; only the tab
+    reload needs Auto)."""
+    options = await browser.page_for("src/options/options.html")
+    # The page fills its fields from storage when it loads: type only after that.
+    await options.wait_for_function("document.getElementById('staleAfterSec').value !== ''")
+    for name, value in (("staleAfterSec", 2), ("stalledAfterSec", stalled_after_s), ("stalledWaitSec", 1)):
+        await options.fill(f"#{name}", str(value))
+    await options.click("button[type=submit]")
+    await options.locator("#saved").filter(has_text="Saved").wait_for()
+    await options.close()
+    stored = await browser.storage("options")
+    assert (stored["staleAfterSec"], stored["stalledAfterSec"], stored["stalledWaitSec"]) == (
+        2,
+        stalled_after_s,
+        1,
     )
     page = await browser.open(URL)
     panel = await browser.bind(station.workspace_id())

@@ -80,6 +80,8 @@ test("options are bounded with defaults", () => {
     stalledWaitSec: 60,
     snapshotTimeoutMs: 10_000,
   });
+  assert.equal(healthOptions({ stalledWaitSec: "" }).stalledWaitSec, 60);
+  assert.equal(healthOptions({ stalledWaitSec: "0" }).stalledWaitSec, 0);
 });
 
 test("window levels: ok, high by mutations, drift or long tasks, critical by heap", () => {

@@ -17,6 +17,9 @@ export const DEFAULT_HEALTH_OPTIONS = Object.freeze({
 });
 
 function bounded(value, low, high, fallback) {
+  if (value === "" || value === null || value === undefined) {
+    return fallback; // Number("") would be 0
+  }
   const number = Number(value);
   return Number.isFinite(number) && number >= low && number <= high ? number : fallback;
 }

@@ -1,5 +1,8 @@
 import { DEFAULT_OPTIONS, normalizeOptions } from "../lib/progress.js";
 import { rolloverOptions } from "../lib/rollover.js";
+import { healthOptions } from "../lib/page-health.js";
+
+const HEALTH_FIELDS = ["staleAfterSec", "stalledAfterSec", "stalledWaitSec"];
 
 const form = document.getElementById("options");
 const fields = Object.keys(DEFAULT_OPTIONS);
@@ -13,6 +16,10 @@ chrome.storage.local.get("options").then(({ options }) => {
   document.getElementById("rolloverAuto").checked = rollover.rolloverAuto;
   document.getElementById("rolloverContextTokens").value = rollover.rolloverContextTokens;
   document.getElementById("rolloverThreshold").value = rollover.rolloverThreshold;
+  const health = healthOptions(options ?? {});
+  for (const name of HEALTH_FIELDS) {
+    document.getElementById(name).value = health[name];
+  }
 });
 
 form.addEventListener("submit", async (event) => {
@@ -26,7 +33,8 @@ form.addEventListener("submit", async (event) => {
     rolloverReserveTokens: stored?.rolloverReserveTokens,
   });
   // Other settings kept in `options` (handoff deadlines, say) stay as they are.
-  const options = { ...stored, ...normalizeOptions(raw), ...rollover };
+  const health = healthOptions({ ...stored, ...Object.fromEntries(HEALTH_FIELDS.map((name) => [name, document.getElementById(name).value])) });
+  const options = { ...stored, ...normalizeOptions(raw), ...rollover, ...health };
   await chrome.storage.local.set({ options });
   document.getElementById("saved").textContent = `Saved: tick ${options.progressTickSec} s, fallback ${options.progressFallbackSec} s.`;
 });
