@@ -265,6 +265,25 @@ def test_browser_control_unavailable_offers_the_copy_prompt(base: Path) -> None:
                 assert seeds(chat) == [], "nothing was sent"
                 assert (await binding(station, PROJECT_SCOPE) or {})["active_conv_key"] == f"/c/{SOURCE}"
 
+                # A right click on Copy prompt tries the automatic handoff again (a new transfer).
+                await source.locator("herdr-mcp-hud .handoff").click(button="right")
+
+                async def retried() -> dict[str, Any] | None:
+                    again = await browser.storage(f"handoff:{PROJECT_SCOPE}")
+                    new = again and again["transferId"] != record["transferId"]
+                    return again if new and again["phase"] == "unavailable" else None
+
+                record = await poll_until(retried, "a second automatic attempt, unavailable again")
+                await source.locator("herdr-mcp-hud .handoff").filter(has_text="Copy prompt").wait_for()
+
+                async def shown_now() -> str | None:
+                    text = await source.locator("herdr-mcp-hud .copy").input_value()
+                    return text if record["transferId"] in text else None
+
+                shown = await poll_until(shown_now, "the new transfer's prompt shown")
+                assert shown == await package_message(station, record)
+                assert seeds(chat) == []
+
                 # The person pastes the prompt into a new conversation of the Project by hand:
                 # the marker there is the same evidence, and the transfer cuts over.
                 chat.unreachable_new_chat = False
