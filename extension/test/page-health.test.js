@@ -68,6 +68,11 @@ test("an episode ends with real progress or after a quiet spell, never while fau
   assert.equal(episodeOver(episode, { nowMs: 1, assistantId: "a2", generating: false, faulty: false }), true);
   assert.equal(episodeOver(episode, { nowMs: EPISODE_QUIET_MS, assistantId: "a1", generating: false, faulty: false }), true);
   assert.equal(episodeOver(episode, { nowMs: EPISODE_QUIET_MS, assistantId: "a1", generating: false, faulty: true }), false);
+  const stalled = startEpisode(emptyHealth(), { nowMs: 0, assistantId: "a1", assistantLength: 10, fault: "stalled" }).episode;
+  const finishedLonger = { nowMs: 1, assistantId: "a1", assistantLength: 40, generating: false, faulty: false };
+  assert.equal(episodeOver(stalled, finishedLonger), true, "the stalled message finished, longer");
+  assert.equal(episodeOver(stalled, { ...finishedLonger, assistantLength: 10 }), false);
+  assert.equal(episodeOver(stalled, { ...finishedLonger, generating: true }), false);
   const spent = { ...episode, state: "rollover_recommended" };
   assert.equal(episodeOver(spent, { nowMs: EPISODE_QUIET_MS * 3, assistantId: "a1", generating: false, faulty: false }), false);
   assert.equal(episodeOver(spent, { nowMs: 5, assistantId: "a3", generating: false, faulty: false }), true);

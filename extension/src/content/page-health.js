@@ -166,7 +166,7 @@ export class PageHealth {
 
   maybeCloseEpisode(view, now) {
     const faulty = view.generating && now - this.lastChangeAt >= this.options.staleAfterSec * 1000;
-    if (episodeOver(this.health.episode, { nowMs: now, assistantId: view.assistantId, generating: view.generating, faulty })) {
+    if (episodeOver(this.health.episode, { nowMs: now, ...view, faulty })) {
       const steps = this.health.records.filter((entry) => entry.at >= this.health.episode.startedAt && STEP_TEXT[entry.step]);
       this.health = closeEpisode(this.health);
       this.save();
@@ -276,7 +276,7 @@ export class PageHealth {
   }
 
   begin(view, fault) {
-    this.health = startEpisode(this.health, { nowMs: Date.now(), assistantId: view.assistantId, fault });
+    this.health = startEpisode(this.health, { nowMs: Date.now(), assistantId: view.assistantId, assistantLength: view.assistantLength, fault });
   }
 
   async failClosed(reason, evidence, view) {

@@ -40,11 +40,21 @@ export function emptyHealth() {
   return { episode: null, records: [] };
 }
 
-export function startEpisode(health, { nowMs, assistantId, fault }) {
+export function startEpisode(health, { nowMs, assistantId, assistantLength = 0, fault }) {
   if (health.episode) {
     return health;
   }
-  const episode = { startedAt: nowMs, lastAt: nowMs, startAssistantId: assistantId ?? null, fault, pageReloads: 0, tabReloads: 0, retries: 0, state: "open" };
+  const episode = {
+    startedAt: nowMs,
+    lastAt: nowMs,
+    startAssistantId: assistantId ?? null,
+    startAssistantLength: assistantLength,
+    fault,
+    pageReloads: 0,
+    tabReloads: 0,
+    retries: 0,
+    state: "open",
+  };
   return { ...health, episode };
 }
 
@@ -90,15 +100,16 @@ export function record(health, { step, reason, evidence, nowMs }) {
 }
 
 /**
- * Whether the open episode is over: the page shows a finished assistant message other than the
- * one it started with (real progress), or nothing happened for EPISODE_QUIET_MS. A
- * rollover_recommended episode stays until real progress.
+ * Whether the open episode is over: the page shows, not generating, a finished assistant message
+ * other than the one it started with, or that one grown (real progress), or nothing happened for
+ * EPISODE_QUIET_MS. A rollover_recommended episode stays until real progress.
  */
-export function episodeOver(episode, { nowMs, assistantId, generating, faulty }) {
+export function episodeOver(episode, { nowMs, assistantId, assistantLength = 0, generating, faulty }) {
   if (!episode) {
     return false;
   }
-  const progressed = !generating && !faulty && assistantId !== null && assistantId !== episode.startAssistantId;
+  const grown = assistantId === episode.startAssistantId && assistantLength > (episode.startAssistantLength ?? Infinity);
+  const progressed = !generating && !faulty && assistantId !== null && (assistantId !== episode.startAssistantId || grown);
   if (progressed) {
     return true;
   }
