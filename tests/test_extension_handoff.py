@@ -16,7 +16,8 @@ Shown, each from the HUD's one "Hand off" entry:
 - refused while an agent of the workspace works (`workspace_working`), and while ChatGPT's 429
   pause holds (`handoff_rate_limited`): nothing opened or sent;
 - a plain conversation's queued messages arrive in the new conversation, in order, after the
-  cutover moved the binding there, and its turns journal into the same continuity chain;
+  cutover moved the binding there (a wake pending in the old one follows, after the queue), and
+  its turns journal into the same continuity chain;
 - the browser closed mid-seed: the persisted transfer comes back `seed_uncertain` with the new
   conversation it had reached, and Resume there cuts over without a second seed;
 - auto rollover, turned on in the options page (off by default) with a tiny context window: the
@@ -352,7 +353,11 @@ def test_queued_messages_arrive_in_the_new_conversation_in_order(base: Path) -> 
         with workstation(base) as station:
             install_native_host(profile, station.config_dir)
             chat = site()
-            async with async_playwright() as playwright, launched(playwright, profile, chat) as browser:
+            async with (
+                async_playwright() as playwright,
+                launched(playwright, profile, chat) as browser,
+                PushReader(station) as push,
+            ):
                 source = await bound_source(browser, station, CONV_URL, auto=True)
                 # A reply in progress keeps the composer busy, so the queue waits.
                 chat.hold()
@@ -370,6 +375,16 @@ def test_queued_messages_arrive_in_the_new_conversation_in_order(base: Path) -> 
                     "first queued message",
                     "second queued message",
                 ]
+                # A turn of the workspace ends while the source is busy: its wake waits there too.
+                await station.prompt("run the linters")
+                await push.wait("agent_working", "the coder working", workspace_id=station.workspace_id())
+                station.settle()
+
+                async def wake_pending() -> bool:
+                    wake = await browser.storage(f"wake:{CONV_SCOPE}")
+                    return bool(wake and wake.get("pending"))
+
+                await poll_until(wake_pending, "a pending wake in the source")
                 await source.locator("herdr-mcp-hud .handoff").click()
 
                 record = await transfer(browser, CONV_SCOPE, "done")
@@ -395,6 +410,17 @@ def test_queued_messages_arrive_in_the_new_conversation_in_order(base: Path) -> 
                 ], text
                 assert not [t for t in chat.texts(SOURCE) if "queued message" in t], "none into the old one"
                 assert await browser.storage(f"queue:{target}") == []
+
+                # The pending wake moved with the binding: it wakes the new conversation, after
+                # the queue, and never the old one.
+                async def woke() -> Post | None:
+                    return next((p for p in chat.posts if WAKE in p.text), None)
+
+                wake = await poll_until(woke, "the moved wake sent")
+                assert wake.conversation_id == target
+                queued = next(p for p in chat.posts if "queued message" in p.text)
+                assert queued.at <= wake.at, "the queue before the wake"
+                assert await browser.storage(f"wake:{CONV_SCOPE}") is None
 
                 # The new conversation's turns journal into the source's chain (no new chain).
                 async def same_chain() -> bool:
