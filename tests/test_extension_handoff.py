@@ -2,7 +2,8 @@
 native host and runtime on the Herdr simulator, and the imitated chatgpt.com
 (tests/extension_harness.py; its new-chat pages create /c/<new id> with their first message).
 
-Shown, each from the HUD's one "Hand off" entry:
+Shown, each from the HUD's one "Hand off" entry (screenshots of the uncertain and copy-prompt HUDs go
+to the test's temp dir and to $HERDR_MCP_SCREENSHOTS when set):
 - success in a ChatGPT Project: the package prepared by the runtime, a new conversation of the same
   Project opened and seeded with exactly the package's message, `active_conv_key` switched only
   then, Auto inherited (the next settle wakes the new conversation, not the old one);
@@ -26,6 +27,7 @@ Shown, each from the HUD's one "Hand off" entry:
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -139,6 +141,14 @@ async def package_message(station: Workstation, record: dict[str, Any]) -> str:
     return message
 
 
+async def screenshot(page: Page, tmp_path: Path, name: str) -> None:
+    """The HUD in this state, into the test's temp dir (and $HERDR_MCP_SCREENSHOTS when set)."""
+    extra = os.environ.get("HERDR_MCP_SCREENSHOTS")
+    for directory in [tmp_path, *([Path(extra)] if extra else [])]:
+        directory.mkdir(parents=True, exist_ok=True)
+        await page.screenshot(path=str(directory / name))
+
+
 async def page_on(browser: Browser, conversation: str) -> Page:
     async def probe() -> Page | None:
         return next((page for page in browser.context.pages if page.url.endswith(f"/c/{conversation}")), None)
@@ -190,7 +200,7 @@ def test_handoff_in_a_project_switches_the_active_conversation_after_the_seed(ba
     run(body(), timeout=BODY_TIMEOUT_S)
 
 
-def test_seed_marker_never_shown_is_uncertain_and_resume_cuts_over_later(base: Path) -> None:
+def test_seed_marker_never_shown_is_uncertain_and_resume_cuts_over_later(base: Path, tmp_path: Path) -> None:
     async def body() -> None:
         profile = base / "profile"
         with workstation(base) as station:
@@ -220,6 +230,8 @@ def test_seed_marker_never_shown_is_uncertain_and_resume_cuts_over_later(base: P
                 handoff = source.locator("herdr-mcp-hud .handoff")
                 await handoff.filter(has_text="Resume handoff").wait_for()
                 assert not await source.locator("herdr-mcp-hud .copy.shown").count(), "no copy prompt"
+                await source.bring_to_front()
+                await screenshot(source, tmp_path, "handoff-uncertain.png")
                 assert [conv for conv, _ in seeds(chat)] == [target]
 
                 # Uncertain: the source is still the active conversation and gets what was held,
@@ -244,7 +256,7 @@ def test_seed_marker_never_shown_is_uncertain_and_resume_cuts_over_later(base: P
     run(body(), timeout=BODY_TIMEOUT_S)
 
 
-def test_browser_control_unavailable_offers_the_copy_prompt(base: Path) -> None:
+def test_browser_control_unavailable_offers_the_copy_prompt(base: Path, tmp_path: Path) -> None:
     async def body() -> None:
         profile = base / "profile"
         with workstation(base) as station:
@@ -263,6 +275,8 @@ def test_browser_control_unavailable_offers_the_copy_prompt(base: Path) -> None:
                 assert shown == await package_message(station, record)
                 assert shown.startswith(MARKER)
                 await wait_hud(source, "Browser control unavailable")
+                await source.bring_to_front()
+                await screenshot(source, tmp_path, "handoff-copy-prompt.png")
                 assert seeds(chat) == [], "nothing was sent"
                 assert (await binding(station, PROJECT_SCOPE) or {})["active_conv_key"] == f"/c/{SOURCE}"
 
