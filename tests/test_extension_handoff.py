@@ -19,6 +19,8 @@ to the test's temp dir and to $HERDR_MCP_SCREENSHOTS when set):
 - a plain conversation's queued messages arrive in the new conversation, in order, after the
   cutover moved the binding there (a wake pending in the old one follows, after the queue), and
   its turns journal into the same continuity chain;
+- an uncertain transfer completes by itself when the new conversation's page, reloaded, shows the
+  marker (no Resume pressed);
 - the browser closed mid-seed: the persisted transfer comes back `seed_uncertain` with the new
   conversation it had reached, and Resume there cuts over without a second seed;
 - auto rollover, turned on in the options page (off by default) with a tiny context window: the
@@ -524,5 +526,32 @@ def test_auto_rollover_hands_off_a_conversation_whose_context_is_nearly_full(bas
                 assert active == f"/c/{target}"
                 assert [conv for conv, _ in seeds(chat)] == [target]
                 await wait_hud(source, f"handed off to {target}")
+
+    run(body(), timeout=BODY_TIMEOUT_S)
+
+
+def test_an_uncertain_transfer_reconciles_when_the_target_page_shows_the_marker(base: Path) -> None:
+    async def body() -> None:
+        profile = base / "profile"
+        with workstation(base) as station:
+            install_native_host(profile, station.config_dir)
+            chat = site()
+            async with async_playwright() as playwright, launched(playwright, profile, chat) as browser:
+                source = await bound_source(browser, station, PROJECT_URL, auto=False)
+                await set_handoff_options(browser, seed_s=3, connect_s=20)
+                chat.drop_seed_marker = True
+                await source.locator("herdr-mcp-hud .handoff").click()
+                record = await transfer(browser, PROJECT_SCOPE, "seed_uncertain")
+                target = record["targetConvKey"]
+
+                # Nobody presses Resume: the person reloads the new conversation, which now shows
+                # the marker, and the transfer completes from that evidence alone.
+                chat.drop_seed_marker = False
+                await (await page_on(browser, target)).reload()
+                done = await transfer(browser, PROJECT_SCOPE, "done")
+                assert done["targetConvKey"] == target
+                active = (await binding(station, PROJECT_SCOPE) or {})["active_conv_key"]
+                assert active == f"/c/{target}"
+                assert [conv for conv, _ in seeds(chat)] == [target]
 
     run(body(), timeout=BODY_TIMEOUT_S)
