@@ -8,10 +8,13 @@
 //   queue:<conv key>        the person's queued messages (lib/queue.js)
 //   backoff                 the 429 pause (lib/backoff.js)
 //   journal:<conv key>      turn keys already appended (bounded)
-//   options                 {progressTickSec, progressFallbackSec}
+//   options                 {progressTickSec, progressFallbackSec, handoff deadlines, rollover*}
 //   log                     the last events shown in the side panel (bounded)
 //   health:<conv key>       page health: the open episode, its step records, the last pressure spike
 //                           (content/page-health.js; README "Page health")
+//   handoff:<scope>         the scope's latest transfer and its phase (lib/handoff-state.js)
+//   chain:<conv key>        the continuity_id a handoff's target conversation journals into
+//   floor:<conv key>        auto rollover's message-count floor, never lower (lib/rollover.js)
 
 export async function get(key, fallback) {
   const found = await chrome.storage.local.get(key);
