@@ -70,7 +70,7 @@ export class PageHealth {
         for (const entry of list.getEntries()) {
           this.window.longTaskMs += entry.duration;
         }
-      }).observe({ type: "longtask", buffered: true });
+      }).observe({ type: "longtask", buffered: false }); // the page's own load is not pressure
     } catch {
       // no Long Tasks API here: the meter goes on without it
     }
