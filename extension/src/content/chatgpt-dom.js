@@ -3,6 +3,8 @@
 // button `[data-testid="send-button"]`, the stop button `[data-testid="stop-button"]` shown while
 // a reply is generating, and turns `[data-message-author-role]` (with `data-message-id`).
 
+import { normalize, waitFor } from "./site-dom.js";
+
 export const SELECTORS = Object.freeze({
   composer: "#prompt-textarea",
   send: '[data-testid="send-button"]',
@@ -76,30 +78,7 @@ function typeInto(element, text) {
   }
 }
 
-const normalize = (text) => text.replace(/\s+/g, " ").trim();
 
-function waitFor(check, timeoutMs) {
-  return new Promise((resolve) => {
-    const found = check();
-    if (found) {
-      resolve(found);
-      return;
-    }
-    const observer = new MutationObserver(() => {
-      const value = check();
-      if (value) {
-        finish(value);
-      }
-    });
-    const timer = setTimeout(() => finish(null), timeoutMs);
-    function finish(value) {
-      observer.disconnect();
-      clearTimeout(timer);
-      resolve(value);
-    }
-    observer.observe(document.documentElement, { childList: true, subtree: true, attributes: true, characterData: true });
-  });
-}
 
 /**
  * Type `text` and send it. `{ok: true}` once a new user turn with this text shows in the page;
