@@ -28,6 +28,15 @@ from herdr_mcp.runtime.ipc import bind_ipc_socket
 from herdr_mcp.runtime.push import PushSettings
 from herdr_mcp.runtime.server import ToolDispatcher
 from herdr_mcp.runtime.services import Services
+from herdr_mcp.sim import (
+    AgentConfig,
+    AgentScript,
+    PaneConfig,
+    SimConfig,
+    SimulatorThread,
+    TabConfig,
+    WorkspaceConfig,
+)
 from tests.waiting import DEADLINE_S, wait_until_async
 
 TOKEN = "push-test-" + "t" * 32
@@ -158,3 +167,47 @@ async def event_stream(client: httpx2.AsyncClient, query: str = "") -> AsyncIter
     async with client.stream("GET", "/push/events" + query) as response:
         assert response.status_code == 200, await response.aread()
         yield EventReader(response)
+
+
+def two_agent_config(base: Path, script: AgentScript | None = None) -> SimConfig:
+    """w1 (`api`): agents `coder` (w1:p1) and `tester` (w1:p2); w2 (`web`): agent `reviewer`;
+    each plays `script` when prompted (the simulator's default when None)."""
+    script = script or AgentScript.default()
+    api, web = base / "api", base / "web"
+    api.mkdir(exist_ok=True)
+    web.mkdir(exist_ok=True)
+    return SimConfig(
+        (
+            WorkspaceConfig(
+                cwd=api,
+                label="api",
+                tabs=(
+                    TabConfig(
+                        panes=(
+                            PaneConfig(label="coder", agent=AgentConfig("coder", "claude", script=script)),
+                            PaneConfig(label="tester", agent=AgentConfig("tester", "codex", script=script)),
+                        )
+                    ),
+                ),
+            ),
+            WorkspaceConfig(
+                cwd=web,
+                label="web",
+                tabs=(TabConfig(panes=(PaneConfig(agent=AgentConfig("reviewer", "pi", script=script)),)),),
+            ),
+        )
+    )
+
+
+def pane_of(sim: SimulatorThread, agent: str) -> str:
+    return str(next(a["pane_id"] for a in sim.snapshot()["agents"] if a["name"] == agent))
+
+
+async def ready(runtime: ServedRuntime) -> None:
+    """The watcher has listed the agents once (its first reads are baselines, not news)."""
+    watcher = runtime.services.push.watcher
+    await wait_until_async(lambda: watcher.polls >= 1 and watcher.leader, "the push watcher's first poll")
+
+
+def is_durable(event: Event) -> bool:
+    return event.name in ("agent_working", "agent_settled", "agent_gone")

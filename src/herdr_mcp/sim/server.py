@@ -61,6 +61,10 @@ class Fault:
     message: str
 
 
+#: Loop turns `stop()` gives connections accepted during the close to start, so they are closed.
+LATE_CONNECTION_TURNS = 5
+
+
 class Simulator:
     """A Herdr server on a Unix socket, with real directories and scripted fake agents.
 
@@ -134,6 +138,13 @@ class Simulator:
         """Stop listening, drop every connection, stop the agents and remove the socket file."""
         server, self._server = self._server, None
         if server is not None:
+            # A connection accepted in this loop turn is attached to the server one turn later,
+            # and one attached after close() is dropped with its socket never closed (Python
+            # 3.11's Server._attach asserts): stop accepting first, let those attach, then close.
+            loop = asyncio.get_running_loop()
+            for listening in server.sockets:
+                loop.remove_reader(listening.fileno())
+            await asyncio.sleep(0)
             server.close()
         connections = list(self._connections)
         for task in connections:
@@ -141,6 +152,15 @@ class Simulator:
         await asyncio.gather(*connections, return_exceptions=True)
         if server is not None:
             await server.wait_closed()
+        # A connection accepted just before the close may not have started its handler yet
+        # (asyncio starts it a few loop turns later), so it is in no list above: give it those
+        # turns and end it too.
+        for _ in range(LATE_CONNECTION_TURNS):
+            await asyncio.sleep(0)
+            late = list(self._connections)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
         for runner in self._runners.values():
             await runner.stop()
         self._subscribers.clear()

@@ -78,6 +78,10 @@ class PushHub:
     def subscriber_count(self) -> int:
         return len(self._subscribers)
 
+    @property
+    def subscribers(self) -> tuple[Subscriber, ...]:
+        return tuple(self._subscribers)
+
     def subscribe(self) -> Subscriber:
         """A new subscriber; durable events after `subscriber.start` will reach its queue."""
         subscriber = Subscriber(self.cursor, self._queue_size)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,7 +68,7 @@ def parse_after(request: Request) -> int | None:
 
 async def event_frames(
     hub: PushHub, states: AgentStates, after: int | None, runtime: dict[str, Any], settings: StreamSettings
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     """The frames of one stream (module docstring); ends after an `end` event."""
     subscriber = hub.subscribe()
     try:
@@ -113,7 +113,8 @@ class EventStreamResponse(StreamingResponse):
     """A `text/event-stream` whose every send must be taken within `send_timeout`; a client that
     stops reading has its stream ended instead of holding it open."""
 
-    def __init__(self, frames: AsyncIterator[bytes], send_timeout: float) -> None:
+    def __init__(self, frames: AsyncGenerator[bytes, None], send_timeout: float) -> None:
+        self._frames = frames
         super().__init__(
             frames,
             media_type="text/event-stream",
@@ -136,6 +137,10 @@ class EventStreamResponse(StreamingResponse):
             rest = group.subgroup(lambda exc: not isinstance(exc, TimeoutError))
             if rest is not None:
                 raise rest from None
+        finally:
+            # However the stream ended (the client left, stopped reading, the server stops), the
+            # frames' generator is closed now, so it leaves the hub now, not when collected.
+            await self._frames.aclose()
 
 
 def state_answer(seq: int, workspaces: list[dict[str, Any]], agents: list[dict[str, Any]]) -> dict[str, Any]:
