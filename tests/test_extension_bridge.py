@@ -211,7 +211,7 @@ def test_tool_calls_round_trip_cleaned_and_a_reload_reruns_nothing(base: Path, n
             ):
                 page = await browser.context.new_page()
                 await page.goto(root_url)
-                await page.locator("herdr-bridge-hud button").click()
+                await page.locator("herdr-bridge-hud button.start").click()
 
                 async def finished() -> str | None:
                     for chat, messages in site.conversations.items():

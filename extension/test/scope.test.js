@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { conversationUrl, isScope, pageScope, wakeTarget } from "../src/lib/scope.js";
+import { conversationUrl, isScope, newConversationUrl, pageScope, wakeTarget } from "../src/lib/scope.js";
 
 test("a conversation page is its own scope", () => {
   const page = pageScope("https://chatgpt.com/c/6a1f0c2e-0000-4000-8000-000000000001?model=x#end");
@@ -63,4 +63,21 @@ test("wakes go to the conversation itself, or to a Project's active conversation
   assert.equal(wakeTarget("chatgpt:project:g-p-ff", { active_conv_key: null }), null);
   assert.equal(wakeTarget("chatgpt:root:tab-1", { active_conv_key: "c9" }), null);
   assert.equal(wakeTarget("nonsense", {}), null);
+});
+
+test("z.ai and DeepSeek pages: a conversation scope per chat id, a tab-local root, their URLs", () => {
+  const zai = pageScope("https://chat.z.ai/c/zc123", "tab-4");
+  assert.deepEqual(zai, { site: "zai", kind: "conv", scope: "zai:conv:zc123", convKey: "zc123", projectId: null });
+  assert.equal(conversationUrl(zai), "https://chat.z.ai/c/zc123");
+  const deepseek = pageScope("https://chat.deepseek.com/a/chat/s/ds-9", "tab-4");
+  assert.equal(deepseek.scope, "deepseek:conv:ds-9");
+  assert.equal(conversationUrl(deepseek), "https://chat.deepseek.com/a/chat/s/ds-9");
+  assert.equal(pageScope("https://chat.z.ai/", "tab-4").scope, "zai:root:tab-4");
+  assert.equal(pageScope("https://chat.z.ai/", null), null);
+  assert.equal(pageScope("https://chat.z.ai/c/zc123/extra", "tab-4"), null);
+  assert.equal(pageScope("https://chat.deepseek.com/c/ds-9", "tab-4"), null, "not DeepSeek's route");
+  assert.equal(pageScope("https://example.com/c/zc123", "tab-4"), null);
+  assert.equal(newConversationUrl("zai"), "https://chat.z.ai/");
+  assert.equal(newConversationUrl("deepseek"), "https://chat.deepseek.com/");
+  assert.equal(newConversationUrl("chatgpt"), "https://chatgpt.com/");
 });

@@ -28,7 +28,7 @@ import {
   start,
   view,
 } from "../lib/handoff-state.js";
-import { conversationUrl, pageScope } from "../lib/scope.js";
+import { conversationUrl, newConversationUrl, pageScope } from "../lib/scope.js";
 import * as store from "./store.js";
 
 const POLL_MS = 100;
@@ -40,10 +40,12 @@ const IDLE_WAIT_MS = 15_000;
 const key = (scope) => `handoff:${scope}`;
 
 export class Handoff {
-  constructor({ native, bindings, tabs, continuity, now = () => Date.now(), log = console }) {
+  constructor({ native, bindings, tabs, bridgeTabs = null, continuity, now = () => Date.now(), log = console }) {
     this.native = native;
     this.bindings = bindings;
     this.tabs = tabs;
+    /** z.ai and DeepSeek pages (their bridge content script's raw "bridge-page" port). */
+    this.bridgeTabs = bridgeTabs;
     this.continuity = continuity;
     this.now = now;
     this.log = log;
@@ -106,7 +108,8 @@ export class Handoff {
       return record;
     });
     this.records.set(record.scope, record);
-    const paused = (await this.continuity.rateLimit?.remaining()) ?? 0;
+    // ChatGPT's 429 pause is ChatGPT's (ratelimit.js observes chatgpt.com only).
+    const paused = record.site === "chatgpt" ? ((await this.continuity.rateLimit?.remaining()) ?? 0) : 0;
     if (paused > 0) {
       // The seed would meet the same 429: nothing is opened while sends are paused.
       const error = { code: "handoff_rate_limited", message: `ChatGPT answered 429: hand off again in ${Math.ceil(paused / 1000)} s.` };
@@ -229,7 +232,7 @@ export class Handoff {
   /** Open the new conversation page and seed it (phase opening -> seeding -> ...). */
   async open(record) {
     const options = handoffOptions(await store.get("options", {}));
-    const url = record.kind === "project" ? `https://chatgpt.com/g/${record.projectId}/project` : "https://chatgpt.com/";
+    const url = record.kind === "project" ? `https://chatgpt.com/g/${record.projectId}/project` : newConversationUrl(record.site);
     let tabId;
     try {
       tabId = (await chrome.tabs.create({ url, active: true })).id;
@@ -243,7 +246,7 @@ export class Handoff {
       return this.save(
         controlLost(
           record,
-          { code: "handoff_page_unreachable", message: `The new ChatGPT page did not answer within ${options.connectDeadlineSec} s.` },
+          { code: "handoff_page_unreachable", message: `The new ${record.site} page did not answer within ${options.connectDeadlineSec} s.` },
           this.now(),
         ),
       );
@@ -279,14 +282,14 @@ export class Handoff {
     if (!record.targetConvKey) {
       return this.save(reopen(record, this.now()));
     }
-    let tab = this.tabs.forConv(record.targetConvKey);
+    let tab = this.tabsOf(record.site).forConv(record.targetConvKey);
     let tabId;
     try {
       if (tab) {
         tabId = tab.tabId;
         await chrome.tabs.reload(tabId);
       } else {
-        const page = { convKey: record.targetConvKey, projectId: record.projectId };
+        const page = { site: record.site, convKey: record.targetConvKey, projectId: record.projectId };
         tabId = (await chrome.tabs.create({ url: conversationUrl(page), active: true })).id;
       }
     } catch (error) {
@@ -393,11 +396,20 @@ export class Handoff {
     this.continuity.broadcast();
   }
 
+  /** The registry of `site`'s connected pages (ChatGPT's content script, or the bridge's). */
+  tabsOf(site) {
+    return site === "chatgpt" || !this.bridgeTabs ? this.tabs : this.bridgeTabs;
+  }
+
+  tabById(tabId) {
+    return this.tabs.byId.get(tabId) ?? this.bridgeTabs?.byId.get(tabId) ?? null;
+  }
+
   /** The connected content script of tab `tabId` once `ready(page)` holds; null after `ms`. */
   async connected(tabId, ms, ready, stale = null) {
     const until = this.now() + ms;
     while (this.now() < until) {
-      const tab = this.tabs.byId.get(tabId);
+      const tab = this.tabById(tabId);
       if (tab && tab !== stale && ready(tab.page)) {
         return tab;
       }
@@ -418,7 +430,7 @@ export class Handoff {
       };
       const timer = setTimeout(() => finish(null), ms);
       const watch = setInterval(() => {
-        if (this.tabs.byId.get(tab.tabId) !== tab) {
+        if (this.tabById(tab.tabId) !== tab) {
           finish(null);
         }
       }, 500);

@@ -29,7 +29,20 @@ const tabs = new Tabs({
   onMessage: (tab, message) => pageMessage(tab, message),
 });
 const continuity = new Continuity({ native, bindings, tabs, rateLimit });
-const handoff = new Handoff({ native, bindings, tabs, continuity });
+// z.ai and DeepSeek pages: the bridge content script's raw "bridge-page" port (never the JSON
+// bridge's): what each shows, the handoff's seed and probe, its turns for the journal. Kept apart
+// from `tabs` so ChatGPT's queue, wakes and progress never go to a bridge page.
+const bridgeTabs = new Tabs({
+  onPage: (tab, previous) => bridgePageChanged(tab, previous),
+  onIdle: () => {},
+  onMessage: (tab, message) => bridgePageMessage(tab, message),
+});
+const handoff = new Handoff({ native, bindings, tabs, bridgeTabs, continuity });
+const broadcastPages = continuity.broadcast.bind(continuity);
+continuity.broadcast = () => {
+  broadcastPages();
+  broadcastBridge();
+};
 continuity.holds = (convKey) => handoff.holds(convKey);
 const rollover = new Rollover({ bindings, handoff, continuity });
 continuity.handoffView = (scope) => {
@@ -65,6 +78,8 @@ chrome.runtime.onConnect.addListener((port) => {
     tabs.attach(port);
   } else if (port.name === "bridge" && /^https:\/\/chat\.(z\.ai|deepseek\.com)\//.test(port.sender?.url ?? "")) {
     bridge.attach(port);
+  } else if (port.name === "bridge-page" && /^https:\/\/chat\.(z\.ai|deepseek\.com)\//.test(port.sender?.url ?? "")) {
+    bridgeTabs.attach(port);
   }
 });
 
@@ -182,6 +197,56 @@ async function pageMessage(tab, message) {
     tabs.post(tab, { type: "error", code: error.code ?? "failed", message: error.message });
   }
   continuity.broadcast();
+}
+
+/** A z.ai or DeepSeek page announced where it is (bridge-main.js). */
+function bridgePageChanged(tab, previous) {
+  if (tab.page?.convKey && tab.page.convKey !== previous?.convKey) {
+    handoff.pageSeen(tab);
+  }
+  continuity.broadcast();
+}
+
+/** What a z.ai or DeepSeek page's raw channel asks: handoff, and its finalized turns for the journal. */
+async function bridgePageMessage(tab, message) {
+  const page = tab.page;
+  try {
+    switch (message.type) {
+      case "handoff.start":
+        await handoff.begin(tab);
+        break;
+      case "handoff.resume":
+        if (page) {
+          await handoff.resume(page.scope);
+        }
+        break;
+      case "handoff.seeded":
+      case "handoff.probed":
+        handoff.reply(message);
+        break;
+      case "turns":
+        if (page?.convKey) {
+          await journal.report(page, message.turns, message.title);
+        }
+        break;
+      default:
+        break;
+    }
+  } catch (error) {
+    bridgeTabs.post(tab, { type: "error", code: error.code ?? "failed", message: error.message });
+  }
+  continuity.broadcast();
+}
+
+/** The bridge HUD's handoff line: the transfer of the page's scope and the scope's last note. */
+function broadcastBridge() {
+  for (const tab of bridgeTabs.all()) {
+    const scope = tab.page?.scope ?? null;
+    const state = scope
+      ? { scope, bound: bindings.get(scope)?.label ?? bindings.get(scope)?.workspace_id ?? null, handoff: handoff.view(scope), note: continuity.notes.get(scope)?.line ?? "" }
+      : { scope: null };
+    bridgeTabs.post(tab, { type: "hud", state });
+  }
 }
 
 /** In a bound Project, the conversation where the person just sent a message becomes the active one. */

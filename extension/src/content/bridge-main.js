@@ -6,7 +6,14 @@
 // Identity: the scope is `<site>:conv:<id>` from the route. State made on a root page (no id
 // yet) moves once to the first conversation the tab lands on; moving from conversation A to B
 // starts B afresh (nothing of A is carried).
+//
+// Handoff (extension/README.md "Handoff and rollover"): a second port, "bridge-page", is the raw
+// channel: the page's URL, its finalized turns for the continuity journal, the HUD's Hand off,
+// and the worker's `handoff.seed` / `handoff.probe`. The seed is typed as a plain message, never
+// through the JSON bridge (seed 002: a conversation-control message, not a coding task), and a
+// reply to a seed is never run as tool calls.
 
+import { normalize, waitFor } from "./site-dom.js";
 import { hasContext, isCallsOnly, isPrompt, isResult, MAX_ROUNDS, messageKey, parseCalls, roundsUsed } from "../lib/bridge-protocol.js";
 
 const CHECK_DELAY_MS = 150;
@@ -20,6 +27,15 @@ const waiting = new Map();
 let state = null;
 let busy = false;
 let hud = null;
+let pagePort = null;
+let lastUrl = null;
+let reportedTurns = "";
+/** True while a handoff seed is typed and watched here: the bridge acts on nothing meanwhile. */
+let seeding = false;
+/** The seeds typed in this page's life, normalized: a page may show one without its marker line. */
+const seeded = [];
+/** state/handoff.py SEED_MARKER: every handoff message's first line starts with it. */
+const HANDOFF_MARKER = "[herdr-handoff";
 
 function freshState(convId) {
   // sawLive: a reply was seen generating (or we sent something) in this page life; until then a
@@ -41,6 +57,7 @@ export async function start() {
   hud = makeHud();
   installFoldStyle();
   connect();
+  connectPage();
   let pending = false;
   new MutationObserver(() => {
     if (!pending) {
@@ -78,6 +95,106 @@ function connect() {
   });
 }
 
+function connectPage() {
+  pagePort = chrome.runtime.connect({ name: "bridge-page" });
+  pagePort.onMessage.addListener((message) => pageMessage(message));
+  pagePort.onDisconnect.addListener(() => {
+    pagePort = null;
+    setTimeout(connectPage, RECONNECT_MS);
+  });
+  announce();
+}
+
+function postPage(message) {
+  try {
+    pagePort?.postMessage(message);
+  } catch {
+    // disconnected; the reconnect announces the page again
+  }
+}
+
+function announce() {
+  lastUrl = location.href;
+  reportedTurns = "";
+  postPage({ type: "page", url: location.href, idle: adapter.isIdle() });
+}
+
+function pageMessage(message) {
+  if (message.type === "hud") {
+    renderHandoff(message.state);
+  } else if (message.type === "handoff.seed" || message.type === "handoff.probe") {
+    handoffRequest(message);
+  } else if (message.type === "error") {
+    setNote(`${message.code}: ${message.message}`);
+  }
+}
+
+const hasMarker = (marker) =>
+  adapter.messages().some((message) => message.role === "user" && normalize(message.text).startsWith(normalize(marker)));
+
+/**
+ * The worker's handoff requests: type the seed as a plain message (the raw channel) and wait for
+ * this page to be on a conversation with a user message starting with the marker; or only look
+ * for the marker. `{typed: false, reason}` when nothing was submitted.
+ */
+async function handoffRequest(message) {
+  let result;
+  if (message.type === "handoff.seed") {
+    seeding = true;
+    try {
+      if (!(await waitFor(() => adapter.isIdle(), message.idleMs))) {
+        result = { typed: false, reason: adapter.composer() ? "composer_busy" : "no_composer" };
+      } else {
+        seeded.push(normalize(message.text));
+        const sent = await adapter.send(message.text);
+        if (!sent.ok && sent.reason === "busy") {
+          result = { typed: false, reason: "no_send_button" };
+        } else {
+          const seen = await waitFor(() => adapter.conversationId() && hasMarker(message.marker), message.deadlineMs);
+          result = { typed: true, markerSeen: Boolean(seen) };
+        }
+      }
+    } catch (error) {
+      result = { typed: true, markerSeen: false, detail: String(error) }; // typing may have begun
+    } finally {
+      seeding = false;
+    }
+  } else {
+    const seen = await waitFor(() => adapter.conversationId() && hasMarker(message.marker), message.deadlineMs);
+    result = { markerSeen: Boolean(seen) };
+  }
+  postPage({ type: message.type === "handoff.seed" ? "handoff.seeded" : "handoff.probed", id: message.id, url: location.href, ...result });
+  if (location.href !== lastUrl) {
+    announce();
+  }
+}
+
+/** The text of the person's (or a seed's) message `last` answers, or "". */
+function askedBy(messages, index) {
+  for (let at = index - 1; at >= 0; at -= 1) {
+    if (messages[at].role === "user") {
+      return messages[at].text;
+    }
+  }
+  return "";
+}
+
+/** The conversation's finalized turns (protocol messages left out) for the continuity journal. */
+async function reportTurns(messages) {
+  const turns = [];
+  for (const [index, message] of messages.entries()) {
+    const protocol = message.role === "user" ? isPrompt(message.text) || isResult(message.text) : isCallsOnly(message.text);
+    if (!protocol && message.text) {
+      turns.push({ key: `${adapter.name}-${await messageKey(scope(), index, message.text)}`, role: message.role, text: message.text });
+    }
+  }
+  const signature = turns.map((turn) => turn.key).join(" ");
+  if (turns.length > 0 && signature !== reportedTurns) {
+    reportedTurns = signature;
+    postPage({ type: "turns", turns, title: document.title });
+  }
+}
+
 function ask(message) {
   return new Promise((resolve, reject) => {
     if (!port) {
@@ -113,7 +230,10 @@ async function check() {
     return;
   }
   fold(adapter.messages());
-  if (busy) {
+  if (location.href !== lastUrl && pagePort) {
+    announce();
+  }
+  if (busy || seeding) {
     return;
   }
   follow();
@@ -128,12 +248,19 @@ async function check() {
   }
   busy = true;
   try {
+    await reportTurns(messages);
     if (state.pending) {
       await deliver();
       return;
     }
     const last = messages.at(-1);
     if (!last || last.role !== "assistant" || parseCalls(last.text).calls.length + parseCalls(last.text).errors.length === 0) {
+      return;
+    }
+    const asked = askedBy(messages, messages.length - 1);
+    if (asked.startsWith(HANDOFF_MARKER) || (asked && seeded.some((seed) => seed.includes(normalize(asked))))) {
+      document.documentElement.dataset.herdrBridgeLast = "skipped: a reply to a handoff seed is not a tool call";
+      setNote("the reply to the handoff seed is not run as tool calls");
       return;
     }
     const key = await messageKey(scope(), messages.length - 1, last.text);
@@ -231,14 +358,42 @@ function render() {
   }
 }
 
+/** The HUD's handoff entry and line from the worker's `{scope, bound, handoff, note}`. */
+function renderHandoff(shown) {
+  if (!hud) {
+    return;
+  }
+  const transfer = shown?.handoff ?? null;
+  hud.handoff.disabled = !shown?.scope || !adapter.conversationId() || Boolean(transfer?.inFlight);
+  hud.handoff.textContent = transfer?.inFlight ? "Handing off…" : transfer?.resumable ? "Resume handoff" : transfer?.copyPrompt ? "Copy prompt" : "Hand off";
+  hud.handoff.dataset.action = transfer?.resumable ? "resume" : transfer?.copyPrompt ? "copy" : "start";
+  hud.copyPrompt = transfer?.copyPrompt ?? null;
+  const phase = transfer ? ` · handoff: ${transfer.phase}${transfer.error ? ` (${transfer.error.code})` : ""}` : "";
+  hud.status.textContent = `${shown?.bound ? `Bound to ${shown.bound}` : "Not bound"}${phase}${shown?.note ? ` · ${shown.note}` : ""}`;
+}
+
+function handOff() {
+  const action = hud.handoff.dataset.action;
+  if (action === "copy" && hud.copyPrompt) {
+    navigator.clipboard.writeText(hud.copyPrompt).then(
+      () => setNote("handoff prompt copied: paste it into a new conversation"),
+      () => setNote("copy failed: the prompt is in the worker's handoff record"),
+    );
+    return;
+  }
+  postPage({ type: action === "resume" ? "handoff.resume" : "handoff.start" });
+}
+
 function makeHud() {
   const host = document.createElement("herdr-bridge-hud");
   const root = host.attachShadow({ mode: "open" });
   root.innerHTML = `<style>
     div{position:fixed;right:12px;top:12px;z-index:2147483647;font:12px system-ui;background:#111a;color:#fff;padding:6px 8px;border-radius:6px;max-width:420px}
     button{font:inherit;margin-left:6px}
-  </style><div><span class="line"></span><button type="button">Start Herdr tools</button></div>`;
-  root.querySelector("button").addEventListener("click", () => sendPrompt());
+    .status{display:block;opacity:.85}
+  </style><div><span class="line"></span><button type="button" class="start">Start Herdr tools</button><button type="button" class="handoff" disabled>Hand off</button><span class="status"></span></div>`;
+  root.querySelector(".start").addEventListener("click", () => sendPrompt());
+  root.querySelector(".handoff").addEventListener("click", () => handOff());
   document.documentElement.append(host);
-  return { line: root.querySelector(".line") };
+  return { line: root.querySelector(".line"), status: root.querySelector(".status"), handoff: root.querySelector(".handoff"), copyPrompt: null };
 }

@@ -28,10 +28,17 @@ export function pageScope(href, tabId = null) {
   } catch {
     return null;
   }
-  if (url.protocol !== "https:" || url.hostname !== "chatgpt.com" || url.port) {
+  if (url.protocol !== "https:" || url.port) {
     return null;
   }
   const path = url.pathname.split("/").filter(Boolean);
+  const bridged = BRIDGE_SITES[url.hostname];
+  if (bridged) {
+    return bridgePage(bridged, path, tabId);
+  }
+  if (url.hostname !== "chatgpt.com") {
+    return null;
+  }
   if (path.length === 0) {
     if (tabId === null || !TAB_ID.test(tabId)) {
       return null;
@@ -58,10 +65,36 @@ export function pageScope(href, tabId = null) {
   return null;
 }
 
+// The bridge's sites (content/zai-dom.js, deepseek-dom.js): a conversation scope per chat id,
+// the root page a tab-local pending scope, nothing else. Their conversation pages' paths.
+const BRIDGE_SITES = { "chat.z.ai": "zai", "chat.deepseek.com": "deepseek" };
+const BRIDGE_PREFIX = { zai: ["c"], deepseek: ["a", "chat", "s"] };
+const BRIDGE_HOME = { zai: "https://chat.z.ai/", deepseek: "https://chat.deepseek.com/" };
+
+function bridgePage(site, path, tabId) {
+  const prefix = BRIDGE_PREFIX[site];
+  if (path.length === 0) {
+    return tabId !== null && TAB_ID.test(tabId) ? { site, kind: "root", scope: `${site}:root:${tabId}`, convKey: null, projectId: null } : null;
+  }
+  const id = path[prefix.length];
+  if (path.length === prefix.length + 1 && prefix.every((part, index) => path[index] === part) && CONVERSATION_ID.test(id)) {
+    return { site, kind: "conv", scope: `${site}:conv:${id}`, convKey: id, projectId: null };
+  }
+  return null;
+}
+
+/** Where a new conversation of `site` starts (a handoff's target page outside a Project). */
+export function newConversationUrl(site) {
+  return BRIDGE_HOME[site] ?? "https://chatgpt.com/";
+}
+
 /** The full URL of a conversation (what the continuity journal takes as `conversation_url`). */
 export function conversationUrl(page) {
   if (!page || !page.convKey) {
     return null;
+  }
+  if (BRIDGE_PREFIX[page.site]) {
+    return `${BRIDGE_HOME[page.site]}${BRIDGE_PREFIX[page.site].join("/")}/${page.convKey}`;
   }
   if (page.projectId) {
     return `https://chatgpt.com/g/${page.projectId}/c/${page.convKey}`;

@@ -1,0 +1,279 @@
+"""Handoff on the bridge's sites end to end (issue 13, deliver 2, z.ai): Debian's Chromium with
+extension/ loaded, the real native host and runtime on the Herdr simulator, and the imitated
+chat.z.ai (tests/fixtures/extension/zai.html) served through request routing.
+
+Shown, from the bridge HUD's "Hand off" entry:
+- success: the source z.ai conversation (bound, its turns journaled by the bridge page over its raw
+  channel) is handed to a new z.ai conversation: the runtime's package typed there as a plain
+  message (exactly the package's message, never wrapped by the JSON bridge), the binding moved
+  to `zai:conv:<new id>` only after the new id and the seed marker were on the page, Auto
+  inherited, the new conversation's turns journaled into the same chain; the imitated model's
+  reply to the seed holds a tool-call line, and the bridge runs nothing for it;
+- the seed marker never shows (the site stores the seed without it): `seed_uncertain`, the source
+  keeps its binding, the HUD offers "Resume handoff" and no copy prompt; once the site shows the
+  marker, Resume probes, finds it and cuts over without typing the seed again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.async_api import Page, Route, async_playwright
+
+from tests.extension_harness import (
+    Browser,
+    ChatGPTSite,
+    Workstation,
+    install_native_host,
+    launched,
+    workstation,
+)
+from tests.sim_helpers import run, short_tmp_dir
+from tests.waiting import poll_until
+
+pytestmark = pytest.mark.slow
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "extension" / "zai.html"
+SOURCE = "zsrc0001"
+SCOPE = f"zai:conv:{SOURCE}"
+URL = f"https://chat.z.ai/c/{SOURCE}"
+#: state/handoff.py SEED_MARKER and the marker line's start.
+MARKER = "[herdr-handoff transfer="
+HISTORY = [
+    {"role": "user", "text": "Plan the migration, then dispatch the tests."},
+    {"role": "assistant", "text": "Dispatching the tests to the coder agent."},
+]
+LAST_DECISION = "document.documentElement.dataset.herdrBridgeLast ?? null"
+ZAI = "https://chat.z.ai/**"
+#: A whole test: a browser launch, a runtime, the simulator, waits on a loaded machine.
+BODY_TIMEOUT_S = 240.0
+
+
+@dataclass
+class ZaiSite:
+    """The imitated chat.z.ai: conversations kept here (a reload shows them), every post recorded;
+    the model answers a handoff seed with a tool-call line (which must not run) and all else
+    with "Noted."."""
+
+    repo: Path
+    conversations: dict[str, list[dict[str, str]]] = field(default_factory=dict)
+    posts: list[tuple[str, str]] = field(default_factory=list)
+    #: Pages served from now on show user messages without a seed's marker line.
+    drop_seed_marker: bool = False
+
+    def seeds(self) -> list[tuple[str, str]]:
+        return [(chat, text) for chat, text in self.posts if text.startswith(MARKER)]
+
+    async def route(self, route: Route) -> None:
+        request = route.request
+        path = request.url.split("chat.z.ai", 1)[1].split("?", 1)[0]
+        if path.startswith("/api/chat/") and request.method == "GET":
+            await route.fulfill(json={"messages": self.conversations.get(path.rsplit("/", 1)[1], [])})
+        elif path == "/api/chat" and request.method == "POST":
+            body = request.post_data_json
+            assert isinstance(body, dict), body
+            chat, text = str(body["chat_id"]), str(body["text"])
+            self.posts.append((chat, text))
+            messages = self.conversations.setdefault(chat, [])
+            messages.append({"role": "user", "text": text})
+            if text.startswith(MARKER):
+                # A model that mistakes the seed for a task: a call line the bridge must not run.
+                write = {"path": str(self.repo / "from-seed.txt"), "content": "must not be written\n"}
+                reply = "Resuming.\n" + json.dumps({"tool": "herdr_fs_write", "args": write})
+            else:
+                reply = "Noted."
+            messages.append({"role": "assistant", "text": reply})
+            await route.fulfill(json={"reply": messages[-1]})
+        elif path.startswith("/api/"):
+            await route.fulfill(status=404, json={"detail": "not imitated"})
+        else:
+            switches = json.dumps({"dropSeedMarker": self.drop_seed_marker})
+            page = FIXTURE.read_text(encoding="utf-8").replace("/*IMITATION*/ {}", switches, 1)
+            await route.fulfill(body=page.encode(), content_type="text/html; charset=utf-8")
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    with short_tmp_dir() as path:
+        yield path
+
+
+async def status(page: Page) -> str:
+    return await page.locator("herdr-bridge-hud .status").inner_text()
+
+
+async def wait_status(page: Page, text: str) -> str:
+    async def probe() -> str | None:
+        line = await status(page)
+        return line if text in line else None
+
+    return await poll_until(probe, f"the bridge HUD to say {text!r}")
+
+
+async def bound_source(browser: Browser, station: Workstation, *, auto: bool, seed_s: int) -> Page:
+    """The source z.ai conversation (bound by `bind_source` before the browser started: the worker
+    reads the bindings when it connects), Auto as asked, its turns journaled."""
+    await browser.worker.evaluate(
+        """async ([scope, auto, seed]) => {
+            const { options = {} } = await chrome.storage.local.get("options");
+            await chrome.storage.local.set({ [`auto:${scope}`]: auto,
+                options: { ...options, handoffSeedDeadlineSec: seed, handoffConnectDeadlineSec: 20 } });
+        }""",
+        [SCOPE, auto, seed_s],
+    )
+    page = await browser.context.new_page()
+    await page.goto(URL)
+    # A page may report its turns before the worker has read the bindings; once the HUD says
+    # bound, a reload reports them again to a worker that knows.
+    await wait_status(page, "Bound to")
+    await page.reload()
+    await wait_status(page, "Bound to")
+
+    async def journaled() -> bool:
+        return len(await browser.storage(f"journal:{SOURCE}") or []) >= 2
+
+    await poll_until(journaled, "the source's history in the continuity journal")
+    return page
+
+
+async def bind_source(station: Workstation) -> None:
+    await station.post("/browser/binding.set", {"scope": SCOPE, "workspace_id": station.workspace_id()})
+
+
+async def transfer(browser: Browser, phase: str) -> dict[str, Any]:
+    async def probe() -> dict[str, Any] | None:
+        record = await browser.storage(f"handoff:{SCOPE}")
+        return record if record and record["phase"] == phase else None
+
+    return await poll_until(probe, f"the handoff of {SCOPE} to be {phase}")
+
+
+async def binding(station: Workstation, scope: str) -> dict[str, Any] | None:
+    answer = await station.post("/browser/binding.get", {"scope": scope})
+    found: dict[str, Any] | None = answer["binding"]
+    return found
+
+
+async def package_message(station: Workstation, record: dict[str, Any]) -> str:
+    """The runtime's package of this transfer (preparing it again returns the same package)."""
+    answer = await station.post(
+        "/browser/handoff.prepare",
+        {"scope": record["scope"], "transfer_id": record["transferId"], "source_url": record["sourceUrl"]},
+    )
+    message: str = answer["package"]["message"]
+    return message
+
+
+async def page_on(browser: Browser, conversation: str) -> Page:
+    async def probe() -> Page | None:
+        return next((page for page in browser.context.pages if page.url.endswith(f"/c/{conversation}")), None)
+
+    return await poll_until(probe, f"a tab on conversation {conversation}")
+
+
+def test_zai_handoff_seeds_over_the_raw_channel_and_moves_the_binding(base: Path) -> None:
+    async def body() -> None:
+        profile = base / "profile"
+        repo = base / "repo"
+        repo.mkdir()
+        with workstation(base) as station:
+            install_native_host(profile, station.config_dir)
+            zai = ZaiSite(repo, conversations={SOURCE: [dict(turn) for turn in HISTORY]})
+            await bind_source(station)
+            async with (
+                async_playwright() as playwright,
+                launched(playwright, profile, ChatGPTSite(), routes=[(ZAI, zai.route)]) as browser,
+            ):
+                source = await bound_source(browser, station, auto=True, seed_s=30)
+                await source.locator("herdr-bridge-hud .handoff").click()
+                record = await transfer(browser, "done")
+                target = record["targetConvKey"]
+                assert target and target != SOURCE
+                # Exactly the package's message, typed as a plain message into the new conversation.
+                assert zai.seeds() == [(target, await package_message(station, record))]
+                assert not [t for _, t in zai.posts if t.startswith("HERDR_BRIDGE_V1")], "no bridge wrapper"
+                moved = await binding(station, f"zai:conv:{target}")
+                assert moved and moved["workspace_id"] == station.workspace_id()
+                assert await binding(station, SCOPE) is None
+                assert await browser.storage(f"auto:zai:conv:{target}") is True, "Auto inherited"
+                assert await browser.storage(f"chain:{target}") == record["continuityId"]
+                await wait_status(source, f"handed off to {target}")
+
+                # The model's reply to the seed carries a call line: the bridge runs nothing.
+                page = await page_on(browser, target)
+
+                async def decided() -> str | None:
+                    value: str | None = await page.evaluate(LAST_DECISION)
+                    return value
+
+                assert "handoff seed" in await poll_until(decided, "the bridge to judge the seed's reply")
+                assert not (repo / "from-seed.txt").exists()
+                assert await browser.storage(f"bridge:dispatched:zai:conv:{target}") is None
+                assert [text for _, text in zai.posts if text.startswith("TOOL_RESULT")] == []
+
+                # The new conversation's turns journal into the same chain (bound there now).
+                async def journaled() -> bool:
+                    return len(await browser.storage(f"journal:{target}") or []) >= 1
+
+                await poll_until(journaled, "the new conversation's turns in the journal")
+                resolved = await station.post(
+                    "/browser/turn.resolve",
+                    {"conversation_url": f"https://chat.z.ai/c/{target}", "max_turns": 5},
+                )
+                assert resolved["context"]["continuity_id"] == record["continuityId"], resolved
+
+    run(body(), timeout=BODY_TIMEOUT_S)
+
+
+def test_zai_seed_marker_never_shown_is_uncertain_and_resume_cuts_over_later(base: Path) -> None:
+    async def body() -> None:
+        profile = base / "profile"
+        repo = base / "repo"
+        repo.mkdir()
+        with workstation(base) as station:
+            install_native_host(profile, station.config_dir)
+            zai = ZaiSite(repo, conversations={SOURCE: [dict(t) for t in HISTORY]}, drop_seed_marker=True)
+            await bind_source(station)
+            async with (
+                async_playwright() as playwright,
+                launched(playwright, profile, ChatGPTSite(), routes=[(ZAI, zai.route)]) as browser,
+            ):
+                source = await bound_source(browser, station, auto=False, seed_s=4)
+                await source.locator("herdr-bridge-hud .handoff").click()
+                record = await transfer(browser, "seed_uncertain")
+                target = record["targetConvKey"]
+                assert target, "the page did move to a new conversation"
+                assert record["error"]["code"] == "seed_uncertain"
+                assert (await binding(station, SCOPE) or {}).get("workspace_id") == station.workspace_id()
+                assert await binding(station, f"zai:conv:{target}") is None, "the source stays"
+                handoff = source.locator("herdr-bridge-hud .handoff")
+                await handoff.filter(has_text="Resume handoff").wait_for()
+                await wait_status(source, "seed_uncertain")
+                assert [chat for chat, _ in zai.seeds()] == [target]
+                # The page showed the seed without its marker; its reply's call line still ran nothing.
+                page = await page_on(browser, target)
+
+                async def decided() -> str | None:
+                    value: str | None = await page.evaluate(LAST_DECISION)
+                    return value
+
+                assert "handoff seed" in await poll_until(decided, "the bridge to judge the seed's reply")
+                assert not (repo / "from-seed.txt").exists()
+
+                # Pages show the marker again; Resume reloads the target, finds it, types nothing.
+                zai.drop_seed_marker = False
+                await handoff.click()
+                done = await transfer(browser, "done")
+                assert done["targetConvKey"] == target
+                moved = await binding(station, f"zai:conv:{target}")
+                assert (moved or {}).get("workspace_id") == station.workspace_id()
+                assert await binding(station, SCOPE) is None
+                assert [chat for chat, _ in zai.seeds()] == [target], "found, so not sent again"
+                assert await browser.storage(f"auto:zai:conv:{target}") is None, "Auto was off"
+
+    run(body(), timeout=BODY_TIMEOUT_S)
