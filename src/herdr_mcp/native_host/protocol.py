@@ -58,6 +58,7 @@ ROUTES: dict[tuple[str, str], Route] = {
     ("POST", "/browser/turn.resolve"): Route(),
     ("POST", "/browser/inbox.read"): Route(),
     ("POST", "/browser/inbox.ack"): Route(),
+    ("POST", "/browser/inbox.move"): Route(),
     ("POST", "/browser/pane.list"): Route(),
     ("POST", "/browser/pane.read"): Route(),
     ("POST", "/browser/agent.prompt"): Route(),

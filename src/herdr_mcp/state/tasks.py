@@ -282,3 +282,34 @@ class TaskStore:
                 if cursor.rowcount:
                     acked.append(inbox_id)
         return {"acked": acked, "not_acked": [i for i in wanted if i not in acked]}
+
+    def move(self, from_ref: str, to_ref: str) -> dict[str, Any]:
+        """A handoff's cutover: the unacknowledged inbox entries of scope `from_ref`, and its tasks
+        still waiting for a settle (whose outcome would land there), now belong to `to_ref`. One
+        transaction; moving again moves nothing (the entries are no longer under `from_ref`)."""
+        with self._store.transaction() as tx:
+            moved = [
+                int(row["inbox_id"])
+                for row in tx.execute(
+                    """SELECT inbox_id FROM inbox WHERE browser_session_ref = ? AND acked_at IS NULL
+                       ORDER BY inbox_id""",
+                    (from_ref,),
+                ).fetchall()
+            ]
+            tx.executemany(
+                "UPDATE inbox SET browser_session_ref = ? WHERE inbox_id = ?",
+                [(to_ref, inbox_id) for inbox_id in moved],
+            )
+            tasks = [
+                str(row["task_id"])
+                for row in tx.execute(
+                    """SELECT task_id FROM tasks WHERE browser_session_ref = ?
+                       AND state IN ('submitting', 'submitted', 'working', 'blocked') ORDER BY task_id""",
+                    (from_ref,),
+                ).fetchall()
+            ]
+            tx.executemany(
+                "UPDATE tasks SET browser_session_ref = ? WHERE task_id = ?",
+                [(to_ref, task_id) for task_id in tasks],
+            )
+        return {"moved": moved, "tasks_moved": tasks}

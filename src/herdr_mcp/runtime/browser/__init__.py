@@ -32,7 +32,15 @@ log = logging.getLogger(__name__)
 
 #: The methods that change something: recorded in the audit log (module docstring).
 AUDITED = frozenset(
-    {"binding.set", "turn.append", "inbox.ack", "agent.prompt", "pane.send_input", "handoff.prepare"}
+    {
+        "binding.set",
+        "turn.append",
+        "inbox.ack",
+        "inbox.move",
+        "agent.prompt",
+        "pane.send_input",
+        "handoff.prepare",
+    }
 )
 #: The methods that only read. Every method is in exactly one of the two sets (a test checks it).
 READS = frozenset({"binding.get", "binding.list", "turn.resolve", "inbox.read", "pane.list", "pane.read"})
@@ -71,7 +79,7 @@ def browser_routes(services: Services, audit: AuditLog) -> list[Route]:
             outcome = "internal_error"
             raise
         finally:
-            scope = params.get("scope")
+            scope = params.get("scope", params.get("from_scope"))
             record = describe_call(
                 tool=f"browser/{name}",
                 arguments=params,

@@ -195,6 +195,20 @@ async def inbox_ack(svc: Services, params: dict[str, Any]) -> dict[str, Any]:
     return await asyncio.to_thread(svc.tasks.tasks.ack, params["scope"], params["inbox_ids"])
 
 
+async def inbox_move(svc: Services, params: dict[str, Any]) -> dict[str, Any]:
+    """A conversation scope's cutover (extension handoff.js): its open inbox moves to the new scope."""
+    source, target = params["from_scope"], params["to_scope"]
+    if source == target or ":root:" in source or ":root:" in target:
+        raise ToolError(
+            "invalid_argument",
+            "inbox.move takes two different conversation or Project scopes (not a root page's)",
+            from_scope=source,
+            to_scope=target,
+        )
+    answer = await asyncio.to_thread(svc.tasks.tasks.move, source, target)
+    return {"from_scope": source, "to_scope": target, **answer}
+
+
 _INBOX_ID = {"type": "integer", "minimum": 1, "maximum": 2**53 - 1}
 
 METHODS: dict[str, BrowserMethod] = {
@@ -246,6 +260,11 @@ METHODS: dict[str, BrowserMethod] = {
                 "inbox_ids",
             ),
             inbox_ack,
+        ),
+        BrowserMethod(
+            "inbox.move",
+            _closed({"from_scope": _SCOPE, "to_scope": _SCOPE}, "from_scope", "to_scope"),
+            inbox_move,
         ),
         *control_methods(BrowserMethod),  # the Control Center's four (control.py)
         *handoff_methods(BrowserMethod),  # handoff.prepare (handoff.py)
