@@ -7,7 +7,8 @@ Shown, from the bridge HUD's "Hand off" entry:
   channel) is handed to a new z.ai conversation: the runtime's package typed there as a plain
   message (exactly the package's message, never wrapped by the JSON bridge), the binding moved
   to `zai:conv:<new id>` only after the new id and the seed marker were on the page, Auto
-  inherited, the new conversation's turns journaled into the same chain; the imitated model's
+  inherited, the source's unacknowledged task outcome moved to the new scope (inbox.move), the
+  new conversation's turns journaled into the same chain; the imitated model's
   reply to the seed holds a tool-call line, and the bridge runs nothing for it;
 - the seed marker never shows (the site stores the seed without it): `seed_uncertain`, the source
   keeps its binding, the HUD offers "Resume handoff" and no copy prompt; once the site shows the
@@ -19,6 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +147,11 @@ async def bind_source(station: Workstation) -> None:
     await station.post("/browser/binding.set", {"scope": SCOPE, "workspace_id": station.workspace_id()})
 
 
+async def unread(station: Workstation, scope: str) -> list[dict[str, Any]] | None:
+    items: list[dict[str, Any]] = (await station.post("/browser/inbox.read", {"scope": scope}))["items"]
+    return items or None
+
+
 async def transfer(browser: Browser, phase: str) -> dict[str, Any]:
     async def probe() -> dict[str, Any] | None:
         record = await browser.storage(f"handoff:{SCOPE}")
@@ -185,6 +192,10 @@ def test_zai_handoff_seeds_over_the_raw_channel_and_moves_the_binding(base: Path
             install_native_host(profile, station.config_dir)
             zai = ZaiSite(repo, conversations={SOURCE: [dict(turn) for turn in HISTORY]})
             await bind_source(station)
+            # A task of the source's, finished and not acknowledged: its inbox entry must follow.
+            await station.prompt("run the tests", scope=SCOPE)
+            station.settle("done")
+            (entry,) = await poll_until(partial(unread, station, SCOPE), "the task's outcome in the inbox")
             async with (
                 async_playwright() as playwright,
                 launched(playwright, profile, ChatGPTSite(), routes=[(ZAI, zai.route)]) as browser,
@@ -201,6 +212,9 @@ def test_zai_handoff_seeds_over_the_raw_channel_and_moves_the_binding(base: Path
                 assert moved and moved["workspace_id"] == station.workspace_id()
                 assert await binding(station, SCOPE) is None
                 assert await browser.storage(f"auto:zai:conv:{target}") is True, "Auto inherited"
+                assert await unread(station, SCOPE) is None, "nothing left under the old scope"
+                moved_entries = await unread(station, f"zai:conv:{target}") or []
+                assert [item["inbox_id"] for item in moved_entries] == [entry["inbox_id"]]
                 assert await browser.storage(f"chain:{target}") == record["continuityId"]
                 await wait_status(source, f"handed off to {target}")
 

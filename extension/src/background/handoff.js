@@ -355,6 +355,9 @@ export class Handoff {
       }
     } else {
       targetScope = `${record.site}:conv:${target}`;
+      // The old scope's unacknowledged task outcomes (and tasks still running for it) belong to
+      // the new conversation now, or they would never be acknowledged (idempotent: again moves none).
+      await this.native.call("/browser/inbox.move", { from_scope: record.scope, to_scope: targetScope });
       if (binding) {
         await this.bindings.set(targetScope, binding.workspace_id, { label: binding.label });
         await this.bindings.set(record.scope, null);

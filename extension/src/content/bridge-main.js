@@ -146,7 +146,8 @@ async function handoffRequest(message) {
         result = { typed: false, reason: adapter.composer() ? "composer_busy" : "no_composer" };
       } else {
         seeded.push(normalize(message.text));
-        const sent = await adapter.send(message.text);
+        // Confirmed by the marker below (a page may show the seed without it), not by its text.
+        const sent = await adapter.send(message.text, { confirmMs: 0 });
         if (!sent.ok && sent.reason === "busy") {
           result = { typed: false, reason: "no_send_button" };
         } else {

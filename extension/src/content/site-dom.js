@@ -76,7 +76,8 @@ export function makeAdapter(site) {
       const composer = adapter.composer();
       return composer !== null && !adapter.isGenerating() && valueOf(composer) === "";
     },
-    async send(text) {
+    /** `confirmMs`: how long to wait for the sent message to show (the handoff seed waits for its marker instead). */
+    async send(text, { confirmMs = CONFIRM_TIMEOUT_MS } = {}) {
       if (!adapter.isIdle()) {
         return { ok: false, reason: "busy" };
       }
@@ -94,7 +95,7 @@ export function makeAdapter(site) {
       const wanted = normalize(text).slice(0, CONFIRM_PREFIX_CHARS);
       const confirmed = await waitFor(
         () => adapter.messages().slice(before).find((message) => message.role === "user" && normalize(message.text).startsWith(wanted)),
-        CONFIRM_TIMEOUT_MS,
+        confirmMs,
       );
       return confirmed ? { ok: true } : { ok: false, reason: "unconfirmed" };
     },
