@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { DEFAULTS, MIN_MESSAGES, decide, estimateTokens, nextFloor, pressure, rolloverOptions } from "../src/lib/rollover.js";
+import { DEFAULTS, MIN_MESSAGES, decide, decideRecommended, estimateTokens, nextFloor, pressure, rolloverOptions } from "../src/lib/rollover.js";
 
 const READY = {
   ratio: 0.9,
@@ -64,4 +64,16 @@ test("every precondition blocks, and all failing ones are named", () => {
   assert.deepEqual(decide({ ...READY, auto: false }, on).blocked, ["auto_off"]);
   assert.deepEqual(decide({ ...READY, messages: MIN_MESSAGES - 1 }, on).blocked, ["too_short"], "a fresh target waits");
   assert.deepEqual(decide({ ...READY, auto: false, draft: true, ratio: Number.NaN }, on).blocked, ["pressure_low", "auto_off", "draft"]);
+});
+
+test("page health's rollover_recommended: the same preconditions, the estimate aside, once per episode", () => {
+  const on = rolloverOptions({ rolloverAuto: true });
+  const ready = { ...READY, ratio: 0.01, recommended: true, alreadyStarted: false };
+  assert.deepEqual(decideRecommended(ready, on), { go: true, blocked: [] });
+  assert.deepEqual(decideRecommended(ready, rolloverOptions({})).blocked, ["rollover_off"]);
+  assert.deepEqual(decideRecommended({ ...ready, recommended: false }, on).blocked, ["not_recommended"]);
+  assert.deepEqual(decideRecommended({ ...ready, alreadyStarted: true }, on).blocked, ["already_started"]);
+  assert.deepEqual(decideRecommended({ ...ready, auto: false, generating: true, draft: true }, on).blocked, ["auto_off", "streaming", "draft"]);
+  assert.deepEqual(decideRecommended({ ...ready, working: true, handoffBusy: true }, on).blocked, ["workspace_working", "handoff_in_progress"]);
+  assert.deepEqual(decideRecommended({ ...ready, messages: MIN_MESSAGES - 1 }, on).blocked, ["too_short"]);
 });

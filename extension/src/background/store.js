@@ -15,6 +15,7 @@
 //   handoff:<scope>         the scope's latest transfer and its phase (lib/handoff-state.js)
 //   chain:<conv key>        the continuity_id a handoff's target conversation journals into
 //   floor:<conv key>        auto rollover's message-count floor, never lower (lib/rollover.js)
+//   healthRollover:<conv key>  the page-health episode (its startedAt) that started a rollover
 
 export async function get(key, fallback) {
   const found = await chrome.storage.local.get(key);

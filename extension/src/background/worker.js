@@ -179,6 +179,9 @@ async function pageMessage(tab, message) {
       case "health.tabReload":
         await tabReload(tab, message, (target, reply) => tabs.post(target, reply));
         break;
+      case "health.rollover":
+        await rollover.recommended(tab, message);
+        break;
       case "handoff.seeded":
       case "handoff.probed":
         handoff.reply(message);

@@ -290,6 +290,8 @@ export class PageHealth {
     this.health = record(this.health, { step: "rollover_recommended", reason, evidence, nowMs: Date.now() });
     await this.save();
     this.show(`Page health: rollover_recommended (recovery budget spent: ${reason}).`);
+    // The worker decides: auto rollover when it is on and its preconditions hold, else Hand off.
+    this.post({ type: "health.rollover", convKey: this.convKey, metrics: dom.pressureSignals() });
   }
 
   /** One reload out of the budget: the page's own, then the tab's (by the worker), then none. */

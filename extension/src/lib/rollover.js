@@ -100,3 +100,21 @@ export function decide(state, options) {
   }
   return { go: blocked.length === 0, blocked };
 }
+
+/**
+ * Page health spent its recovery budget on a conversation (`health:<conv key>` episode state
+ * `rollover_recommended`, content/page-health.js): roll over by itself when the rollover option
+ * and every precondition of `decide` hold, except the context estimate: the page's failure is the
+ * reason. `state` as `decide`'s, plus `recommended` (the durable record says so) and
+ * `alreadyStarted` (this episode already started one). `{go, blocked}`.
+ */
+export function decideRecommended(state, options) {
+  const { blocked } = decide({ ...state, ratio: Infinity }, options);
+  if (!state.recommended) {
+    blocked.push("not_recommended");
+  }
+  if (state.alreadyStarted) {
+    blocked.push("already_started");
+  }
+  return { go: blocked.length === 0, blocked };
+}
