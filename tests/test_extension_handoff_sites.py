@@ -1,18 +1,19 @@
-"""Handoff on the bridge's sites end to end (issue 13, deliver 2, z.ai): Debian's Chromium with
+"""Handoff on the bridge's sites end to end (issue 13, deliver 2): Debian's Chromium with
 extension/ loaded, the real native host and runtime on the Herdr simulator, and the imitated
-chat.z.ai (tests/fixtures/extension/zai.html) served through request routing.
+chat.z.ai and chat.deepseek.com (tests/fixtures/extension/) served through request routing.
 
 Shown, from the bridge HUD's "Hand off" entry:
-- success: the source z.ai conversation (bound, its turns journaled by the bridge page over its raw
-  channel) is handed to a new z.ai conversation: the runtime's package typed there as a plain
-  message (exactly the package's message, never wrapped by the JSON bridge), the binding moved
-  to `zai:conv:<new id>` only after the new id and the seed marker were on the page, Auto
-  inherited, the source's unacknowledged task outcome moved to the new scope (inbox.move), the
-  new conversation's turns journaled into the same chain; the imitated model's
-  reply to the seed holds a tool-call line, and the bridge runs nothing for it;
-- the seed marker never shows (the site stores the seed without it): `seed_uncertain`, the source
-  keeps its binding, the HUD offers "Resume handoff" and no copy prompt; once the site shows the
-  marker, Resume probes, finds it and cuts over without typing the seed again.
+- success (z.ai and DeepSeek): the source conversation (bound, its turns journaled by the bridge
+  page over its raw channel) is handed to a new conversation of the site: the runtime's package
+  typed there as a plain message (exactly the package's message, never wrapped by the JSON
+  bridge), the binding moved to `<site>:conv:<new id>` only after the new id and the seed marker
+  were on the page, Auto inherited, the source's unacknowledged task outcome moved to the new
+  scope (inbox.move), the new conversation's turns journaled into the same chain; the imitated
+  model's reply to the seed holds a tool-call line, and the bridge runs nothing for it;
+- z.ai, the seed marker never shows (the pages show the seed without its marker line):
+  `seed_uncertain`, the source keeps its binding, the seed's reply still runs nothing, the HUD
+  offers "Resume handoff" and no copy prompt; once pages show the marker, Resume reloads the
+  target, probes, finds it and cuts over without typing the seed again.
 """
 
 from __future__ import annotations
@@ -40,10 +41,8 @@ from tests.waiting import poll_until
 
 pytestmark = pytest.mark.slow
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "extension" / "zai.html"
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "extension"
 SOURCE = "zsrc0001"
-SCOPE = f"zai:conv:{SOURCE}"
-URL = f"https://chat.z.ai/c/{SOURCE}"
 #: state/handoff.py SEED_MARKER and the marker line's start.
 MARKER = "[herdr-handoff transfer="
 HISTORY = [
@@ -51,18 +50,42 @@ HISTORY = [
     {"role": "assistant", "text": "Dispatching the tests to the coder agent."},
 ]
 LAST_DECISION = "document.documentElement.dataset.herdrBridgeLast ?? null"
-ZAI = "https://chat.z.ai/**"
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One of the bridge's sites: its name (the scope's site), host, imitation and chat route."""
+
+    name: str
+    host: str
+    fixture: str
+    prefix: str
+
+    def scope(self, chat: str = SOURCE) -> str:
+        return f"{self.name}:conv:{chat}"
+
+    @property
+    def pattern(self) -> str:
+        return f"https://{self.host}/**"
+
+    def url(self, chat: str = SOURCE) -> str:
+        return f"https://{self.host}{self.prefix}{chat}"
+
+
+ZAI = Spec("zai", "chat.z.ai", "zai.html", "/c/")
+DEEPSEEK = Spec("deepseek", "chat.deepseek.com", "deepseek.html", "/a/chat/s/")
 #: A whole test: a browser launch, a runtime, the simulator, waits on a loaded machine.
 BODY_TIMEOUT_S = 240.0
 
 
 @dataclass
 class ZaiSite:
-    """The imitated chat.z.ai: conversations kept here (a reload shows them), every post recorded;
-    the model answers a handoff seed with a tool-call line (which must not run) and all else
-    with "Noted."."""
+    """The imitated chat.z.ai or chat.deepseek.com (the same imitated API): conversations kept
+    here (a reload shows them), every post recorded; the model answers a handoff seed with a
+    tool-call line (which must not run) and all else with "Noted."."""
 
     repo: Path
+    spec: Spec = ZAI
     conversations: dict[str, list[dict[str, str]]] = field(default_factory=dict)
     posts: list[tuple[str, str]] = field(default_factory=list)
     #: Pages served from now on show user messages without a seed's marker line.
@@ -73,7 +96,7 @@ class ZaiSite:
 
     async def route(self, route: Route) -> None:
         request = route.request
-        path = request.url.split("chat.z.ai", 1)[1].split("?", 1)[0]
+        path = request.url.split(self.spec.host, 1)[1].split("?", 1)[0]
         if path.startswith("/api/chat/") and request.method == "GET":
             await route.fulfill(json={"messages": self.conversations.get(path.rsplit("/", 1)[1], [])})
         elif path == "/api/chat" and request.method == "POST":
@@ -95,7 +118,11 @@ class ZaiSite:
             await route.fulfill(status=404, json={"detail": "not imitated"})
         else:
             switches = json.dumps({"dropSeedMarker": self.drop_seed_marker})
-            page = FIXTURE.read_text(encoding="utf-8").replace("/*IMITATION*/ {}", switches, 1)
+            page = (
+                (FIXTURES / self.spec.fixture)
+                .read_text(encoding="utf-8")
+                .replace("/*IMITATION*/ {}", switches, 1)
+            )
             await route.fulfill(body=page.encode(), content_type="text/html; charset=utf-8")
 
 
@@ -117,7 +144,9 @@ async def wait_status(page: Page, text: str) -> str:
     return await poll_until(probe, f"the bridge HUD to say {text!r}")
 
 
-async def bound_source(browser: Browser, station: Workstation, *, auto: bool, seed_s: int) -> Page:
+async def bound_source(
+    browser: Browser, station: Workstation, *, auto: bool, seed_s: int, spec: Spec = ZAI
+) -> Page:
     """The source z.ai conversation (bound by `bind_source` before the browser started: the worker
     reads the bindings when it connects), Auto as asked, its turns journaled."""
     await browser.worker.evaluate(
@@ -126,10 +155,10 @@ async def bound_source(browser: Browser, station: Workstation, *, auto: bool, se
             await chrome.storage.local.set({ [`auto:${scope}`]: auto,
                 options: { ...options, handoffSeedDeadlineSec: seed, handoffConnectDeadlineSec: 20 } });
         }""",
-        [SCOPE, auto, seed_s],
+        [spec.scope(), auto, seed_s],
     )
     page = await browser.context.new_page()
-    await page.goto(URL)
+    await page.goto(spec.url())
     # A page may report its turns before the worker has read the bindings; once the HUD says
     # bound, a reload reports them again to a worker that knows.
     await wait_status(page, "Bound to")
@@ -143,8 +172,10 @@ async def bound_source(browser: Browser, station: Workstation, *, auto: bool, se
     return page
 
 
-async def bind_source(station: Workstation) -> None:
-    await station.post("/browser/binding.set", {"scope": SCOPE, "workspace_id": station.workspace_id()})
+async def bind_source(station: Workstation, spec: Spec = ZAI) -> None:
+    await station.post(
+        "/browser/binding.set", {"scope": spec.scope(), "workspace_id": station.workspace_id()}
+    )
 
 
 async def unread(station: Workstation, scope: str) -> list[dict[str, Any]] | None:
@@ -152,12 +183,12 @@ async def unread(station: Workstation, scope: str) -> list[dict[str, Any]] | Non
     return items or None
 
 
-async def transfer(browser: Browser, phase: str) -> dict[str, Any]:
+async def transfer(browser: Browser, phase: str, spec: Spec = ZAI) -> dict[str, Any]:
     async def probe() -> dict[str, Any] | None:
-        record = await browser.storage(f"handoff:{SCOPE}")
+        record = await browser.storage(f"handoff:{spec.scope()}")
         return record if record and record["phase"] == phase else None
 
-    return await poll_until(probe, f"the handoff of {SCOPE} to be {phase}")
+    return await poll_until(probe, f"the handoff of {spec.scope()} to be {phase}")
 
 
 async def binding(station: Workstation, scope: str) -> dict[str, Any] | None:
@@ -178,42 +209,45 @@ async def package_message(station: Workstation, record: dict[str, Any]) -> str:
 
 async def page_on(browser: Browser, conversation: str) -> Page:
     async def probe() -> Page | None:
-        return next((page for page in browser.context.pages if page.url.endswith(f"/c/{conversation}")), None)
+        return next((page for page in browser.context.pages if page.url.endswith(f"/{conversation}")), None)
 
     return await poll_until(probe, f"a tab on conversation {conversation}")
 
 
-def test_zai_handoff_seeds_over_the_raw_channel_and_moves_the_binding(base: Path) -> None:
+@pytest.mark.parametrize("spec", [ZAI, DEEPSEEK], ids=lambda spec: spec.name)
+def test_handoff_seeds_over_the_raw_channel_and_moves_the_binding(base: Path, spec: Spec) -> None:
     async def body() -> None:
         profile = base / "profile"
         repo = base / "repo"
         repo.mkdir()
         with workstation(base) as station:
             install_native_host(profile, station.config_dir)
-            zai = ZaiSite(repo, conversations={SOURCE: [dict(turn) for turn in HISTORY]})
-            await bind_source(station)
+            zai = ZaiSite(repo, spec, conversations={SOURCE: [dict(turn) for turn in HISTORY]})
+            await bind_source(station, spec)
             # A task of the source's, finished and not acknowledged: its inbox entry must follow.
-            await station.prompt("run the tests", scope=SCOPE)
+            await station.prompt("run the tests", scope=spec.scope())
             station.settle("done")
-            (entry,) = await poll_until(partial(unread, station, SCOPE), "the task's outcome in the inbox")
+            (entry,) = await poll_until(
+                partial(unread, station, spec.scope()), "the task's outcome in the inbox"
+            )
             async with (
                 async_playwright() as playwright,
-                launched(playwright, profile, ChatGPTSite(), routes=[(ZAI, zai.route)]) as browser,
+                launched(playwright, profile, ChatGPTSite(), routes=[(spec.pattern, zai.route)]) as browser,
             ):
-                source = await bound_source(browser, station, auto=True, seed_s=30)
+                source = await bound_source(browser, station, auto=True, seed_s=30, spec=spec)
                 await source.locator("herdr-bridge-hud .handoff").click()
-                record = await transfer(browser, "done")
+                record = await transfer(browser, "done", spec)
                 target = record["targetConvKey"]
                 assert target and target != SOURCE
                 # Exactly the package's message, typed as a plain message into the new conversation.
                 assert zai.seeds() == [(target, await package_message(station, record))]
                 assert not [t for _, t in zai.posts if t.startswith("HERDR_BRIDGE_V1")], "no bridge wrapper"
-                moved = await binding(station, f"zai:conv:{target}")
+                moved = await binding(station, spec.scope(target))
                 assert moved and moved["workspace_id"] == station.workspace_id()
-                assert await binding(station, SCOPE) is None
-                assert await browser.storage(f"auto:zai:conv:{target}") is True, "Auto inherited"
-                assert await unread(station, SCOPE) is None, "nothing left under the old scope"
-                moved_entries = await unread(station, f"zai:conv:{target}") or []
+                assert await binding(station, spec.scope()) is None
+                assert await browser.storage(f"auto:{spec.scope(target)}") is True, "Auto inherited"
+                assert await unread(station, spec.scope()) is None, "nothing left under the old scope"
+                moved_entries = await unread(station, spec.scope(target)) or []
                 assert [item["inbox_id"] for item in moved_entries] == [entry["inbox_id"]]
                 assert await browser.storage(f"chain:{target}") == record["continuityId"]
                 await wait_status(source, f"handed off to {target}")
@@ -227,7 +261,7 @@ def test_zai_handoff_seeds_over_the_raw_channel_and_moves_the_binding(base: Path
 
                 assert "handoff seed" in await poll_until(decided, "the bridge to judge the seed's reply")
                 assert not (repo / "from-seed.txt").exists()
-                assert await browser.storage(f"bridge:dispatched:zai:conv:{target}") is None
+                assert await browser.storage(f"bridge:dispatched:{spec.scope(target)}") is None
                 assert [text for _, text in zai.posts if text.startswith("TOOL_RESULT")] == []
 
                 # The new conversation's turns journal into the same chain (bound there now).
@@ -237,7 +271,7 @@ def test_zai_handoff_seeds_over_the_raw_channel_and_moves_the_binding(base: Path
                 await poll_until(journaled, "the new conversation's turns in the journal")
                 resolved = await station.post(
                     "/browser/turn.resolve",
-                    {"conversation_url": f"https://chat.z.ai/c/{target}", "max_turns": 5},
+                    {"conversation_url": spec.url(target), "max_turns": 5},
                 )
                 assert resolved["context"]["continuity_id"] == record["continuityId"], resolved
 
@@ -255,7 +289,7 @@ def test_zai_seed_marker_never_shown_is_uncertain_and_resume_cuts_over_later(bas
             await bind_source(station)
             async with (
                 async_playwright() as playwright,
-                launched(playwright, profile, ChatGPTSite(), routes=[(ZAI, zai.route)]) as browser,
+                launched(playwright, profile, ChatGPTSite(), routes=[(ZAI.pattern, zai.route)]) as browser,
             ):
                 source = await bound_source(browser, station, auto=False, seed_s=4)
                 await source.locator("herdr-bridge-hud .handoff").click()
@@ -263,7 +297,9 @@ def test_zai_seed_marker_never_shown_is_uncertain_and_resume_cuts_over_later(bas
                 target = record["targetConvKey"]
                 assert target, "the page did move to a new conversation"
                 assert record["error"]["code"] == "seed_uncertain"
-                assert (await binding(station, SCOPE) or {}).get("workspace_id") == station.workspace_id()
+                assert (await binding(station, ZAI.scope()) or {}).get(
+                    "workspace_id"
+                ) == station.workspace_id()
                 assert await binding(station, f"zai:conv:{target}") is None, "the source stays"
                 handoff = source.locator("herdr-bridge-hud .handoff")
                 await handoff.filter(has_text="Resume handoff").wait_for()
@@ -286,7 +322,7 @@ def test_zai_seed_marker_never_shown_is_uncertain_and_resume_cuts_over_later(bas
                 assert done["targetConvKey"] == target
                 moved = await binding(station, f"zai:conv:{target}")
                 assert (moved or {}).get("workspace_id") == station.workspace_id()
-                assert await binding(station, SCOPE) is None
+                assert await binding(station, ZAI.scope()) is None
                 assert [chat for chat, _ in zai.seeds()] == [target], "found, so not sent again"
                 assert await browser.storage(f"auto:zai:conv:{target}") is None, "Auto was off"
 
