@@ -10,10 +10,11 @@ Shown, from the bridge HUD's "Hand off" entry:
   were on the page, Auto inherited, the source's unacknowledged task outcome moved to the new
   scope (inbox.move), the new conversation's turns journaled into the same chain; the imitated
   model's reply to the seed holds a tool-call line, and the bridge runs nothing for it;
-- z.ai, the seed marker never shows (the pages show the seed without its marker line):
-  `seed_uncertain`, the source keeps its binding, the seed's reply still runs nothing, the HUD
-  offers "Resume handoff" and no copy prompt; once pages show the marker, Resume reloads the
-  target, probes, finds it and cuts over without typing the seed again.
+- z.ai, bound through the side panel; the seed marker never shows (the pages show the seed
+  without its marker line): `seed_uncertain`, the source keeps its binding, the seed's reply
+  still runs nothing, the HUD offers "Resume handoff" and no copy prompt; once pages show the
+  marker, Resume reloads the target, probes, finds it and cuts over without typing the seed
+  again.
 """
 
 from __future__ import annotations
@@ -145,10 +146,17 @@ async def wait_status(page: Page, text: str) -> str:
 
 
 async def bound_source(
-    browser: Browser, station: Workstation, *, auto: bool, seed_s: int, spec: Spec = ZAI
+    browser: Browser,
+    station: Workstation,
+    *,
+    auto: bool,
+    seed_s: int,
+    spec: Spec = ZAI,
+    panel: bool = False,
 ) -> Page:
-    """The source z.ai conversation (bound by `bind_source` before the browser started: the worker
-    reads the bindings when it connects), Auto as asked, its turns journaled."""
+    """The source conversation, bound by `bind_source` before the browser started (the worker
+    reads the bindings when it connects) or, with `panel`, through the side panel; Auto as asked;
+    its turns journaled."""
     await browser.worker.evaluate(
         """async ([scope, auto, seed]) => {
             const { options = {} } = await chrome.storage.local.get("options");
@@ -159,6 +167,9 @@ async def bound_source(
     )
     page = await browser.context.new_page()
     await page.goto(spec.url())
+    if panel:  # bound through the side panel, as a person does
+        await page.locator("herdr-bridge-hud .status").filter(has_text="Not bound").wait_for()
+        await (await browser.bind(station.workspace_id())).close()
     # A page may report its turns before the worker has read the bindings; once the HUD says
     # bound, a reload reports them again to a worker that knows.
     await wait_status(page, "Bound to")
@@ -286,12 +297,11 @@ def test_zai_seed_marker_never_shown_is_uncertain_and_resume_cuts_over_later(bas
         with workstation(base) as station:
             install_native_host(profile, station.config_dir)
             zai = ZaiSite(repo, conversations={SOURCE: [dict(t) for t in HISTORY]}, drop_seed_marker=True)
-            await bind_source(station)
             async with (
                 async_playwright() as playwright,
                 launched(playwright, profile, ChatGPTSite(), routes=[(ZAI.pattern, zai.route)]) as browser,
             ):
-                source = await bound_source(browser, station, auto=False, seed_s=4)
+                source = await bound_source(browser, station, auto=False, seed_s=4, panel=True)
                 await source.locator("herdr-bridge-hud .handoff").click()
                 record = await transfer(browser, "seed_uncertain")
                 target = record["targetConvKey"]

@@ -203,7 +203,18 @@ async function pageMessage(tab, message) {
 }
 
 /** A z.ai or DeepSeek page announced where it is (bridge-main.js). */
-function bridgePageChanged(tab, previous) {
+async function bridgePageChanged(tab, previous) {
+  if (tab.rootScope && tab.page && tab.page.kind !== "root") {
+    const rootScope = tab.rootScope;
+    tab.rootScope = null;
+    try {
+      if (await bindings.migrateRoot(rootScope, tab.page)) {
+        continuity.note(tab.page.scope, "pending binding moved here");
+      }
+    } catch (error) {
+      console.warn("herdr-mcp: moving a pending binding failed", error.message);
+    }
+  }
   if (tab.page?.convKey && tab.page.convKey !== previous?.convKey) {
     handoff.pageSeen(tab);
   }
@@ -267,7 +278,9 @@ async function followActiveConversation(page, turns) {
 }
 
 async function panelMessage(message) {
-  const tab = tabs.current(message.tabId);
+  // The panel's tab when it is a connected ChatGPT, z.ai or DeepSeek page, else the last active one.
+  const tab =
+    tabs.byId.get(message.tabId) ?? bridgeTabs.byId.get(message.tabId) ?? tabs.current(message.tabId) ?? bridgeTabs.current(message.tabId);
   switch (message.type) {
     case "panel.state": {
       const workspaces = native.connected ? (await bindings.refreshState()).workspaces : [];
@@ -275,7 +288,7 @@ async function panelMessage(message) {
     }
     case "panel.bind": {
       if (!tab?.page) {
-        throw new Error("Open a ChatGPT conversation, Project or the ChatGPT home page first.");
+        throw new Error("Open a ChatGPT conversation, Project or home page, or a z.ai or DeepSeek conversation, first.");
       }
       const page = tab.page;
       const binding = await bindings.set(page.scope, message.workspaceId, {

@@ -30,6 +30,7 @@ let hud = null;
 let pagePort = null;
 let lastUrl = null;
 let reportedTurns = "";
+let lastBound = null;
 /** True while a handoff seed is typed and watched here: the bridge acts on nothing meanwhile. */
 let seeding = false;
 /** The seeds typed in this page's life, normalized: a page may show one without its marker line. */
@@ -121,6 +122,10 @@ function announce() {
 
 function pageMessage(message) {
   if (message.type === "hud") {
+    if (message.state?.bound && !lastBound) {
+      reportedTurns = ""; // bound just now: the journal gets the turns already on the page
+    }
+    lastBound = message.state?.bound ?? null;
     renderHandoff(message.state);
   } else if (message.type === "handoff.seed" || message.type === "handoff.probe") {
     handoffRequest(message);
