@@ -14,7 +14,10 @@ Shown, from the bridge HUD's "Hand off" entry:
   without its marker line): `seed_uncertain`, the source keeps its binding, the seed's reply
   still runs nothing, the HUD offers "Resume handoff" and no copy prompt; once pages show the
   marker, Resume reloads the target, probes, finds it and cuts over without typing the seed
-  again.
+  again;
+- z.ai, the new-chat page unreachable: `unavailable`, the HUD's entry is "Copy prompt" (the
+  package's message, nothing typed anywhere); pasted by hand into a new z.ai conversation, its
+  marker there cuts over.
 """
 
 from __future__ import annotations
@@ -91,6 +94,8 @@ class ZaiSite:
     posts: list[tuple[str, str]] = field(default_factory=list)
     #: Pages served from now on show user messages without a seed's marker line.
     drop_seed_marker: bool = False
+    #: The new-chat page fails to load (a network error: no content script there).
+    unreachable_new_chat: bool = False
 
     def seeds(self) -> list[tuple[str, str]]:
         return [(chat, text) for chat, text in self.posts if text.startswith(MARKER)]
@@ -117,6 +122,8 @@ class ZaiSite:
             await route.fulfill(json={"reply": messages[-1]})
         elif path.startswith("/api/"):
             await route.fulfill(status=404, json={"detail": "not imitated"})
+        elif path == "/" and self.unreachable_new_chat:
+            await route.abort("connectionrefused")
         else:
             switches = json.dumps({"dropSeedMarker": self.drop_seed_marker})
             page = (
@@ -153,17 +160,18 @@ async def bound_source(
     seed_s: int,
     spec: Spec = ZAI,
     panel: bool = False,
+    connect_s: int = 20,
 ) -> Page:
     """The source conversation, bound by `bind_source` before the browser started (the worker
     reads the bindings when it connects) or, with `panel`, through the side panel; Auto as asked;
     its turns journaled."""
     await browser.worker.evaluate(
-        """async ([scope, auto, seed]) => {
+        """async ([scope, auto, seed, connect]) => {
             const { options = {} } = await chrome.storage.local.get("options");
             await chrome.storage.local.set({ [`auto:${scope}`]: auto,
-                options: { ...options, handoffSeedDeadlineSec: seed, handoffConnectDeadlineSec: 20 } });
+                options: { ...options, handoffSeedDeadlineSec: seed, handoffConnectDeadlineSec: connect } });
         }""",
-        [spec.scope(), auto, seed_s],
+        [spec.scope(), auto, seed_s, connect_s],
     )
     page = await browser.context.new_page()
     await page.goto(spec.url())
@@ -335,5 +343,44 @@ def test_zai_seed_marker_never_shown_is_uncertain_and_resume_cuts_over_later(bas
                 assert await binding(station, ZAI.scope()) is None
                 assert [chat for chat, _ in zai.seeds()] == [target], "found, so not sent again"
                 assert await browser.storage(f"auto:zai:conv:{target}") is None, "Auto was off"
+
+    run(body(), timeout=BODY_TIMEOUT_S)
+
+
+def test_zai_browser_control_unavailable_offers_the_copy_prompt_and_a_paste_cuts_over(base: Path) -> None:
+    async def body() -> None:
+        profile = base / "profile"
+        repo = base / "repo"
+        repo.mkdir()
+        with workstation(base) as station:
+            install_native_host(profile, station.config_dir)
+            zai = ZaiSite(repo, conversations={SOURCE: [dict(t) for t in HISTORY]}, unreachable_new_chat=True)
+            await bind_source(station)
+            async with (
+                async_playwright() as playwright,
+                launched(playwright, profile, ChatGPTSite(), routes=[(ZAI.pattern, zai.route)]) as browser,
+            ):
+                source = await bound_source(browser, station, auto=False, seed_s=30, connect_s=3)
+                await source.locator("herdr-bridge-hud .handoff").click()
+                record = await transfer(browser, "unavailable")
+                assert record["error"]["code"] == "handoff_page_unreachable", record
+                await source.locator("herdr-bridge-hud .handoff").filter(has_text="Copy prompt").wait_for()
+                assert zai.posts == [], "nothing typed anywhere"
+                message = await package_message(station, record)
+                assert record["message"] == message, "the copy prompt is the package's message"
+
+                # The person pastes it into a new z.ai conversation: its marker there cuts over.
+                zai.unreachable_new_chat = False
+                fresh = await browser.context.new_page()
+                await fresh.goto("https://chat.z.ai/")
+                await fresh.locator("#chat-input").fill(message)
+                await fresh.locator("#send-message-button").click()
+                done = await transfer(browser, "done")
+                target = done["targetConvKey"]
+                assert fresh.url == ZAI.url(target)
+                moved = await binding(station, ZAI.scope(target))
+                assert (moved or {}).get("workspace_id") == station.workspace_id()
+                assert await binding(station, ZAI.scope()) is None
+                assert [chat for chat, _ in zai.seeds()] == [target]
 
     run(body(), timeout=BODY_TIMEOUT_S)
