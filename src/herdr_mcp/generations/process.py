@@ -204,7 +204,19 @@ def _exit_code(pid: int) -> int | None:
         done, status = os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
         return -1
-    return os.waitstatus_to_exitcode(status) if done == pid else None
+    if done != pid:
+        return None
+    code = os.waitstatus_to_exitcode(status)
+    _reaped(pid, code)
+    return code
+
+
+def _reaped(pid: int, code: int) -> None:
+    """`pid` was reaped here: its Popen object, if it was started through one, learns its exit
+    status and is let go (else it would warn "still running" when collected at exit)."""
+    for process in [child for child in _POPEN_CHILDREN if child.pid == pid]:
+        process.returncode = code
+        _POPEN_CHILDREN.remove(process)
 
 
 def _announced_endpoint(log: Path, offset: int) -> str | None:
@@ -266,7 +278,9 @@ def _runs(pid: int, executable: str) -> bool:
 
 def _reap(pid: int) -> None:
     with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            _reaped(pid, os.waitstatus_to_exitcode(status))
 
 
 def stop_runtime(runtime_dir: Path, *, grace_s: float = STOP_GRACE_S) -> bool:
