@@ -144,12 +144,14 @@ class EventReader:
 
     async def until(self, predicate: Any, what: str, timeout: float = DEADLINE_S) -> Event:
         """The next event for which `predicate(event)` holds (others are skipped)."""
-        async with asyncio.timeout(timeout):
-            while True:
-                event = await self.next()
-                if predicate(event):
-                    return event
-        raise AssertionError(what)  # pragma: no cover
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    event = await self.next()
+                    if predicate(event):
+                        return event
+        except TimeoutError:
+            raise AssertionError(f"no event within {timeout} s: {what}") from None
 
     async def collect_until(self, predicate: Any, timeout: float = DEADLINE_S) -> list[Event]:
         """Every event up to and including the first for which `predicate` holds."""

@@ -186,13 +186,14 @@ def pair(
     if not device_name:
         raise UsageFault("device_name_invalid", "pass a --name with printable characters")
     body = json.dumps({"code": code, "name": device_name}).encode()
+    parts = urlsplit(origin)
     try:
         with (
             httpx2.Client(
                 trust_env=False,
                 follow_redirects=False,
                 timeout=timeout_s,
-                proxy=proxy_for(urlsplit(origin).scheme, urlsplit(origin).hostname or ""),
+                proxy=proxy_for(parts.scheme, parts.hostname or ""),
             ) as http,
             http.stream(
                 "POST", f"{origin}/link/pair", content=body, headers={"content-type": "application/json"}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -78,9 +79,14 @@ class BrowserMethod:
     schema: dict[str, Any]
     run: Callable[[Services, dict[str, Any]], Awaitable[dict[str, Any]]]
 
+    @functools.cached_property
+    def validator(self) -> Draft202012Validator:
+        """Built once per method, not on every request."""
+        return Draft202012Validator(self.schema)
+
     def validate(self, params: dict[str, Any]) -> None:
         problem = next(
-            iter(sorted(Draft202012Validator(self.schema).iter_errors(params), key=lambda e: list(e.path))),
+            iter(sorted(self.validator.iter_errors(params), key=lambda e: list(e.path))),
             None,
         )
         if problem is not None:
