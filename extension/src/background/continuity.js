@@ -2,7 +2,8 @@
 // wake per scope and turn; progress ticks; and the pump that sends into a conversation's tab,
 // in this order: the person's queue first, then (Auto on, or a manual continue) the wake, then
 // progress. One message per confirmed-idle composer; nothing while a send is unconfirmed or
-// the site answered 429.
+// ChatGPT answered 429. `tabs` spans ChatGPT's pages and the bridge's z.ai and DeepSeek pages
+// (a TabGroup): a conversation bound on any of the three sites is woken the same way.
 
 import { fallbackText, progressText, wakeText, continueText } from "../lib/messages.js";
 import { addOutput, initialProgress, normalizeOptions, startTurn, tick } from "../lib/progress.js";
@@ -123,12 +124,14 @@ export class Continuity {
     }
   }
 
+  /** A root page's pending binding (`<site>:root:tab-<id>`) whose tab is gone is dropped. */
   async dropStaleRootBindings() {
-    const open = new Set(this.tabs.all().map((tab) => `chatgpt:root:tab-${tab.tabId}`));
+    const open = new Set(this.tabs.all().map((tab) => tab.tabId));
     for (const scope of [...this.bindings.byScope.keys()]) {
-      if (scope.startsWith("chatgpt:root:") && !open.has(scope)) {
-        const tabId = Number(scope.slice("chatgpt:root:tab-".length));
-        const alive = Number.isInteger(tabId) && (await chrome.tabs.get(tabId).then(() => true, () => false));
+      const match = /^[a-z]+:root:tab-(\d+)$/.exec(scope);
+      const tabId = match ? Number(match[1]) : null;
+      if (match && !open.has(tabId)) {
+        const alive = await chrome.tabs.get(tabId).then(() => true, () => false);
         if (!alive) {
           await this.bindings.set(scope, null).catch(() => {});
         }
@@ -203,7 +206,7 @@ export class Continuity {
     if (this.holds?.(convKey)) {
       return "handoff"; // the source of a handoff in flight waits (background/handoff.js)
     }
-    const paused = await this.rateLimit.remaining();
+    const paused = tab.page?.site === "chatgpt" ? await this.rateLimit.remaining() : 0; // a 429 of chatgpt.com
     if (paused > 0) {
       clearTimeout(this.pauseTimer);
       this.pauseTimer = setTimeout(() => this.pumpAll(), paused + 50);
@@ -228,10 +231,11 @@ export class Continuity {
       return sent ? "queue" : "failed";
     }
     const scope = tab.page.scope;
+    const bridged = tab.page.site !== "chatgpt";
     const binding = this.bindings.get(scope);
     if (!binding || wakeTarget(scope, binding) !== convKey) {
       if (manual) {
-        return (await this.send(tab, convKey, continueText({}))) ? "continue" : "failed";
+        return (await this.send(tab, convKey, continueText({ bridged }))) ? "continue" : "failed";
       }
       return "unbound";
     }
@@ -247,7 +251,7 @@ export class Continuity {
       }
       await this.bindings.refreshState().catch(() => {}); // the agents' statuses as of now
       const agents = this.bindings.workspaces.get(binding.workspace_id)?.agents ?? [];
-      const sent = await this.send(tab, convKey, wakeText({ ...names, agents, inbox }));
+      const sent = await this.send(tab, convKey, wakeText({ ...names, agents, inbox, bridged }));
       if (!sent) {
         return "failed";
       }
@@ -272,7 +276,7 @@ export class Continuity {
       return sent ? "progress" : "failed";
     }
     if (manual) {
-      return (await this.send(tab, convKey, continueText(names))) ? "continue" : "failed";
+      return (await this.send(tab, convKey, continueText({ ...names, bridged }))) ? "continue" : "failed";
     }
     return "nothing";
   }
@@ -281,7 +285,9 @@ export class Continuity {
     const result = await this.tabs.send(tab, text);
     if (result.ok) {
       await store.remove(`uncertain:${convKey}`);
-      await this.rateLimit.confirmedSend();
+      if (tab.page?.site === "chatgpt") {
+        await this.rateLimit.confirmedSend();
+      }
       return true;
     }
     if (result.reason === "unconfirmed") {
@@ -310,7 +316,7 @@ export class Continuity {
     const workspace = binding ? await store.get(`ws:${binding.workspace_id}`, initialWorkspace()) : null;
     const wake = await store.get(`wake:${page.scope}`, initialWake());
     const queue = page.convKey ? await store.get(`queue:${page.convKey}`, []) : [];
-    const pausedMs = await this.rateLimit.remaining();
+    const pausedMs = page.site === "chatgpt" ? await this.rateLimit.remaining() : 0;
     return {
       page,
       connected: this.native.connected,

@@ -1,6 +1,8 @@
-// The ChatGPT tabs whose content script is connected (a `chrome.runtime` port named "page" per
-// tab): what each shows, whether its composer is confirmed idle, and sending a message into it
-// with an answer saying whether the send was confirmed.
+// The tabs whose content script is connected, one registry per kind of port: ChatGPT's content
+// script (port "page") and the bridge's raw channel on z.ai and DeepSeek (port "bridge-page").
+// Each tab: what it shows, whether its conversation is confirmed at rest, and sending a message
+// into it with an answer saying whether the send was confirmed. `TabGroup` lets the continuity
+// pump look across both registries (a z.ai or DeepSeek conversation is woken like ChatGPT's).
 
 import { pageScope } from "../lib/scope.js";
 
@@ -122,5 +124,38 @@ export class Tabs {
     } catch {
       // the tab is going away; its disconnect cleans up
     }
+  }
+}
+
+/** Several registries seen as one by the continuity pump: lookups across all, sends through the tab's own port. */
+export class TabGroup {
+  constructor(registries) {
+    this.registries = registries;
+  }
+
+  forConv(convKey) {
+    for (const registry of this.registries) {
+      const tab = registry.forConv(convKey);
+      if (tab) {
+        return tab;
+      }
+    }
+    return null;
+  }
+
+  all() {
+    return this.registries.flatMap((registry) => registry.all());
+  }
+
+  send(tab, text) {
+    return this.registryOf(tab).send(tab, text);
+  }
+
+  post(tab, message) {
+    this.registryOf(tab).post(tab, message);
+  }
+
+  registryOf(tab) {
+    return this.registries.find((registry) => registry.byId.get(tab.tabId) === tab) ?? this.registries[0];
   }
 }

@@ -16,33 +16,26 @@ import { PushFollower } from "./push-follower.js";
 import { tabReload } from "./page-health.js";
 import { RateLimit } from "./ratelimit.js";
 import * as store from "./store.js";
-import { Tabs } from "./tabs.js";
+import { TabGroup, Tabs } from "./tabs.js";
 
 const native = new NativeClient();
 const bindings = new Bindings(native);
 const bridge = new Bridge(native);
 const journal = new Journal(native, bindings);
 const rateLimit = new RateLimit({ onChange: () => continuity.broadcast() });
-const tabs = new Tabs({
+const pageEvents = {
   onPage: (tab, previous) => pageChanged(tab, previous),
   onIdle: (tab) => continuity.pump(tab.page?.convKey),
   onMessage: (tab, message) => pageMessage(tab, message),
-});
-const continuity = new Continuity({ native, bindings, tabs, rateLimit });
-// z.ai and DeepSeek pages: the bridge content script's raw "bridge-page" port (never the JSON
-// bridge's): what each shows, the handoff's seed and probe, its turns for the journal. Kept apart
-// from `tabs` so ChatGPT's queue, wakes and progress never go to a bridge page.
-const bridgeTabs = new Tabs({
-  onPage: (tab, previous) => bridgePageChanged(tab, previous),
-  onIdle: () => {},
-  onMessage: (tab, message) => bridgePageMessage(tab, message),
-});
-const handoff = new Handoff({ native, bindings, tabs, bridgeTabs, continuity });
-const broadcastPages = continuity.broadcast.bind(continuity);
-continuity.broadcast = () => {
-  broadcastPages();
-  broadcastBridge();
 };
+// ChatGPT's pages (port "page"), and z.ai's and DeepSeek's through the bridge content script's
+// raw channel (port "bridge-page", never the JSON bridge's "bridge"). Two registries because the
+// handoff opens and drives a page of a given site (handoff.tabsOf); the rest treats them alike:
+// a bound conversation on any of the three sites gets the queue, wakes, progress and Auto.
+const tabs = new Tabs(pageEvents);
+const bridgeTabs = new Tabs(pageEvents);
+const continuity = new Continuity({ native, bindings, tabs: new TabGroup([tabs, bridgeTabs]), rateLimit });
+const handoff = new Handoff({ native, bindings, tabs, bridgeTabs, continuity });
 continuity.holds = (convKey) => handoff.holds(convKey);
 const rollover = new Rollover({ bindings, handoff, continuity });
 continuity.handoffView = (scope) => {
@@ -145,7 +138,7 @@ async function pageMessage(tab, message) {
           throw new QueueError("queue_no_conversation", "Queue needs a conversation page.");
         }
         await store.update(`queue:${page.convKey}`, [], (queue) => addEntry(queue, message.text, Date.now()));
-        tabs.post(tab, { type: "queued", ok: true });
+        continuity.tabs.post(tab, { type: "queued", ok: true });
         continuity.pump(page.convKey);
         break;
       }
@@ -177,7 +170,7 @@ async function pageMessage(tab, message) {
         }
         break;
       case "health.tabReload":
-        await tabReload(tab, message, (target, reply) => tabs.post(target, reply));
+        await tabReload(tab, message, (target, reply) => continuity.tabs.post(target, reply));
         break;
       case "health.rollover":
         await rollover.recommended(tab, message);
@@ -190,77 +183,18 @@ async function pageMessage(tab, message) {
         if (page?.convKey) {
           await followActiveConversation(page, message.turns);
           await journal.report(page, message.turns, message.title);
-          await rollover.consider(tab, message);
+          // The bridge's pages leave their protocol messages out of the journal's turns but
+          // give them all (`context`) for the context-pressure estimate.
+          await rollover.consider(tab, message.context ? { ...message, turns: message.context } : message);
         }
         break;
       default:
         break;
     }
   } catch (error) {
-    tabs.post(tab, { type: "error", code: error.code ?? "failed", message: error.message });
+    continuity.tabs.post(tab, { type: "error", code: error.code ?? "failed", message: error.message });
   }
   continuity.broadcast();
-}
-
-/** A z.ai or DeepSeek page announced where it is (bridge-main.js). */
-async function bridgePageChanged(tab, previous) {
-  if (tab.rootScope && tab.page && tab.page.kind !== "root") {
-    const rootScope = tab.rootScope;
-    tab.rootScope = null;
-    try {
-      if (await bindings.migrateRoot(rootScope, tab.page)) {
-        continuity.note(tab.page.scope, "pending binding moved here");
-      }
-    } catch (error) {
-      console.warn("herdr-mcp: moving a pending binding failed", error.message);
-    }
-  }
-  if (tab.page?.convKey && tab.page.convKey !== previous?.convKey) {
-    handoff.pageSeen(tab);
-  }
-  continuity.broadcast();
-}
-
-/** What a z.ai or DeepSeek page's raw channel asks: handoff, and its finalized turns for the journal. */
-async function bridgePageMessage(tab, message) {
-  const page = tab.page;
-  try {
-    switch (message.type) {
-      case "handoff.start":
-        await handoff.begin(tab);
-        break;
-      case "handoff.resume":
-        if (page) {
-          await handoff.resume(page.scope);
-        }
-        break;
-      case "handoff.seeded":
-      case "handoff.probed":
-        handoff.reply(message);
-        break;
-      case "turns":
-        if (page?.convKey) {
-          await journal.report(page, message.turns, message.title);
-        }
-        break;
-      default:
-        break;
-    }
-  } catch (error) {
-    bridgeTabs.post(tab, { type: "error", code: error.code ?? "failed", message: error.message });
-  }
-  continuity.broadcast();
-}
-
-/** The bridge HUD's handoff line: the transfer of the page's scope and the scope's last note. */
-function broadcastBridge() {
-  for (const tab of bridgeTabs.all()) {
-    const scope = tab.page?.scope ?? null;
-    const state = scope
-      ? { scope, bound: bindings.get(scope)?.label ?? bindings.get(scope)?.workspace_id ?? null, handoff: handoff.view(scope), note: continuity.notes.get(scope)?.line ?? "" }
-      : { scope: null };
-    bridgeTabs.post(tab, { type: "hud", state });
-  }
 }
 
 /** In a bound Project, the conversation where the person just sent a message becomes the active one. */

@@ -1,7 +1,8 @@
 // The bridge's content script on chat.z.ai and chat.deepseek.com: watches the conversation
 // through the site's adapter, asks the worker to run the tool calls of a finished model reply,
-// sends the TOOL_RESULT back into the same conversation, folds protocol messages, and shows a
-// small HUD with a button that sends the protocol prompt. DOM details live in the adapters.
+// sends the TOOL_RESULT back into the same conversation, folds protocol messages, and shows the
+// extension's HUD (content/hud.js) with a row of its own: the bridge's last action and a button
+// that sends the protocol prompt. DOM details live in the adapters.
 //
 // Identity: the scope is `<site>:conv:<id>` from the route. State made on a root page (no id
 // yet) moves once to the first conversation the tab lands on; moving from conversation A to B
@@ -12,13 +13,23 @@
 // and the worker's `handoff.seed` / `handoff.probe`. The seed is typed as a plain message, never
 // through the JSON bridge (seed 002: a conversation-control message, not a coding task), and a
 // reply to a seed is never run as tool calls.
+//
+// Continuity (as on ChatGPT): a conversation bound to a workspace gets the person's queue, the
+// settle wake, progress and the Auto switch over the same raw channel. The worker sends only
+// into a conversation at rest, which here means: composer empty, no reply generating, the
+// bridge neither running calls nor holding a result to deliver, no seed being typed, and no
+// message of ours still waiting for its reply (up to REPLY_WAIT_MS). A "send" that arrives when
+// the conversation is not at rest is answered "busy" with nothing typed.
 
-import { normalize, waitFor } from "./site-dom.js";
+import { Hud } from "./hud.js";
+import { normalize, typeInto, valueOf, waitFor } from "./site-dom.js";
 import { hasContext, isCallsOnly, isPrompt, isResult, MAX_ROUNDS, messageKey, parseCalls, roundsUsed } from "../lib/bridge-protocol.js";
 
 const CHECK_DELAY_MS = 150;
 const URL_POLL_MS = 300;
 const RECONNECT_MS = 1_000;
+/** How long a last user message counts as awaiting its reply (after that the page is at rest). */
+const REPLY_WAIT_MS = 30_000;
 
 let adapter = null;
 let port = null;
@@ -31,6 +42,12 @@ let pagePort = null;
 let lastUrl = null;
 let reportedTurns = "";
 let lastBound = null;
+/** True while a continuity message (queue, wake, progress, continue) is typed here. */
+let sending = false;
+/** The conversation at rest, as last reported to the worker (null: report again). */
+let lastIdle = null;
+/** `{count, since}`: the message count when a last user message was first seen, and when. */
+let awaiting = null;
 /** True while a handoff seed is typed and watched here: the bridge acts on nothing meanwhile. */
 let seeding = false;
 /** The seeds typed in this page's life, normalized: a page may show one without its marker line. */
@@ -55,7 +72,15 @@ export async function start() {
   }
   adapter = module.adapter;
   state = freshState(adapter.conversationId());
-  hud = makeHud();
+  hud = new Hud({
+    tag: "herdr-bridge-hud",
+    onContinue: () => postPage({ type: "continue" }),
+    onAuto: (on) => postPage({ type: "auto.set", on }),
+    onQueue: () => queueComposer(),
+    onClearQueue: () => postPage({ type: "queue.clear" }),
+    onHandoff: (action) => postPage({ type: action === "resume" ? "handoff.resume" : "handoff.start" }),
+    bridge: { onStart: () => sendPrompt() },
+  });
   installFoldStyle();
   connect();
   connectPage();
@@ -117,21 +142,88 @@ function postPage(message) {
 function announce() {
   lastUrl = location.href;
   reportedTurns = "";
-  postPage({ type: "page", url: location.href, idle: adapter.isIdle() });
+  lastIdle = atRest();
+  postPage({ type: "page", url: location.href, idle: lastIdle });
 }
 
 function pageMessage(message) {
   if (message.type === "hud") {
-    if (message.state?.bound && !lastBound) {
+    const bound = message.state?.binding?.workspace_id ?? null;
+    if (bound && !lastBound) {
       reportedTurns = ""; // bound just now: the journal gets the turns already on the page
     }
-    lastBound = message.state?.bound ?? null;
-    renderHandoff(message.state);
+    lastBound = bound;
+    hud.render(message.state);
+  } else if (message.type === "send") {
+    continuitySend(message);
+  } else if (message.type === "queued") {
+    const composer = adapter.composer();
+    if (composer) {
+      typeInto(composer, ""); // the queued text leaves the composer, as on ChatGPT
+    }
   } else if (message.type === "handoff.seed" || message.type === "handoff.probe") {
     handoffRequest(message);
   } else if (message.type === "error") {
-    setNote(`${message.code}: ${message.message}`);
+    hud.flash(`${message.code}: ${message.message}`);
   }
+}
+
+/**
+ * The conversation is at rest: the worker may type into it (see the head of this file). A last
+ * user message (ours or the person's) awaits its reply for up to REPLY_WAIT_MS; a reply that never
+ * comes does not hold the conversation for ever.
+ */
+function atRest() {
+  if (busy || seeding || sending || state?.pending || !adapter.isIdle()) {
+    return false;
+  }
+  const messages = adapter.messages();
+  if (messages.at(-1)?.role !== "user") {
+    awaiting = null;
+    return true;
+  }
+  if (awaiting?.count !== messages.length) {
+    awaiting = { count: messages.length, since: Date.now() };
+  }
+  return Date.now() - awaiting.since > REPLY_WAIT_MS;
+}
+
+function reportRest() {
+  const idle = atRest();
+  if (idle !== lastIdle) {
+    lastIdle = idle;
+    postPage({ type: "composer", idle, focused: document.hasFocus() });
+  }
+}
+
+/** The worker's continuity message: typed only into a conversation at rest, else "busy". */
+async function continuitySend(message) {
+  let result;
+  if (!atRest()) {
+    result = { ok: false, reason: "busy" };
+  } else {
+    sending = true;
+    state.sawLive = true; // a reply to what we send is a live one (the bridge may run its calls)
+    try {
+      result = await adapter.send(message.text);
+    } catch (error) {
+      result = { ok: false, reason: "unconfirmed", detail: String(error) };
+    } finally {
+      sending = false;
+    }
+  }
+  postPage({ type: "sent", id: message.id, ...result });
+  lastIdle = null;
+  check();
+}
+
+function queueComposer() {
+  const text = valueOf(adapter.composer());
+  if (!text) {
+    hud.flash("Type the message to queue in the composer first.");
+    return;
+  }
+  postPage({ type: "queue.add", text });
 }
 
 const hasMarker = (marker) =>
@@ -194,10 +286,13 @@ async function reportTurns(messages) {
       turns.push({ key: `${adapter.name}-${await messageKey(scope(), index, message.text)}`, role: message.role, text: message.text });
     }
   }
-  const signature = turns.map((turn) => turn.key).join(" ");
+  // The count of all messages too: a tool round changes the context estimate, not the journal.
+  const signature = `${messages.length} ${turns.map((turn) => turn.key).join(" ")}`;
   if (turns.length > 0 && signature !== reportedTurns) {
     reportedTurns = signature;
-    postPage({ type: "turns", turns, title: document.title });
+    const context = messages.map((message) => ({ role: message.role, text: message.text }));
+    const metrics = { maxTurnIndex: messages.length, generating: adapter.isGenerating(), card: false, draft: valueOf(adapter.composer()) !== "" };
+    postPage({ type: "turns", turns, title: document.title, context, metrics });
   }
 }
 
@@ -235,6 +330,14 @@ async function check() {
   if (!adapter) {
     return;
   }
+  try {
+    await checkOnce();
+  } finally {
+    reportRest();
+  }
+}
+
+async function checkOnce() {
   fold(adapter.messages());
   if (location.href !== lastUrl && pagePort) {
     announce();
@@ -359,47 +462,5 @@ function setNote(text) {
 }
 
 function render() {
-  if (hud) {
-    hud.line.textContent = `Herdr bridge · ${scope() ?? "no conversation yet"} · ${state.note}`;
-  }
-}
-
-/** The HUD's handoff entry and line from the worker's `{scope, bound, handoff, note}`. */
-function renderHandoff(shown) {
-  if (!hud) {
-    return;
-  }
-  const transfer = shown?.handoff ?? null;
-  hud.handoff.disabled = !shown?.scope || !adapter.conversationId() || Boolean(transfer?.inFlight);
-  hud.handoff.textContent = transfer?.inFlight ? "Handing off…" : transfer?.resumable ? "Resume handoff" : transfer?.copyPrompt ? "Copy prompt" : "Hand off";
-  hud.handoff.dataset.action = transfer?.resumable ? "resume" : transfer?.copyPrompt ? "copy" : "start";
-  hud.copyPrompt = transfer?.copyPrompt ?? null;
-  const phase = transfer ? ` · handoff: ${transfer.phase}${transfer.error ? ` (${transfer.error.code})` : ""}` : "";
-  hud.status.textContent = `${shown?.bound ? `Bound to ${shown.bound}` : "Not bound"}${phase}${shown?.note ? ` · ${shown.note}` : ""}`;
-}
-
-function handOff() {
-  const action = hud.handoff.dataset.action;
-  if (action === "copy" && hud.copyPrompt) {
-    navigator.clipboard.writeText(hud.copyPrompt).then(
-      () => setNote("handoff prompt copied: paste it into a new conversation"),
-      () => setNote("copy failed: the prompt is in the worker's handoff record"),
-    );
-    return;
-  }
-  postPage({ type: action === "resume" ? "handoff.resume" : "handoff.start" });
-}
-
-function makeHud() {
-  const host = document.createElement("herdr-bridge-hud");
-  const root = host.attachShadow({ mode: "open" });
-  root.innerHTML = `<style>
-    div{position:fixed;right:12px;top:12px;z-index:2147483647;font:12px system-ui;background:#111a;color:#fff;padding:6px 8px;border-radius:6px;max-width:420px}
-    button{font:inherit;margin-left:6px}
-    .status{display:block;opacity:.85}
-  </style><div><span class="line"></span><button type="button" class="start">Start Herdr tools</button><button type="button" class="handoff" disabled>Hand off</button><span class="status"></span></div>`;
-  root.querySelector(".start").addEventListener("click", () => sendPrompt());
-  root.querySelector(".handoff").addEventListener("click", () => handOff());
-  document.documentElement.append(host);
-  return { line: root.querySelector(".line"), status: root.querySelector(".status"), handoff: root.querySelector(".handoff"), copyPrompt: null };
+  hud?.setBridge(`Bridge · ${scope() ?? "no conversation yet"}${state.note ? ` · ${state.note}` : ""}`);
 }

@@ -1,6 +1,9 @@
 // The HUD injected into the page (in a shadow root, so the site's styles do
 // not reach it): the scope's state line, a manual Continue, the scope's Auto toggle and the
-// queue button with its count (right click clears the queue).
+// queue button with its count (right click clears the queue), and the handoff entry. The same
+// HUD serves ChatGPT (content/main.js, element <herdr-mcp-hud>) and the bridge's z.ai and
+// DeepSeek pages (content/bridge-main.js, element <herdr-bridge-hud>), which add a row of their
+// own: the bridge's last action and its "Start Herdr tools" button.
 
 const STYLE = `
   :host { all: initial; }
@@ -22,16 +25,19 @@ const STYLE = `
   .copy { display: none; width: 100%; box-sizing: border-box; height: 90px; margin-top: 6px; font: 11px/1.3 ui-monospace, monospace;
     color: #eceff4; background: #2e3440; border: 1px solid #4c566a; border-radius: 6px; }
   .copy.shown { display: block; }
+  .bridge { margin-top: 6px; padding-top: 6px; border-top: 1px solid #3b4252; display: flex; gap: 6px; align-items: center; }
+  .bridge-line { flex: 1; color: #d8dee9; font-size: 12px; word-break: break-word; }
 `;
 
 export class Hud {
-  constructor({ onContinue, onAuto, onQueue, onClearQueue, onHandoff }) {
-    this.host = document.createElement("herdr-mcp-hud");
+  /** `bridge`: `{onStart}` on the bridge's sites, for their row; `tag`: the HUD's element name. */
+  constructor({ onContinue, onAuto, onQueue, onClearQueue, onHandoff, bridge = null, tag = "herdr-mcp-hud" }) {
+    this.host = document.createElement(tag);
     const root = this.host.attachShadow({ mode: "open" });
     root.innerHTML = `<style>${STYLE}</style>
       <div class="hud" part="hud">
         <div class="title"><span><span class="dot"></span>herdr-mcp</span><span class="scope"></span></div>
-        <div class="line">starting…</div>
+        <div class="line status">starting…</div>
         <div class="health"></div>
         <div class="row">
           <button class="continue" title="Send the pending wake, or ask the planner to continue">Continue</button>
@@ -42,6 +48,7 @@ export class Hud {
           <button class="handoff" title="Hand this conversation off to a new conversation in the same scope">Hand off</button>
         </div>
         <textarea class="copy" readonly title="The handoff prompt: paste it into a new conversation"></textarea>
+        ${bridge ? `<div class="bridge"><span class="bridge-line"></span><button class="start" title="Send the protocol prompt built from the local tools">Start Herdr tools</button></div>` : ""}
       </div>`;
     this.root = root;
     this.parts = {
@@ -54,7 +61,9 @@ export class Hud {
       handoff: root.querySelector(".handoff"),
       copy: root.querySelector(".copy"),
       health: root.querySelector(".health"),
+      bridge: root.querySelector(".bridge-line"),
     };
+    root.querySelector(".start")?.addEventListener("click", () => bridge.onStart());
     this.state = null;
     this.parts.continue.addEventListener("click", () => onContinue());
     this.parts.auto.addEventListener("click", () => onAuto(!this.state?.auto));
@@ -132,6 +141,13 @@ export class Hud {
   /** Page health (content/page-health.js): its own line, kept across the worker's renders. */
   setHealth(text) {
     this.parts.health.textContent = text;
+  }
+
+  /** The bridge's own line (bridge sites only). */
+  setBridge(text) {
+    if (this.parts.bridge) {
+      this.parts.bridge.textContent = text;
+    }
   }
 
   flash(message) {

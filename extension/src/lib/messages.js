@@ -2,8 +2,14 @@
 // live state; it never says the work is done (a settle proves a state change, not success).
 
 export const MARK = "[herdr-mcp]";
+/** The bridge's sites reach the tools only through JSON lines (content/bridge-main.js). */
+const BRIDGE_HINT = 'Use the Herdr tools as the protocol prompt says: one {"tool": ..., "args": {...}} JSON line per call.';
 
-export function wakeText({ label, workspaceId, agents = [], inbox = [] }) {
+/**
+ * `bridged`: a z.ai or DeepSeek conversation, whose model reaches the tools only through the
+ * bridge's JSON lines (the protocol prompt earlier in the conversation), so the wake says so.
+ */
+export function wakeText({ label, workspaceId, agents = [], inbox = [], bridged = false }) {
   const name = label ? `"${label}" (${workspaceId})` : workspaceId;
   const lines = [
     `${MARK} No agent in workspace ${name} is working any more.`,
@@ -18,6 +24,9 @@ export function wakeText({ label, workspaceId, agents = [], inbox = [] }) {
     "This is a signal to re-inspect, not a result: read the live Herdr state, the agents' output, " +
       "Git and the tests before deciding the next step.",
   );
+  if (bridged) {
+    lines.push(BRIDGE_HINT);
+  }
   return lines.join("\n");
 }
 
@@ -31,7 +40,8 @@ export function fallbackText({ label, workspaceId, quietSec }) {
   return `${MARK} workspace ${name} is still working; no new output in the last ${quietSec} s.`;
 }
 
-export function continueText({ label, workspaceId }) {
+export function continueText({ label, workspaceId, bridged = false }) {
   const name = label || workspaceId || "the bound workspace";
-  return `${MARK} Continue: re-inspect ${name}'s live state (agents, output, Git, tests) and go on with the next step.`;
+  const text = `${MARK} Continue: re-inspect ${name}'s live state (agents, output, Git, tests) and go on with the next step.`;
+  return bridged ? `${text}\n${BRIDGE_HINT}` : text;
 }
