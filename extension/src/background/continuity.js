@@ -1,9 +1,10 @@
 // The continuity state machine of the worker: push events -> turns of workspaces -> one pending
 // wake per scope and turn; progress ticks; and the pump that sends into a conversation's tab,
 // in this order: the person's queue first, then (Auto on, or a manual continue) the wake, then
-// progress. One message per confirmed-idle composer; nothing while a send is unconfirmed or
-// ChatGPT answered 429. `tabs` spans ChatGPT's pages and the bridge's z.ai and DeepSeek pages
-// (a TabGroup): a conversation bound on any of the three sites is woken the same way.
+// progress; before all of these, a handoff's new z.ai or DeepSeek conversation gets the bridge's
+// protocol prompt (`primer`). One message per confirmed-idle composer; nothing while a send is
+// unconfirmed or ChatGPT answered 429. `tabs` spans ChatGPT's pages and the bridge's z.ai and
+// DeepSeek pages (a TabGroup): a conversation bound on any of the three sites is woken alike.
 
 import { fallbackText, progressText, wakeText, continueText } from "../lib/messages.js";
 import { addOutput, initialProgress, normalizeOptions, startTurn, tick } from "../lib/progress.js";
@@ -218,6 +219,16 @@ export class Continuity {
     }
     if (!manual && (await store.get(`uncertain:${convKey}`, false))) {
       return "uncertain";
+    }
+    if (tab.page.site !== "chatgpt" && (await store.get(`prime:${convKey}`, false)) && this.primer) {
+      // A handoff's new z.ai or DeepSeek conversation: the bridge's protocol prompt first.
+      const sent = await this.send(tab, convKey, await this.primer());
+      if (sent) {
+        await store.remove(`prime:${convKey}`);
+        this.note(tab.page.scope, "protocol prompt sent to the new conversation");
+      }
+      this.broadcast();
+      return sent ? "prime" : "failed";
     }
     const queue = await store.get(`queue:${convKey}`, []);
     const batch = nextBatch(queue);

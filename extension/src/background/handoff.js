@@ -365,6 +365,11 @@ export class Handoff {
       if (record.auto) {
         await store.set(`auto:${targetScope}`, true);
       }
+      if (record.site !== "chatgpt" && (await store.get(`bridge:dispatched:${record.scope}`, null)) !== null) {
+        // The source used the tools through the bridge: the new conversation gets the protocol
+        // prompt once, after its seed (continuity.js sends it before anything else).
+        await store.set(`prime:${target}`, true);
+      }
       const wake = await store.get(`wake:${record.scope}`, null);
       if (wake && (await store.get(`wake:${targetScope}`, null)) === null) {
         await store.set(`wake:${targetScope}`, wake);

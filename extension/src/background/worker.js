@@ -37,6 +37,7 @@ const bridgeTabs = new Tabs(pageEvents);
 const continuity = new Continuity({ native, bindings, tabs: new TabGroup([tabs, bridgeTabs]), rateLimit });
 const handoff = new Handoff({ native, bindings, tabs, bridgeTabs, continuity });
 continuity.holds = (convKey) => handoff.holds(convKey);
+continuity.primer = async () => (await bridge.received({ type: "prompt" })).text;
 const rollover = new Rollover({ bindings, handoff, continuity });
 continuity.handoffView = (scope) => {
   const shown = handoff.view(scope);
@@ -183,9 +184,10 @@ async function pageMessage(tab, message) {
         if (page?.convKey) {
           await followActiveConversation(page, message.turns);
           await journal.report(page, message.turns, message.title);
-          // The bridge's pages leave their protocol messages out of the journal's turns but
-          // give them all (`context`) for the context-pressure estimate.
-          await rollover.consider(tab, message.context ? { ...message, turns: message.context } : message);
+          if (page.site === "chatgpt") {
+            // Seed 002: Auto on z.ai or DeepSeek does not turn on ChatGPT's auto rollover.
+            await rollover.consider(tab, message);
+          }
         }
         break;
       default:

@@ -286,13 +286,10 @@ async function reportTurns(messages) {
       turns.push({ key: `${adapter.name}-${await messageKey(scope(), index, message.text)}`, role: message.role, text: message.text });
     }
   }
-  // The count of all messages too: a tool round changes the context estimate, not the journal.
-  const signature = `${messages.length} ${turns.map((turn) => turn.key).join(" ")}`;
+  const signature = turns.map((turn) => turn.key).join(" ");
   if (turns.length > 0 && signature !== reportedTurns) {
     reportedTurns = signature;
-    const context = messages.map((message) => ({ role: message.role, text: message.text }));
-    const metrics = { maxTurnIndex: messages.length, generating: adapter.isGenerating(), card: false, draft: valueOf(adapter.composer()) !== "" };
-    postPage({ type: "turns", turns, title: document.title, context, metrics });
+    postPage({ type: "turns", turns, title: document.title });
   }
 }
 
