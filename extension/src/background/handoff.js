@@ -8,7 +8,10 @@
 // marker: the cutover (a Project's active_conv_key, or a conversation scope's binding moved to
 // the new conversation; Auto inherited; the queue moved in order; a pending wake moved). Every
 // step is persisted under `handoff:<source scope>` first, so a restarted worker resumes it.
-// While a transfer is in flight the source conversation's automatic sends wait.
+// While a transfer is in flight the source conversation's automatic sends wait. A cutover that
+// fails midway (the runtime unreachable, say, at inbox.move) stays `confirmed` and is tried again:
+// after 5 s, doubling to a minute, and at once when the native host says hello again (every
+// step is idempotent).
 
 import {
   FINISHED,
@@ -37,6 +40,10 @@ const PROBE_MS = 10_000;
 /** How long the new page's composer may take to become usable before the seed is typed. */
 const IDLE_WAIT_MS = 15_000;
 
+/** The first wait before a failed cutover is tried again; it doubles up to CUTOVER_RETRY_MAX_MS. */
+export const CUTOVER_RETRY_MS = 5_000;
+const CUTOVER_RETRY_MAX_MS = 60_000;
+
 const key = (scope) => `handoff:${scope}`;
 
 export class Handoff {
@@ -55,6 +62,8 @@ export class Handoff {
     this.requests = new Map();
     this.nextRequest = 1;
     this.restored = null;
+    /** scope -> {timer, waitMs}: a failed cutover's next try. */
+    this.retries = new Map();
   }
 
   // ---- what others ask
@@ -166,13 +175,45 @@ export class Handoff {
     }
   }
 
+  /** The native host said hello again (the runtime is reachable): failed cutovers go on now. */
+  async retryCutovers() {
+    await this.restore();
+    for (const record of this.records.values()) {
+      if (record.phase === "confirmed" && !this.running.has(record.scope)) {
+        clearTimeout(this.retries.get(record.scope)?.timer);
+        this.run(record.scope);
+      }
+    }
+  }
+
+  /** A step threw: a confirmed transfer (the cutover failed midway) is tried again later. */
+  retryLater(scope, error) {
+    const record = this.records.get(scope);
+    if (record?.phase !== "confirmed") {
+      return;
+    }
+    const previous = this.retries.get(scope);
+    clearTimeout(previous?.timer);
+    const waitMs = previous ? Math.min(previous.waitMs * 2, CUTOVER_RETRY_MAX_MS) : CUTOVER_RETRY_MS;
+    const timer = setTimeout(() => {
+      if (this.records.get(scope)?.phase === "confirmed" && !this.running.has(scope)) {
+        this.run(scope);
+      }
+    }, waitMs);
+    this.retries.set(scope, { timer, waitMs });
+    this.note(record, `handoff confirmed, cutover not finished (${error.code ?? "failed"}: ${error.message}): trying again in ${Math.round(waitMs / 1000)} s`);
+  }
+
   // ---- the steps
 
   run(scope, options = {}) {
     const previous = this.running.get(scope) ?? Promise.resolve();
     const next = previous
       .then(() => this.step(scope, options))
-      .catch((error) => this.log.warn("herdr-mcp: handoff failed", scope, error.code ?? "", error.message))
+      .catch((error) => {
+        this.log.warn("herdr-mcp: handoff failed", scope, error.code ?? "", error.message);
+        this.retryLater(scope, error);
+      })
       .finally(() => {
         if (this.running.get(scope) === next) {
           this.running.delete(scope);
@@ -385,6 +426,8 @@ export class Handoff {
       await store.remove(`queue:${record.sourceConvKey}`);
     }
     record = await this.save(done(record, this.now()));
+    clearTimeout(this.retries.get(record.scope)?.timer);
+    this.retries.delete(record.scope);
     this.continuity.note(targetScope, `handed off from ${record.sourceConvKey}`);
     this.continuity.pump(target);
     return record;

@@ -16,6 +16,7 @@
 //   chain:<conv key>        the continuity_id a handoff's target conversation journals into
 //   floor:<conv key>        auto rollover's message-count floor, never lower (lib/rollover.js)
 //   healthRollover:<conv key>  the page-health episode (its startedAt) that started a rollover
+//   prime:<conv key>        a handoff's new z.ai/DeepSeek conversation awaiting the bridge's protocol prompt
 
 export async function get(key, fallback) {
   const found = await chrome.storage.local.get(key);

@@ -53,7 +53,7 @@ const follower = new PushFollower(
   },
   {
     onHello: (hello, lastSeq) => {
-      handoff.restore();
+      handoff.retryCutovers(); // loads the transfers once, and goes on with a failed cutover
       return continuity.hello(hello, lastSeq);
     },
   },
