@@ -1,4 +1,4 @@
-"""The extension in a real browser, for tests/test_extension_e2e.py and benchmarks/wake_bench.py.
+"""The extension in a real browser, for the tests/test_extension_*.py modules and benchmarks/wake_bench.py.
 
 - Debian's Chromium (`/usr/lib/chromium/chromium`) driven by Playwright from PyPI (async API),
   never a downloaded browser: a persistent context (a profile dir kept across launches, so a
@@ -7,13 +7,15 @@
 - The native host manifest installed into `<profile>/NativeMessagingHosts` by the real
   `herdr-mcp native-host install`, so Chromium starts the real host, which forwards to the real
   runtime's Unix socket.
-- `ChatGPTSite`: every request to https://chatgpt.com/** is answered by the test through
-  Playwright's routing: the page (tests/fixtures/extension/chatgpt.html, an imitation of
-  ChatGPT's composer and turns) and a tiny scripted assistant behind
-  `/backend-api/conversation` that answers each message, or holds its answers until released,
-  or answers HTTP 429.
 - `Workstation`: the Herdr simulator and `herdr-mcp serve` on it (tests/runtime_harness.py),
   plus a reader of the runtime's `/push/events` for tests that wait on what the extension saw.
+- `rig` / `extension_browser`: one test's world (workstation, native host in the profile,
+  Playwright) and a browser launched on it; `Rig.launch` again is a browser restart.
+- Waiting helpers shared by the modules (HUD lines, storage records, handoff phases, the
+  continuity journal) and the side-panel binding of a tab.
+
+The imitated sites (chatgpt.com's `ChatGPTSite`) live in tests/extension_sites.py; this module
+re-exports `ChatGPTSite` and `Post` for its older importers.
 """
 
 from __future__ import annotations
@@ -26,15 +28,15 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx2
 from mcp.types import RequestParamsMeta
-from playwright.async_api import BrowserContext, Page, Playwright, Route, Worker
+from playwright.async_api import BrowserContext, Page, Playwright, Route, Worker, async_playwright
 
 from herdr_mcp.local_http import local_async_client
 from herdr_mcp.sim import (
@@ -47,15 +49,18 @@ from herdr_mcp.sim import (
     TabConfig,
     WorkspaceConfig,
 )
+from tests.extension_sites import ChatGPTSite, Post
 from tests.runtime_harness import RunningRuntime, call_tool, running_runtime
 from tests.waiting import DEADLINE_S, poll_until
 
 ROOT = Path(__file__).resolve().parents[1]
 EXTENSION_DIR = ROOT / "extension"
-PAGE = Path(__file__).resolve().parent / "fixtures" / "extension" / "chatgpt.html"
 CHROMIUM = Path(os.environ.get("HERDR_MCP_CHROMIUM", "/usr/lib/chromium/chromium"))
 AGENT = "coder"
 REVIEWER = "reviewer"
+#: A whole test: browser launches, a runtime, the simulator, several waits on a loaded machine.
+BODY_TIMEOUT_S = 240.0
+__all__ = ["ChatGPTSite", "Post"]  # re-exported from tests/extension_sites.py (wake_bench imports them here)
 
 
 def extension_id() -> str:
@@ -63,151 +68,6 @@ def extension_id() -> str:
     key = json.loads((EXTENSION_DIR / "manifest.json").read_text(encoding="utf-8"))["key"]
     digest = hashlib.sha256(base64.b64decode(key)).hexdigest()[:32]
     return "".join(chr(ord("a") + int(digit, 16)) for digit in digest)
-
-
-@dataclass
-class Post:
-    """One message the imitated site received, with the time it arrived (time.monotonic())."""
-
-    conversation_id: str
-    text: str
-    at: float
-
-
-@dataclass
-class ChatGPTSite:
-    """The imitated chatgpt.com: conversations kept here, so a reloaded page shows them again."""
-
-    conversations: dict[str, list[dict[str, str]]] = field(default_factory=dict)
-    posts: list[Post] = field(default_factory=list)
-    #: The next N messages are answered HTTP 429 (as ChatGPT's rate limit does).
-    refuse_next: int = 0
-    #: Pages served from now on show user turns without their seed marker line (handoff tests).
-    drop_seed_marker: bool = False
-    #: New-chat pages (`/`, `/g/<p>/project`) fail to load (a network error: no content script).
-    unreachable_new_chat: bool = False
-    #: Page health: the site stores each message and its finished reply at once but never answers
-    #: the page's request (the page keeps showing the stop button: a stale view) until `release`.
-    stuck: bool = False
-    #: Page health: the next message is answered HTTP 504 (the page shows "Message send timed
-    #: out" and a Retry button), "delivered" with the reply stored, "not_delivered" with only the
-    #: user's message stored.
-    time_out_next: str | None = None
-    #: Page health: snapshot reads (the conversation GET with the session's bearer, as the
-    #: extension makes it) are answered with this HTTP status instead of the snapshot.
-    snapshot_status: int | None = None
-    #: Page health: ChatGPT's Retry is answered HTTP 504 too (nothing stored).
-    retry_times_out: bool = False
-    #: Paths of the HTML pages served (a reload is one more), the snapshot reads made with the
-    #: bearer, and the texts of Retry requests (action "variant": no new user turn).
-    page_loads: list[str] = field(default_factory=list)
-    snapshot_reads: int = 0
-    retries: list[str] = field(default_factory=list)
-    _held: asyncio.Event | None = None
-    #: Page health: each message's time in the snapshot (epoch seconds; set when first read:
-    #: a test sets one earlier to make a message in progress look stalled).
-    times: dict[str, float] = field(default_factory=dict)
-    _unstick: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def hold(self) -> None:
-        """From now on the assistant's replies wait (the stop button stays) until `release`."""
-        self._held = asyncio.Event()
-
-    def release(self) -> None:
-        """Let the held replies go, and answer at once from now on."""
-        if self._held is not None:
-            self._held.set()
-        self._held = None
-        self.stuck = False
-        self._unstick.set()
-
-    def texts(self, conversation_id: str | None = None) -> list[str]:
-        return [post.text for post in self.posts if conversation_id in (None, post.conversation_id)]
-
-    async def route(self, route: Route) -> None:
-        request = route.request
-        path = request.url.split("chatgpt.com", 1)[1].split("?", 1)[0]
-        if path.startswith("/backend-api/conversation/") and request.method == "GET":
-            turns = self.conversations.get(path.rsplit("/", 1)[1], [])
-            if "authorization" in request.headers:
-                self.snapshot_reads += 1
-                if self.snapshot_status is not None:
-                    await route.fulfill(status=self.snapshot_status, json={"detail": "imitated failure"})
-                    return
-            await route.fulfill(json={"turns": turns, **self.snapshot(turns)})
-        elif path == "/api/auth/session":
-            await route.fulfill(json={"accessToken": "imitation-access-token"})
-        elif path == "/backend-api/conversation" and request.method == "POST":
-            body = request.post_data_json
-            assert isinstance(body, dict), body
-            await self._answer(route, body)
-        elif path.startswith("/backend-api/"):
-            await route.fulfill(status=404, json={"detail": "not imitated"})
-        elif self.unreachable_new_chat and (path in ("", "/") or path.endswith("/project")):
-            await route.abort("connectionrefused")
-        else:
-            self.page_loads.append(path)
-            switches = json.dumps({"dropSeedMarker": self.drop_seed_marker})
-            page = PAGE.read_text(encoding="utf-8").replace("/*IMITATION*/ {}", switches, 1)
-            await route.fulfill(body=page.encode(), content_type="text/html; charset=utf-8")
-
-    def snapshot(self, turns: list[dict[str, str]]) -> dict[str, Any]:
-        """ChatGPT's conversation shape: `current_node` and a `mapping` of parent-linked nodes
-        (author role, content parts, status, times in epoch seconds)."""
-        parent = "client-created-root"
-        mapping: dict[str, Any] = {parent: {"id": parent, "parent": None, "message": None}}
-        for turn in turns:
-            at = self.times.setdefault(turn["id"], time.time())
-            message = {
-                "id": turn["id"],
-                "author": {"role": turn["role"]},
-                "content": {"content_type": "text", "parts": [turn["text"]]},
-                "status": turn.get("status", "finished_successfully"),
-                "create_time": at,
-                "update_time": at,
-            }
-            mapping[turn["id"]] = {"id": turn["id"], "parent": parent, "message": message}
-            parent = turn["id"]
-        return {"current_node": parent, "mapping": mapping}
-
-    async def _answer(self, route: Route, body: dict[str, Any]) -> None:
-        conversation = str(body["conversation_id"])
-        text = str(body["text"])
-        if body.get("action") == "variant":  # ChatGPT's Retry: the same user message again
-            self.retries.append(text)
-            if self.retry_times_out:
-                await route.fulfill(status=504, json={"detail": "Message send timed out"})
-                return
-            reply = {"id": f"a-retry-{len(self.retries)}", "role": "assistant", "text": f"Noted: {text[:60]}"}
-            self.conversations.setdefault(conversation, []).append(reply)
-            await route.fulfill(json={"reply": reply})
-            return
-        self.posts.append(Post(conversation, text, time.monotonic()))
-        if self.refuse_next > 0:
-            self.refuse_next -= 1
-            await route.fulfill(status=429, json={"detail": "Too many requests"})
-            return
-        turns = self.conversations.setdefault(conversation, [])
-        turns.append({"id": str(body["message_id"]), "role": "user", "text": text})
-        if self.time_out_next is not None:
-            delivered, self.time_out_next = self.time_out_next == "delivered", None
-            if delivered:
-                reply = {"id": f"a-{len(self.posts)}", "role": "assistant", "text": f"Noted: {text[:60]}"}
-                turns.append(reply)
-            await route.fulfill(status=504, json={"detail": "Message send timed out"})
-            return
-        if self.stuck:
-            turns.append({"id": f"a-{len(self.posts)}", "role": "assistant", "text": f"Noted: {text[:60]}"})
-            await self._unstick.wait()
-            with contextlib.suppress(Exception):  # the page that asked may be gone (reloaded)
-                await route.abort("connectionreset")
-            return
-        held = self._held
-        if held is not None:
-            await held.wait()
-        reply = {"id": f"a-{len(self.posts)}", "role": "assistant", "text": f"Noted: {text[:60]}"}
-        turns.append(reply)
-        await route.fulfill(json={"reply": reply})
 
 
 def sim_config(base: Path) -> SimConfig:
@@ -262,6 +122,25 @@ class Workstation:
             result: dict[str, Any] = answer.json()
             return result
 
+    async def binding(self, scope: str) -> dict[str, Any] | None:
+        """The runtime's binding of `scope` (None when unbound)."""
+        found: dict[str, Any] | None = (await self.post("/browser/binding.get", {"scope": scope}))["binding"]
+        return found
+
+    async def package_message(self, record: dict[str, Any]) -> str:
+        """The runtime's package of a handoff record's transfer (preparing it again returns the same
+        package)."""
+        answer = await self.post(
+            "/browser/handoff.prepare",
+            {
+                "scope": record["scope"],
+                "transfer_id": record["transferId"],
+                "source_url": record["sourceUrl"],
+            },
+        )
+        message: str = answer["package"]["message"]
+        return message
+
     async def state(self) -> dict[str, Any]:
         async with local_async_client(
             headers={"Authorization": f"Bearer {self.runtime.token}"}, timeout=30
@@ -314,6 +193,48 @@ class Browser:
             "async (key) => (await chrome.storage.local.get(key))[key] ?? null", key
         )
 
+    async def stored(self, key: str, accept: Callable[[Any], bool], what: str) -> Any:
+        """Wait until the storage value of `key` is there and satisfies `accept` (never called with
+        None); return it (a falsy value counts as not yet, as for `poll_until`)."""
+
+        async def probe() -> Any:
+            value = await self.storage(key)
+            return value if value is not None and accept(value) else None
+
+        return await poll_until(probe, what)
+
+    async def handoff(self, scope: str, phase: str) -> dict[str, Any]:
+        """Wait until the extension's handoff record of `scope` is in `phase`; return it."""
+        record: dict[str, Any] = await self.stored(
+            f"handoff:{scope}",
+            lambda record: record["phase"] == phase,
+            f"the handoff of {scope} to be {phase}",
+        )
+        return record
+
+    async def journaled(self, conversation: str, at_least: int, what: str) -> None:
+        """Wait until the extension journaled `at_least` turns of `conversation`."""
+        await self.stored(f"journal:{conversation}", lambda turns: len(turns) >= at_least, what)
+
+    async def merge_options(self, options: dict[str, Any], also: dict[str, Any] | None = None) -> None:
+        """Set `options` into the extension's stored options (the rest kept) and the `also` keys,
+        in one storage write, as the options page would."""
+        await self.worker.evaluate(
+            """async ([values, also]) => {
+                const { options = {} } = await chrome.storage.local.get("options");
+                await chrome.storage.local.set({ ...also, options: { ...options, ...values } });
+            }""",
+            [options, also or {}],
+        )
+
+    async def tab_on(self, suffix: str) -> Page:
+        """Wait for a tab whose URL ends with `suffix`; return it."""
+
+        async def probe() -> Page | None:
+            return next((page for page in self.context.pages if page.url.endswith(suffix)), None)
+
+        return await poll_until(probe, f"a tab on {suffix}")
+
     async def open(self, url: str) -> Page:
         page = await self.context.new_page()
         await page.goto(url)
@@ -353,14 +274,46 @@ async def hud_line(page: Page) -> str:
     return await page.locator("herdr-mcp-hud .line").inner_text()
 
 
-async def wait_hud(page: Page, text: str) -> str:
-    """Wait until the HUD's state line contains `text`; return the line."""
+async def wait_text(page: Page, selector: str, text: str, what: str) -> str:
+    """Wait until the element at `selector` shows `text`; return its whole text."""
 
     async def probe() -> str | None:
-        line = await hud_line(page)
+        line = await page.locator(selector).inner_text()
         return line if text in line else None
 
-    return await poll_until(probe, f"the HUD to say {text!r}")
+    return await poll_until(probe, what)
+
+
+async def wait_hud(page: Page, text: str) -> str:
+    """Wait until the HUD's state line contains `text`; return the line."""
+    return await wait_text(page, "herdr-mcp-hud .line", text, f"the HUD to say {text!r}")
+
+
+async def turn_auto_on(page: Page) -> None:
+    """Press the HUD's Auto toggle and wait until it says on."""
+    await page.locator("herdr-mcp-hud .auto").click()
+    await page.locator("herdr-mcp-hud .auto").filter(has_text="Auto: on").wait_for()
+
+
+async def bind_tab(browser: Browser, station: Workstation, page: Page) -> None:
+    """Bind `page` (the last active ChatGPT tab) to the workspace through the side panel, close the
+    panel, and wait until the page's HUD says bound."""
+    panel = await browser.bind(station.workspace_id())
+    await panel.close()
+    await wait_hud(page, "Bound to api")
+
+
+def screenshot_dirs(tmp_path: Path) -> list[Path]:
+    """Where a test's screenshots go: its temp dir, and $HERDR_MCP_SCREENSHOTS when set."""
+    extra = os.environ.get("HERDR_MCP_SCREENSHOTS")
+    return [tmp_path, *([Path(extra)] if extra else [])]
+
+
+async def screenshot(page: Page, tmp_path: Path, name: str) -> None:
+    """The page in this state, into each of `screenshot_dirs`."""
+    for directory in screenshot_dirs(tmp_path):
+        directory.mkdir(parents=True, exist_ok=True)
+        await page.screenshot(path=str(directory / name))
 
 
 @contextlib.asynccontextmanager
@@ -406,6 +359,45 @@ async def launched(
     finally:
         site.release()
         await context.close()
+
+
+@dataclass
+class Rig:
+    """One test's world: the workstation, a profile with the native host installed, Playwright.
+    Each `launch` starts Chromium on the same profile (a second one is a browser restart)."""
+
+    station: Workstation
+    playwright: Playwright
+    profile: Path
+
+    def launch(
+        self,
+        site: ChatGPTSite | None = None,
+        routes: Sequence[tuple[str, Callable[[Route], Awaitable[None]]]] = (),
+    ) -> AbstractAsyncContextManager[Browser]:
+        return launched(self.playwright, self.profile, site or ChatGPTSite(), routes)
+
+
+@contextlib.asynccontextmanager
+async def rig(base: Path) -> AsyncIterator[Rig]:
+    """`workstation(base)`, the native host installed into `base/profile`, and Playwright started."""
+    profile = base / "profile"
+    with workstation(base) as station:
+        install_native_host(profile, station.config_dir)
+        async with async_playwright() as playwright:
+            yield Rig(station, playwright, profile)
+
+
+@contextlib.asynccontextmanager
+async def extension_browser(
+    base: Path,
+    site: ChatGPTSite | None = None,
+    routes: Sequence[tuple[str, Callable[[Route], Awaitable[None]]]] = (),
+) -> AsyncIterator[tuple[Workstation, Browser]]:
+    """`rig(base)` with one browser launched on it (chatgpt.com routed to `site`, an empty
+    `ChatGPTSite` unless given)."""
+    async with rig(base) as world, world.launch(site, routes) as browser:
+        yield world.station, browser
 
 
 class PushReader:

@@ -1,0 +1,238 @@
+"""The imitated chat sites the extension tests drive (split out of tests/extension_harness.py, which
+launches the browser and the workstation; this module holds only what a site answers).
+
+- `ChatGPTSite`: every request to https://chatgpt.com/** is answered by the test through
+  Playwright's routing: the page (tests/fixtures/extension/chatgpt.html, an imitation of
+  ChatGPT's composer and turns) and a tiny scripted assistant behind
+  `/backend-api/conversation` that answers each message, or holds its answers until released,
+  or answers HTTP 429, and the page-health scripts (a stuck page, timed-out sends, failing
+  snapshot reads).
+- `RawChatSite`: the imitated chat.z.ai and chat.deepseek.com (tests/fixtures/extension/zai.html,
+  deepseek.html; both speak the same small API), which the bridge and handoff tests subclass for
+  their scripted models (`answer`) and their in-flight losses (`lost`).
+- `with_history`: a copy of a conversation's turns, so each test's site starts from its own list.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from playwright.async_api import Route
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "extension"
+PAGE = FIXTURES / "chatgpt.html"
+#: state/handoff.py SEED_MARKER: the start of a handoff seed's first line.
+HANDOFF_MARKER = "[herdr-handoff transfer="
+
+
+def with_history(conversation: str, history: list[dict[str, str]]) -> dict[str, list[dict[str, str]]]:
+    """`{conversation: a copy of history}` (each turn copied: the site appends to its own list)."""
+    return {conversation: [dict(turn) for turn in history]}
+
+
+@dataclass
+class Post:
+    """One message the imitated site received, with the time it arrived (time.monotonic())."""
+
+    conversation_id: str
+    text: str
+    at: float
+
+
+@dataclass
+class ChatGPTSite:
+    """The imitated chatgpt.com: conversations kept here, so a reloaded page shows them again."""
+
+    conversations: dict[str, list[dict[str, str]]] = field(default_factory=dict)
+    posts: list[Post] = field(default_factory=list)
+    #: The next N messages are answered HTTP 429 (as ChatGPT's rate limit does).
+    refuse_next: int = 0
+    #: Pages served from now on show user turns without their seed marker line (handoff tests).
+    drop_seed_marker: bool = False
+    #: New-chat pages (`/`, `/g/<p>/project`) fail to load (a network error: no content script).
+    unreachable_new_chat: bool = False
+    #: Page health: the site stores each message and its finished reply at once but never answers
+    #: the page's request (the page keeps showing the stop button: a stale view) until `release`.
+    stuck: bool = False
+    #: Page health: the next message is answered HTTP 504 (the page shows "Message send timed
+    #: out" and a Retry button), "delivered" with the reply stored, "not_delivered" with only the
+    #: user's message stored.
+    time_out_next: str | None = None
+    #: Page health: snapshot reads (the conversation GET with the session's bearer, as the
+    #: extension makes it) are answered with this HTTP status instead of the snapshot.
+    snapshot_status: int | None = None
+    #: Page health: ChatGPT's Retry is answered HTTP 504 too (nothing stored).
+    retry_times_out: bool = False
+    #: Paths of the HTML pages served (a reload is one more), the snapshot reads made with the
+    #: bearer, and the texts of Retry requests (action "variant": no new user turn).
+    page_loads: list[str] = field(default_factory=list)
+    snapshot_reads: int = 0
+    retries: list[str] = field(default_factory=list)
+    _held: asyncio.Event | None = None
+    #: Page health: each message's time in the snapshot (epoch seconds; set when first read:
+    #: a test sets one earlier to make a message in progress look stalled).
+    times: dict[str, float] = field(default_factory=dict)
+    _unstick: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def hold(self) -> None:
+        """From now on the assistant's replies wait (the stop button stays) until `release`."""
+        self._held = asyncio.Event()
+
+    def release(self) -> None:
+        """Let the held replies go, and answer at once from now on."""
+        if self._held is not None:
+            self._held.set()
+        self._held = None
+        self.stuck = False
+        self._unstick.set()
+
+    def texts(self, conversation_id: str | None = None) -> list[str]:
+        return [post.text for post in self.posts if conversation_id in (None, post.conversation_id)]
+
+    async def route(self, route: Route) -> None:
+        request = route.request
+        path = request.url.split("chatgpt.com", 1)[1].split("?", 1)[0]
+        if path.startswith("/backend-api/conversation/") and request.method == "GET":
+            turns = self.conversations.get(path.rsplit("/", 1)[1], [])
+            if "authorization" in request.headers:
+                self.snapshot_reads += 1
+                if self.snapshot_status is not None:
+                    await route.fulfill(status=self.snapshot_status, json={"detail": "imitated failure"})
+                    return
+            await route.fulfill(json={"turns": turns, **self.snapshot(turns)})
+        elif path == "/api/auth/session":
+            await route.fulfill(json={"accessToken": "imitation-access-token"})
+        elif path == "/backend-api/conversation" and request.method == "POST":
+            body = request.post_data_json
+            assert isinstance(body, dict), body
+            await self._answer(route, body)
+        elif path.startswith("/backend-api/"):
+            await route.fulfill(status=404, json={"detail": "not imitated"})
+        elif self.unreachable_new_chat and (path in ("", "/") or path.endswith("/project")):
+            await route.abort("connectionrefused")
+        else:
+            self.page_loads.append(path)
+            switches = json.dumps({"dropSeedMarker": self.drop_seed_marker})
+            page = PAGE.read_text(encoding="utf-8").replace("/*IMITATION*/ {}", switches, 1)
+            await route.fulfill(body=page.encode(), content_type="text/html; charset=utf-8")
+
+    def snapshot(self, turns: list[dict[str, str]]) -> dict[str, Any]:
+        """ChatGPT's conversation shape: `current_node` and a `mapping` of parent-linked nodes
+        (author role, content parts, status, times in epoch seconds)."""
+        parent = "client-created-root"
+        mapping: dict[str, Any] = {parent: {"id": parent, "parent": None, "message": None}}
+        for turn in turns:
+            at = self.times.setdefault(turn["id"], time.time())
+            message = {
+                "id": turn["id"],
+                "author": {"role": turn["role"]},
+                "content": {"content_type": "text", "parts": [turn["text"]]},
+                "status": turn.get("status", "finished_successfully"),
+                "create_time": at,
+                "update_time": at,
+            }
+            mapping[turn["id"]] = {"id": turn["id"], "parent": parent, "message": message}
+            parent = turn["id"]
+        return {"current_node": parent, "mapping": mapping}
+
+    async def _answer(self, route: Route, body: dict[str, Any]) -> None:
+        conversation = str(body["conversation_id"])
+        text = str(body["text"])
+        if body.get("action") == "variant":  # ChatGPT's Retry: the same user message again
+            self.retries.append(text)
+            if self.retry_times_out:
+                await route.fulfill(status=504, json={"detail": "Message send timed out"})
+                return
+            reply = {"id": f"a-retry-{len(self.retries)}", "role": "assistant", "text": f"Noted: {text[:60]}"}
+            self.conversations.setdefault(conversation, []).append(reply)
+            await route.fulfill(json={"reply": reply})
+            return
+        self.posts.append(Post(conversation, text, time.monotonic()))
+        if self.refuse_next > 0:
+            self.refuse_next -= 1
+            await route.fulfill(status=429, json={"detail": "Too many requests"})
+            return
+        turns = self.conversations.setdefault(conversation, [])
+        turns.append({"id": str(body["message_id"]), "role": "user", "text": text})
+        if self.time_out_next is not None:
+            delivered, self.time_out_next = self.time_out_next == "delivered", None
+            if delivered:
+                reply = {"id": f"a-{len(self.posts)}", "role": "assistant", "text": f"Noted: {text[:60]}"}
+                turns.append(reply)
+            await route.fulfill(status=504, json={"detail": "Message send timed out"})
+            return
+        if self.stuck:
+            turns.append({"id": f"a-{len(self.posts)}", "role": "assistant", "text": f"Noted: {text[:60]}"})
+            await self._unstick.wait()
+            with contextlib.suppress(Exception):  # the page that asked may be gone (reloaded)
+                await route.abort("connectionreset")
+            return
+        held = self._held
+        if held is not None:
+            await held.wait()
+        reply = {"id": f"a-{len(self.posts)}", "role": "assistant", "text": f"Noted: {text[:60]}"}
+        turns.append(reply)
+        await route.fulfill(json={"reply": reply})
+
+
+@dataclass(kw_only=True)
+class RawChatSite:
+    """An imitated z.ai or DeepSeek: conversations kept here (a reload shows them again), every post
+    recorded, each message answered by `answer` (a subclass's scripted model; "Noted." here)."""
+
+    host: str
+    #: The page's file under tests/fixtures/extension/.
+    fixture: str
+    conversations: dict[str, list[dict[str, str]]] = field(default_factory=dict)
+    posts: list[tuple[str, str]] = field(default_factory=list)
+    #: Pages served from now on show user messages without a seed's marker line (zai.html only).
+    drop_seed_marker: bool = False
+    #: The new-chat page fails to load (a network error: no content script there).
+    unreachable_new_chat: bool = False
+    #: While set, the model's replies wait for it (the stop button stays) until it is set.
+    gate: asyncio.Event | None = None
+
+    def answer(self, messages: list[dict[str, str]]) -> str:
+        """The model's reply to the conversation so far (its last message is the one just posted)."""
+        return "Noted."
+
+    async def lost(self, route: Route, text: str) -> bool:
+        """True when this post is lost in flight (then the subclass has dealt with `route`, and
+        nothing is stored or answered)."""
+        return False
+
+    async def route(self, route: Route) -> None:
+        request = route.request
+        path = request.url.split(self.host, 1)[1].split("?", 1)[0]
+        if path.startswith("/api/chat/") and request.method == "GET":
+            await route.fulfill(json={"messages": self.conversations.get(path.rsplit("/", 1)[1], [])})
+        elif path == "/api/chat" and request.method == "POST":
+            body = request.post_data_json
+            assert isinstance(body, dict), body
+            chat, text = str(body["chat_id"]), str(body["text"])
+            self.posts.append((chat, text))
+            if await self.lost(route, text):
+                return
+            messages = self.conversations.setdefault(chat, [])
+            messages.append({"role": "user", "text": text})
+            if self.gate is not None:
+                await self.gate.wait()
+            reply = {"role": "assistant", "text": self.answer(messages)}
+            messages.append(reply)
+            await route.fulfill(json={"reply": reply})
+        elif path.startswith("/api/"):
+            await route.fulfill(status=404, json={"detail": "not imitated"})
+        elif path == "/" and self.unreachable_new_chat:
+            await route.abort("connectionrefused")
+        else:
+            switches = json.dumps({"dropSeedMarker": self.drop_seed_marker})
+            page = (
+                (FIXTURES / self.fixture).read_text(encoding="utf-8").replace("/*IMITATION*/ {}", switches, 1)
+            )
+            await route.fulfill(body=page.encode(), content_type="text/html; charset=utf-8")
