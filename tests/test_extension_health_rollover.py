@@ -13,29 +13,29 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from playwright.async_api import Page, async_playwright
+from playwright.async_api import Page
 
 from tests.extension_harness import (
+    BODY_TIMEOUT_S,
     Browser,
-    ChatGPTSite,
     Workstation,
-    install_native_host,
-    launched,
+    bind_tab,
+    extension_browser,
+    turn_auto_on,
     wait_hud,
-    workstation,
+    wait_text,
 )
+from tests.extension_sites import HANDOFF_MARKER as MARKER
+from tests.extension_sites import ChatGPTSite, with_history
 from tests.sim_helpers import run, short_tmp_dir
-from tests.waiting import poll_until
 
 pytestmark = pytest.mark.slow
 
 CONV = "conv-roll-0001"
 URL = f"https://chatgpt.com/c/{CONV}"
 SCOPE = f"chatgpt:conv:{CONV}"
-MARKER = "[herdr-handoff transfer="
 #: Four messages already: lib/rollover.js MIN_MESSAGES is 4.
 HISTORY = [
     {"id": "u-1", "role": "user", "text": "Plan the migration."},
@@ -43,8 +43,6 @@ HISTORY = [
     {"id": "u-2", "role": "user", "text": "Start with step one."},
     {"id": "a-2", "role": "assistant", "text": "Step one dispatched."},
 ]
-#: A whole test: a browser launch, a runtime, the simulator, a handoff, on a loaded machine.
-BODY_TIMEOUT_S = 240.0
 
 
 @pytest.fixture
@@ -56,27 +54,15 @@ def base() -> Iterator[Path]:
 async def bound_page(browser: Browser, station: Workstation, *, rollover: bool) -> Page:
     """The conversation bound through the side panel, Auto on, its history journaled (a handoff
     needs the chain), auto rollover as asked (options in storage)."""
-    await browser.worker.evaluate(
-        """async (rollover) => {
-            const { options = {} } = await chrome.storage.local.get("options");
-            await chrome.storage.local.set({ options: { ...options, rolloverAuto: rollover,
-                handoffSeedDeadlineSec: 30, handoffConnectDeadlineSec: 20 } });
-        }""",
-        rollover,
+    await browser.merge_options(
+        {"rolloverAuto": rollover, "handoffSeedDeadlineSec": 30, "handoffConnectDeadlineSec": 20}
     )
     page = await browser.open(URL)
-    panel = await browser.bind(station.workspace_id())
-    await panel.close()
-    await wait_hud(page, "Bound to api")
-    await page.locator("herdr-mcp-hud .auto").click()
-    await page.locator("herdr-mcp-hud .auto").filter(has_text="Auto: on").wait_for()
+    await bind_tab(browser, station, page)
+    await turn_auto_on(page)
     await page.reload()  # the turns reported again, now to a bound scope
     await wait_hud(page, "Bound to api")
-
-    async def journaled() -> bool:
-        return len(await browser.storage(f"journal:{CONV}") or []) >= len(HISTORY)
-
-    await poll_until(journaled, "the history in the continuity journal")
+    await browser.journaled(CONV, len(HISTORY), "the history in the continuity journal")
     return page
 
 
@@ -88,56 +74,44 @@ async def spend_the_retry(chat: ChatGPTSite, page: Page) -> None:
     await composer.fill("Run the linter.")
     await composer.press("Enter")
 
-    async def recommended() -> bool:
-        line = await page.locator("herdr-mcp-hud .health").inner_text()
-        return "rollover_recommended" in line
-
-    await poll_until(recommended, "page health to recommend a rollover")
+    await wait_text(
+        page, "herdr-mcp-hud .health", "rollover_recommended", "page health to recommend a rollover"
+    )
 
 
 def test_rollover_recommended_hands_off_by_itself_with_auto_rollover_on(base: Path) -> None:
     async def body() -> None:
-        profile = base / "profile"
-        with workstation(base) as station:
-            install_native_host(profile, station.config_dir)
-            chat = ChatGPTSite(conversations={CONV: [dict(turn) for turn in HISTORY]})
-            async with async_playwright() as playwright, launched(playwright, profile, chat) as browser:
-                page = await bound_page(browser, station, rollover=True)
-                await spend_the_retry(chat, page)
+        chat = ChatGPTSite(conversations=with_history(CONV, HISTORY))
+        async with extension_browser(base, chat) as (station, browser):
+            page = await bound_page(browser, station, rollover=True)
+            await spend_the_retry(chat, page)
 
-                async def done() -> dict[str, Any] | None:
-                    record = await browser.storage(f"handoff:{SCOPE}")
-                    return record if record and record["phase"] == "done" else None
-
-                record = await poll_until(done, "the automatic rollover to cut over")
-                target = record["targetConvKey"]
-                seeds = [p.conversation_id for p in chat.posts if p.text.startswith(MARKER)]
-                assert seeds == [target], "one seed, into the new conversation"
-                moved = await station.post("/browser/binding.get", {"scope": f"chatgpt:conv:{target}"})
-                assert moved["binding"]["workspace_id"] == station.workspace_id()
-                health = await browser.storage(f"health:{CONV}")
-                assert await browser.storage(f"healthRollover:{CONV}") == health["episode"]["startedAt"]
-                assert await browser.storage(f"auto:chatgpt:conv:{target}") is True
-                await wait_hud(page, f"handed off to {target}")
+            record = await browser.handoff(SCOPE, "done")
+            target = record["targetConvKey"]
+            seeds = [p.conversation_id for p in chat.posts if p.text.startswith(MARKER)]
+            assert seeds == [target], "one seed, into the new conversation"
+            moved = await station.post("/browser/binding.get", {"scope": f"chatgpt:conv:{target}"})
+            assert moved["binding"]["workspace_id"] == station.workspace_id()
+            health = await browser.storage(f"health:{CONV}")
+            assert await browser.storage(f"healthRollover:{CONV}") == health["episode"]["startedAt"]
+            assert await browser.storage(f"auto:chatgpt:conv:{target}") is True
+            await wait_hud(page, f"handed off to {target}")
 
     run(body(), timeout=BODY_TIMEOUT_S)
 
 
 def test_rollover_recommended_with_auto_rollover_off_offers_hand_off(base: Path) -> None:
     async def body() -> None:
-        profile = base / "profile"
-        with workstation(base) as station:
-            install_native_host(profile, station.config_dir)
-            chat = ChatGPTSite(conversations={CONV: [dict(turn) for turn in HISTORY]})
-            async with async_playwright() as playwright, launched(playwright, profile, chat) as browser:
-                page = await bound_page(browser, station, rollover=False)
-                await spend_the_retry(chat, page)
+        chat = ChatGPTSite(conversations=with_history(CONV, HISTORY))
+        async with extension_browser(base, chat) as (station, browser):
+            page = await bound_page(browser, station, rollover=False)
+            await spend_the_retry(chat, page)
 
-                line = await wait_hud(page, "press Hand off")
-                assert "rollover_off" in line, line
-                assert await browser.storage(f"handoff:{SCOPE}") is None
-                assert await browser.storage(f"healthRollover:{CONV}") is None
-                assert not [p for p in chat.posts if p.text.startswith(MARKER)]
-                assert await page.locator("herdr-mcp-hud .handoff").filter(has_text="Hand off").count() == 1
+            line = await wait_hud(page, "press Hand off")
+            assert "rollover_off" in line, line
+            assert await browser.storage(f"handoff:{SCOPE}") is None
+            assert await browser.storage(f"healthRollover:{CONV}") is None
+            assert not [p for p in chat.posts if p.text.startswith(MARKER)]
+            assert await page.locator("herdr-mcp-hud .handoff").filter(has_text="Hand off").count() == 1
 
     run(body(), timeout=BODY_TIMEOUT_S)
