@@ -24,31 +24,23 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.async_api import Page, Route, async_playwright
+from playwright.async_api import Page
 
-from tests.extension_harness import (
-    Browser,
-    ChatGPTSite,
-    Workstation,
-    install_native_host,
-    launched,
-    workstation,
-)
+from tests.extension_harness import BODY_TIMEOUT_S, Browser, Workstation, rig, wait_text
+from tests.extension_sites import HANDOFF_MARKER as MARKER
+from tests.extension_sites import RawChatSite, with_history
 from tests.sim_helpers import run, short_tmp_dir
 from tests.waiting import poll_until
 
 pytestmark = pytest.mark.slow
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "extension"
 SOURCE = "zsrc0001"
-#: state/handoff.py SEED_MARKER and the marker line's start.
-MARKER = "[herdr-handoff transfer="
 HISTORY = [
     {"role": "user", "text": "Plan the migration, then dispatch the tests."},
     {"role": "assistant", "text": "Dispatching the tests to the coder agent."},
@@ -78,60 +70,40 @@ class Spec:
 
 ZAI = Spec("zai", "chat.z.ai", "zai.html", "/c/")
 DEEPSEEK = Spec("deepseek", "chat.deepseek.com", "deepseek.html", "/a/chat/s/")
-#: A whole test: a browser launch, a runtime, the simulator, waits on a loaded machine.
-BODY_TIMEOUT_S = 240.0
 
 
-@dataclass
-class ZaiSite:
-    """The imitated chat.z.ai or chat.deepseek.com (the same imitated API): conversations kept
-    here (a reload shows them), every post recorded; the model answers a handoff seed with a
-    tool-call line (which must not run) and all else with "Noted."."""
+@dataclass(kw_only=True)
+class ZaiSite(RawChatSite):
+    """The imitated chat.z.ai or chat.deepseek.com (tests/extension_sites.py) whose model answers a
+    handoff seed with a tool-call line (which must not run) and all else with "Noted."."""
 
     repo: Path
-    spec: Spec = ZAI
-    conversations: dict[str, list[dict[str, str]]] = field(default_factory=dict)
-    posts: list[tuple[str, str]] = field(default_factory=list)
-    #: Pages served from now on show user messages without a seed's marker line.
-    drop_seed_marker: bool = False
-    #: The new-chat page fails to load (a network error: no content script there).
-    unreachable_new_chat: bool = False
 
     def seeds(self) -> list[tuple[str, str]]:
         return [(chat, text) for chat, text in self.posts if text.startswith(MARKER)]
 
-    async def route(self, route: Route) -> None:
-        request = route.request
-        path = request.url.split(self.spec.host, 1)[1].split("?", 1)[0]
-        if path.startswith("/api/chat/") and request.method == "GET":
-            await route.fulfill(json={"messages": self.conversations.get(path.rsplit("/", 1)[1], [])})
-        elif path == "/api/chat" and request.method == "POST":
-            body = request.post_data_json
-            assert isinstance(body, dict), body
-            chat, text = str(body["chat_id"]), str(body["text"])
-            self.posts.append((chat, text))
-            messages = self.conversations.setdefault(chat, [])
-            messages.append({"role": "user", "text": text})
-            if text.startswith(MARKER):
-                # A model that mistakes the seed for a task: a call line the bridge must not run.
-                write = {"path": str(self.repo / "from-seed.txt"), "content": "must not be written\n"}
-                reply = "Resuming.\n" + json.dumps({"tool": "herdr_fs_write", "args": write})
-            else:
-                reply = "Noted."
-            messages.append({"role": "assistant", "text": reply})
-            await route.fulfill(json={"reply": messages[-1]})
-        elif path.startswith("/api/"):
-            await route.fulfill(status=404, json={"detail": "not imitated"})
-        elif path == "/" and self.unreachable_new_chat:
-            await route.abort("connectionrefused")
-        else:
-            switches = json.dumps({"dropSeedMarker": self.drop_seed_marker})
-            page = (
-                (FIXTURES / self.spec.fixture)
-                .read_text(encoding="utf-8")
-                .replace("/*IMITATION*/ {}", switches, 1)
-            )
-            await route.fulfill(body=page.encode(), content_type="text/html; charset=utf-8")
+    def answer(self, messages: list[dict[str, str]]) -> str:
+        if messages[-1]["text"].startswith(MARKER):
+            # A model that mistakes the seed for a task: a call line the bridge must not run.
+            write = {"path": str(self.repo / "from-seed.txt"), "content": "must not be written\n"}
+            return "Resuming.\n" + json.dumps({"tool": "herdr_fs_write", "args": write})
+        return "Noted."
+
+
+def zai_site(
+    base: Path, spec: Spec = ZAI, *, drop_seed_marker: bool = False, unreachable_new_chat: bool = False
+) -> ZaiSite:
+    """The site of `spec` with the source conversation's history, its repo dir `base/repo` made."""
+    repo = base / "repo"
+    repo.mkdir()
+    return ZaiSite(
+        host=spec.host,
+        fixture=spec.fixture,
+        repo=repo,
+        conversations=with_history(SOURCE, HISTORY),
+        drop_seed_marker=drop_seed_marker,
+        unreachable_new_chat=unreachable_new_chat,
+    )
 
 
 @pytest.fixture
@@ -140,16 +112,8 @@ def base() -> Iterator[Path]:
         yield path
 
 
-async def status(page: Page) -> str:
-    return await page.locator("herdr-bridge-hud .status").inner_text()
-
-
 async def wait_status(page: Page, text: str) -> str:
-    async def probe() -> str | None:
-        line = await status(page)
-        return line if text in line else None
-
-    return await poll_until(probe, f"the bridge HUD to say {text!r}")
+    return await wait_text(page, "herdr-bridge-hud .status", text, f"the bridge HUD to say {text!r}")
 
 
 async def bound_source(
@@ -165,13 +129,9 @@ async def bound_source(
     """The source conversation, bound by `bind_source` before the browser started (the worker
     reads the bindings when it connects) or, with `panel`, through the side panel; Auto as asked;
     its turns journaled."""
-    await browser.worker.evaluate(
-        """async ([scope, auto, seed, connect]) => {
-            const { options = {} } = await chrome.storage.local.get("options");
-            await chrome.storage.local.set({ [`auto:${scope}`]: auto,
-                options: { ...options, handoffSeedDeadlineSec: seed, handoffConnectDeadlineSec: connect } });
-        }""",
-        [spec.scope(), auto, seed_s, connect_s],
+    await browser.merge_options(
+        {"handoffSeedDeadlineSec": seed_s, "handoffConnectDeadlineSec": connect_s},
+        also={f"auto:{spec.scope()}": auto},
     )
     page = await browser.context.new_page()
     await page.goto(spec.url())
@@ -183,11 +143,7 @@ async def bound_source(
     await wait_status(page, "Bound to")
     await page.reload()
     await wait_status(page, "Bound to")
-
-    async def journaled() -> bool:
-        return len(await browser.storage(f"journal:{SOURCE}") or []) >= 2
-
-    await poll_until(journaled, "the source's history in the continuity journal")
+    await browser.journaled(SOURCE, 2, "the source's history in the continuity journal")
     return page
 
 
@@ -202,46 +158,26 @@ async def unread(station: Workstation, scope: str) -> list[dict[str, Any]] | Non
     return items or None
 
 
-async def transfer(browser: Browser, phase: str, spec: Spec = ZAI) -> dict[str, Any]:
-    async def probe() -> dict[str, Any] | None:
-        record = await browser.storage(f"handoff:{spec.scope()}")
-        return record if record and record["phase"] == phase else None
+async def seed_reply_ran_nothing(browser: Browser, zai: ZaiSite, target: str) -> Page:
+    """The new conversation's tab, once the bridge has judged the model's reply to the seed (it
+    carries a call line) and run nothing for it."""
+    page = await browser.tab_on(f"/{target}")
 
-    return await poll_until(probe, f"the handoff of {spec.scope()} to be {phase}")
+    async def decided() -> str | None:
+        value: str | None = await page.evaluate(LAST_DECISION)
+        return value
 
-
-async def binding(station: Workstation, scope: str) -> dict[str, Any] | None:
-    answer = await station.post("/browser/binding.get", {"scope": scope})
-    found: dict[str, Any] | None = answer["binding"]
-    return found
-
-
-async def package_message(station: Workstation, record: dict[str, Any]) -> str:
-    """The runtime's package of this transfer (preparing it again returns the same package)."""
-    answer = await station.post(
-        "/browser/handoff.prepare",
-        {"scope": record["scope"], "transfer_id": record["transferId"], "source_url": record["sourceUrl"]},
-    )
-    message: str = answer["package"]["message"]
-    return message
-
-
-async def page_on(browser: Browser, conversation: str) -> Page:
-    async def probe() -> Page | None:
-        return next((page for page in browser.context.pages if page.url.endswith(f"/{conversation}")), None)
-
-    return await poll_until(probe, f"a tab on conversation {conversation}")
+    assert "handoff seed" in await poll_until(decided, "the bridge to judge the seed's reply")
+    assert not (zai.repo / "from-seed.txt").exists()
+    return page
 
 
 @pytest.mark.parametrize("spec", [ZAI, DEEPSEEK], ids=lambda spec: spec.name)
 def test_handoff_seeds_over_the_raw_channel_and_moves_the_binding(base: Path, spec: Spec) -> None:
     async def body() -> None:
-        profile = base / "profile"
-        repo = base / "repo"
-        repo.mkdir()
-        with workstation(base) as station:
-            install_native_host(profile, station.config_dir)
-            zai = ZaiSite(repo, spec, conversations={SOURCE: [dict(turn) for turn in HISTORY]})
+        zai = zai_site(base, spec)
+        async with rig(base) as world:
+            station = world.station
             await bind_source(station, spec)
             # A task of the source's, finished and not acknowledged: its inbox entry must follow.
             await station.prompt("run the tests", scope=spec.scope())
@@ -249,21 +185,18 @@ def test_handoff_seeds_over_the_raw_channel_and_moves_the_binding(base: Path, sp
             (entry,) = await poll_until(
                 partial(unread, station, spec.scope()), "the task's outcome in the inbox"
             )
-            async with (
-                async_playwright() as playwright,
-                launched(playwright, profile, ChatGPTSite(), routes=[(spec.pattern, zai.route)]) as browser,
-            ):
+            async with world.launch(routes=[(spec.pattern, zai.route)]) as browser:
                 source = await bound_source(browser, station, auto=True, seed_s=30, spec=spec)
                 await source.locator("herdr-bridge-hud .handoff").click()
-                record = await transfer(browser, "done", spec)
+                record = await browser.handoff(spec.scope(), "done")
                 target = record["targetConvKey"]
                 assert target and target != SOURCE
                 # Exactly the package's message, typed as a plain message into the new conversation.
-                assert zai.seeds() == [(target, await package_message(station, record))]
+                assert zai.seeds() == [(target, await station.package_message(record))]
                 assert not [t for _, t in zai.posts if t.startswith("HERDR_BRIDGE_V1")], "no bridge wrapper"
-                moved = await binding(station, spec.scope(target))
+                moved = await station.binding(spec.scope(target))
                 assert moved and moved["workspace_id"] == station.workspace_id()
-                assert await binding(station, spec.scope()) is None
+                assert await station.binding(spec.scope()) is None
                 assert await browser.storage(f"auto:{spec.scope(target)}") is True, "Auto inherited"
                 assert await unread(station, spec.scope()) is None, "nothing left under the old scope"
                 moved_entries = await unread(station, spec.scope(target)) or []
@@ -272,14 +205,7 @@ def test_handoff_seeds_over_the_raw_channel_and_moves_the_binding(base: Path, sp
                 await wait_status(source, f"handed off to {target}")
 
                 # The model's reply to the seed carries a call line: the bridge runs nothing.
-                page = await page_on(browser, target)
-
-                async def decided() -> str | None:
-                    value: str | None = await page.evaluate(LAST_DECISION)
-                    return value
-
-                assert "handoff seed" in await poll_until(decided, "the bridge to judge the seed's reply")
-                assert not (repo / "from-seed.txt").exists()
+                await seed_reply_ran_nothing(browser, zai, target)
                 assert await browser.storage(f"bridge:dispatched:{spec.scope(target)}") is None
                 assert [text for _, text in zai.posts if text.startswith("TOOL_RESULT")] == []
 
@@ -299,48 +225,35 @@ def test_handoff_seeds_over_the_raw_channel_and_moves_the_binding(base: Path, sp
 
 def test_zai_seed_marker_never_shown_is_uncertain_and_resume_cuts_over_later(base: Path) -> None:
     async def body() -> None:
-        profile = base / "profile"
-        repo = base / "repo"
-        repo.mkdir()
-        with workstation(base) as station:
-            install_native_host(profile, station.config_dir)
-            zai = ZaiSite(repo, conversations={SOURCE: [dict(t) for t in HISTORY]}, drop_seed_marker=True)
-            async with (
-                async_playwright() as playwright,
-                launched(playwright, profile, ChatGPTSite(), routes=[(ZAI.pattern, zai.route)]) as browser,
-            ):
+        zai = zai_site(base, drop_seed_marker=True)
+        async with rig(base) as world:
+            station = world.station
+            async with world.launch(routes=[(ZAI.pattern, zai.route)]) as browser:
                 source = await bound_source(browser, station, auto=False, seed_s=4, panel=True)
                 await source.locator("herdr-bridge-hud .handoff").click()
-                record = await transfer(browser, "seed_uncertain")
+                record = await browser.handoff(ZAI.scope(), "seed_uncertain")
                 target = record["targetConvKey"]
                 assert target, "the page did move to a new conversation"
                 assert record["error"]["code"] == "seed_uncertain"
-                assert (await binding(station, ZAI.scope()) or {}).get(
+                assert (await station.binding(ZAI.scope()) or {}).get(
                     "workspace_id"
                 ) == station.workspace_id()
-                assert await binding(station, f"zai:conv:{target}") is None, "the source stays"
+                assert await station.binding(f"zai:conv:{target}") is None, "the source stays"
                 handoff = source.locator("herdr-bridge-hud .handoff")
                 await handoff.filter(has_text="Resume handoff").wait_for()
                 await wait_status(source, "seed_uncertain")
                 assert [chat for chat, _ in zai.seeds()] == [target]
                 # The page showed the seed without its marker; its reply's call line still ran nothing.
-                page = await page_on(browser, target)
-
-                async def decided() -> str | None:
-                    value: str | None = await page.evaluate(LAST_DECISION)
-                    return value
-
-                assert "handoff seed" in await poll_until(decided, "the bridge to judge the seed's reply")
-                assert not (repo / "from-seed.txt").exists()
+                await seed_reply_ran_nothing(browser, zai, target)
 
                 # Pages show the marker again; Resume reloads the target, finds it, types nothing.
                 zai.drop_seed_marker = False
                 await handoff.click()
-                done = await transfer(browser, "done")
+                done = await browser.handoff(ZAI.scope(), "done")
                 assert done["targetConvKey"] == target
-                moved = await binding(station, f"zai:conv:{target}")
+                moved = await station.binding(f"zai:conv:{target}")
                 assert (moved or {}).get("workspace_id") == station.workspace_id()
-                assert await binding(station, ZAI.scope()) is None
+                assert await station.binding(ZAI.scope()) is None
                 assert [chat for chat, _ in zai.seeds()] == [target], "found, so not sent again"
                 assert await browser.storage(f"auto:zai:conv:{target}") is None, "Auto was off"
 
@@ -349,24 +262,18 @@ def test_zai_seed_marker_never_shown_is_uncertain_and_resume_cuts_over_later(bas
 
 def test_zai_browser_control_unavailable_offers_the_copy_prompt_and_a_paste_cuts_over(base: Path) -> None:
     async def body() -> None:
-        profile = base / "profile"
-        repo = base / "repo"
-        repo.mkdir()
-        with workstation(base) as station:
-            install_native_host(profile, station.config_dir)
-            zai = ZaiSite(repo, conversations={SOURCE: [dict(t) for t in HISTORY]}, unreachable_new_chat=True)
+        zai = zai_site(base, unreachable_new_chat=True)
+        async with rig(base) as world:
+            station = world.station
             await bind_source(station)
-            async with (
-                async_playwright() as playwright,
-                launched(playwright, profile, ChatGPTSite(), routes=[(ZAI.pattern, zai.route)]) as browser,
-            ):
+            async with world.launch(routes=[(ZAI.pattern, zai.route)]) as browser:
                 source = await bound_source(browser, station, auto=False, seed_s=30, connect_s=3)
                 await source.locator("herdr-bridge-hud .handoff").click()
-                record = await transfer(browser, "unavailable")
+                record = await browser.handoff(ZAI.scope(), "unavailable")
                 assert record["error"]["code"] == "handoff_page_unreachable", record
                 await source.locator("herdr-bridge-hud .handoff").filter(has_text="Copy prompt").wait_for()
                 assert zai.posts == [], "nothing typed anywhere"
-                message = await package_message(station, record)
+                message = await station.package_message(record)
                 assert record["message"] == message, "the copy prompt is the package's message"
 
                 # The person pastes it into a new z.ai conversation: its marker there cuts over.
@@ -375,12 +282,12 @@ def test_zai_browser_control_unavailable_offers_the_copy_prompt_and_a_paste_cuts
                 await fresh.goto("https://chat.z.ai/")
                 await fresh.locator("#chat-input").fill(message)
                 await fresh.locator("#send-message-button").click()
-                done = await transfer(browser, "done")
+                done = await browser.handoff(ZAI.scope(), "done")
                 target = done["targetConvKey"]
                 assert fresh.url == ZAI.url(target)
-                moved = await binding(station, ZAI.scope(target))
+                moved = await station.binding(ZAI.scope(target))
                 assert (moved or {}).get("workspace_id") == station.workspace_id()
-                assert await binding(station, ZAI.scope()) is None
+                assert await station.binding(ZAI.scope()) is None
                 assert [chat for chat, _ in zai.seeds()] == [target]
 
     run(body(), timeout=BODY_TIMEOUT_S)
