@@ -8,20 +8,16 @@ requests refused with stable codes)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx2
 import pytest
 
-from herdr_mcp.layout import Layout
-from herdr_mcp.sim import SimulatorThread
 from herdr_mcp.state.store import StateStore
 from herdr_mcp.state.tasks import TaskStore
-from tests.push_harness import ServedRuntime, push_runtime, two_agent_config
-from tests.runtime_harness import call_tool, mcp_client
+from tests.browser_methods_harness import TRANSPORTS, audited, browser_api, call, dispatch
+from tests.push_harness import two_agent_config
 from tests.sim_helpers import fast_script, run, short_tmp_dir
 from tests.waiting import poll_until
 
@@ -75,76 +71,43 @@ def tmp_short() -> Iterator[Path]:
         yield path
 
 
-async def call(client: httpx2.AsyncClient, method: str, body: Any) -> tuple[int, dict[str, Any]]:
-    answer = await client.post(f"/browser/{method}", json=body)
-    return answer.status_code, answer.json()
-
-
-async def dispatch(rt: ServedRuntime, scope: str, target: str) -> None:
-    async with mcp_client(rt.tcp_base + "/mcp", rt.token) as session:
-        result = await call_tool(
-            session,
-            "herdr_call",
-            {
-                "method": "herdr_mcp.agent.task.dispatch",
-                "params": {"target": target, "text": "run the tests", "browser_session_ref": scope},
-            },
-        )
-    assert "error" not in result, result
-
-
-def audited(config_dir: Path, tool: str) -> list[dict[str, Any]]:
-    path = Layout(config_dir).audit_file
-    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
-    return [record for line in lines if line.strip() and (record := json.loads(line)).get("tool") == tool]
-
-
-@pytest.mark.parametrize("via", ["tcp", "unix"])
+@pytest.mark.parametrize("via", TRANSPORTS)
 def test_inbox_move_over_the_runtime(tmp_short: Path, via: str) -> None:
     async def body() -> None:
-        with SimulatorThread(two_agent_config(tmp_short, fast_script()), tmp_short / "herdr.sock"):
-            async with (
-                push_runtime(
-                    tmp_short / "herdr.sock", tmp_short / "config", tmp_short / "ipc" / "r.sock"
-                ) as rt,
-                rt.client(via) as client,
+        config = two_agent_config(tmp_short, fast_script())
+        async with browser_api(tmp_short, config, via) as (_sim, rt, client):
+            await dispatch(rt, OLD, "coder")
+
+            async def unread(scope: str) -> list[dict[str, Any]] | None:
+                items: list[dict[str, Any]] = (await call(client, "inbox.read", {"scope": scope}))[1]["items"]
+                return items or None
+
+            (entry,) = await poll_until(lambda: unread(OLD), "the coder's outcome in the old scope")
+            status, answer = await call(client, "inbox.move", {"from_scope": OLD, "to_scope": NEW})
+            assert status == 200, answer
+            assert answer == {
+                "from_scope": OLD,
+                "to_scope": NEW,
+                "moved": [entry["inbox_id"]],
+                "tasks_moved": [],
+            }
+            assert await unread(OLD) is None
+            assert [item["inbox_id"] for item in await unread(NEW) or []] == [entry["inbox_id"]]
+            status, acked = await call(client, "inbox.ack", {"scope": NEW, "inbox_ids": [entry["inbox_id"]]})
+            assert acked == {"acked": [entry["inbox_id"]], "not_acked": []}
+            status, again = await call(client, "inbox.move", {"from_scope": OLD, "to_scope": NEW})
+            assert (status, again["moved"]) == (200, [])
+            (first, second) = audited(tmp_short / "config", "browser/inbox.move")
+            assert first["outcome"] == second["outcome"] == "ok"
+
+            for bad in (
+                {"from_scope": OLD, "to_scope": OLD},
+                {"from_scope": "chatgpt:root:tab-1", "to_scope": NEW},
+                {"from_scope": OLD},
+                {"from_scope": OLD, "to_scope": NEW, "extra": 1},
+                {"from_scope": "not a scope", "to_scope": NEW},
             ):
-                await dispatch(rt, OLD, "coder")
-
-                async def unread(scope: str) -> list[dict[str, Any]] | None:
-                    items: list[dict[str, Any]] = (await call(client, "inbox.read", {"scope": scope}))[1][
-                        "items"
-                    ]
-                    return items or None
-
-                (entry,) = await poll_until(lambda: unread(OLD), "the coder's outcome in the old scope")
-                status, answer = await call(client, "inbox.move", {"from_scope": OLD, "to_scope": NEW})
-                assert status == 200, answer
-                assert answer == {
-                    "from_scope": OLD,
-                    "to_scope": NEW,
-                    "moved": [entry["inbox_id"]],
-                    "tasks_moved": [],
-                }
-                assert await unread(OLD) is None
-                assert [item["inbox_id"] for item in await unread(NEW) or []] == [entry["inbox_id"]]
-                status, acked = await call(
-                    client, "inbox.ack", {"scope": NEW, "inbox_ids": [entry["inbox_id"]]}
-                )
-                assert acked == {"acked": [entry["inbox_id"]], "not_acked": []}
-                status, again = await call(client, "inbox.move", {"from_scope": OLD, "to_scope": NEW})
-                assert (status, again["moved"]) == (200, [])
-                (first, second) = audited(tmp_short / "config", "browser/inbox.move")
-                assert first["outcome"] == second["outcome"] == "ok"
-
-                for bad in (
-                    {"from_scope": OLD, "to_scope": OLD},
-                    {"from_scope": "chatgpt:root:tab-1", "to_scope": NEW},
-                    {"from_scope": OLD},
-                    {"from_scope": OLD, "to_scope": NEW, "extra": 1},
-                    {"from_scope": "not a scope", "to_scope": NEW},
-                ):
-                    status, answer = await call(client, "inbox.move", bad)
-                    assert (status, answer["error"]["code"]) == (400, "invalid_argument"), bad
+                status, answer = await call(client, "inbox.move", bad)
+                assert (status, answer["error"]["code"]) == (400, "invalid_argument"), bad
 
     run(body(), BODY_TIMEOUT_S)
