@@ -26,41 +26,34 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.async_api import Page, Route, async_playwright
+from playwright.async_api import Page, Route
 
-from herdr_mcp.layout import Layout
-from tests.extension_harness import ChatGPTSite, install_native_host, launched, workstation
+from tests.browser_methods_harness import audited
+from tests.extension_harness import BODY_TIMEOUT_S, extension_browser, rig
+from tests.extension_sites import RawChatSite
 from tests.runtime_harness import make_repo
 from tests.sim_helpers import run, short_tmp_dir
 from tests.waiting import poll_until
 
 pytestmark = pytest.mark.slow
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "extension"
 MARKER = "HERDR_BRIDGE_V1"
 RESULT = f"TOOL_RESULT {MARKER}"
 #: extension/src/lib/bridge-clean.js RESULT_CAP_CHARS, plus the per-call header lines.
 CAP = 16_000
-BODY_TIMEOUT_S = 240.0
 NOTE = "written by the bridge\n"
 
 
-@dataclass
-class Site:
-    """An imitated z.ai or DeepSeek: conversations kept here (a reload shows them again), and a
-    scripted model answering each message."""
+@dataclass(kw_only=True)
+class Site(RawChatSite):
+    """An imitated z.ai or DeepSeek (tests/extension_sites.py) with a scripted model answering each
+    message."""
 
-    host: str
-    page: Path
     repo: Path
-    conversations: dict[str, list[dict[str, str]]] = field(default_factory=dict)
-    posts: list[tuple[str, str]] = field(default_factory=list)
     #: The workspace id herdr_exec is given.
     workspace: str = ""
     #: The model answers every message "Noted." (no calls).
     quiet: bool = False
-    #: While set, the model's replies wait for it (the stop button stays) until it is set.
-    gate: asyncio.Event | None = None
     #: While set, a posted TOOL_RESULT is not stored and not answered (a send lost in flight).
     lose: bool = False
     _lost: asyncio.Event = field(default_factory=asyncio.Event)
@@ -68,34 +61,15 @@ class Site:
     def results(self, chat_id: str | None = None) -> list[str]:
         return [text for chat, text in self.posts if text.startswith(RESULT) and chat_id in (None, chat)]
 
-    async def route(self, route: Route) -> None:
-        request = route.request
-        path = request.url.split(self.host, 1)[1].split("?", 1)[0]
-        if path.startswith("/api/chat/") and request.method == "GET":
-            await route.fulfill(json={"messages": self.conversations.get(path.rsplit("/", 1)[1], [])})
-        elif path == "/api/chat" and request.method == "POST":
-            body = request.post_data_json
-            assert isinstance(body, dict), body
-            chat, text = str(body["chat_id"]), str(body["text"])
-            self.posts.append((chat, text))
-            if self.lose and text.startswith(RESULT):
-                with contextlib.suppress(Exception):  # the page went away meanwhile
-                    await self._lost.wait()
-                    await route.abort()
-                return
-            messages = self.conversations.setdefault(chat, [])
-            messages.append({"role": "user", "text": text})
-            if self.gate is not None:
-                await self.gate.wait()
-            reply = {"role": "assistant", "text": self.model(messages)}
-            messages.append(reply)
-            await route.fulfill(json={"reply": reply})
-        elif path.startswith("/api/"):
-            await route.fulfill(status=404, json={"detail": "not imitated"})
-        else:
-            await route.fulfill(body=self.page.read_bytes(), content_type="text/html; charset=utf-8")
+    async def lost(self, route: Route, text: str) -> bool:
+        if self.lose and text.startswith(RESULT):
+            with contextlib.suppress(Exception):  # the page went away meanwhile
+                await self._lost.wait()
+                await route.abort()
+            return True
+        return False
 
-    def model(self, messages: list[dict[str, str]]) -> str:
+    def answer(self, messages: list[dict[str, str]]) -> str:
         """The scripted model: what it answers depends on the conversation so far."""
         last = messages[-1]["text"]
         if self.quiet:
@@ -155,14 +129,6 @@ def noise_png(width: int = 1024, height: int = 700) -> bytes:
     )
 
 
-def audited(config_dir: Path, tool: str) -> list[dict[str, Any]]:
-    path = Layout(config_dir).audit_file
-    if not path.exists():
-        return []
-    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return [record for record in records if record.get("tool") == tool]
-
-
 @pytest.fixture
 def base() -> Iterator[Path]:
     with short_tmp_dir() as path:
@@ -192,7 +158,6 @@ def test_tool_calls_round_trip_cleaned_and_a_reload_reruns_nothing(base: Path, n
     host, fixture, root_url, prefix, user_selector = SITES[name]
 
     async def body() -> None:
-        profile = base / "profile"
         # The workspace's directory as a managed Git root (writes are refused in a plain one).
         repo = make_repo(base / "api", {
             "README.md": b"# the api repo\nbridge marker line\n",
@@ -200,15 +165,10 @@ def test_tool_calls_round_trip_cleaned_and_a_reload_reruns_nothing(base: Path, n
             "big.png": noise_png(),
         })  # fmt: skip
         assert (repo / "big.png").stat().st_size > 2_000_000
-        with workstation(base) as station:
-            install_native_host(profile, station.config_dir)
-            site = Site(host, FIXTURES / fixture, repo, workspace=station.workspace_id())
-            async with (
-                async_playwright() as playwright,
-                launched(
-                    playwright, profile, ChatGPTSite(), routes=[(f"https://{host}/**", site.route)]
-                ) as browser,
-            ):
+        async with rig(base) as world:
+            station = world.station
+            site = Site(host=host, fixture=fixture, repo=repo, workspace=station.workspace_id())
+            async with world.launch(routes=[(f"https://{host}/**", site.route)]) as browser:
                 page = await browser.context.new_page()
                 await page.goto(root_url)
                 await page.locator("herdr-bridge-hud button.start").click()
@@ -287,10 +247,9 @@ def test_a_call_there_at_load_runs_only_with_the_protocol_context(base: Path) ->
     it from the first conversation inside the page (nothing of A is carried to B)."""
 
     async def body() -> None:
-        profile = base / "profile"
         repo = make_repo(base / "api", {"README.md": b"# the api repo\nread at load\n"})
         read = call("herdr_fs_read", {"path": str(repo / "README.md")})
-        site = Site("chat.z.ai", FIXTURES / "zai.html", repo, quiet=True)
+        site = Site(host="chat.z.ai", fixture="zai.html", repo=repo, quiet=True)
         site.conversations["withprompt"] = [
             {"role": "user", "text": f"{MARKER}\n(the protocol prompt of an earlier page)"},
             {"role": "assistant", "text": read},
@@ -299,39 +258,33 @@ def test_a_call_there_at_load_runs_only_with_the_protocol_context(base: Path) ->
             {"role": "user", "text": "hello"},
             {"role": "assistant", "text": read},
         ]
-        with workstation(base) as station:
-            install_native_host(profile, station.config_dir)
-            async with (
-                async_playwright() as playwright,
-                launched(
-                    playwright, profile, ChatGPTSite(), routes=[("https://chat.z.ai/**", site.route)]
-                ) as browser,
-            ):
-                page = await browser.context.new_page()
-                await page.goto("https://chat.z.ai/c/withprompt")
+        routes = [("https://chat.z.ai/**", site.route)]
+        async with extension_browser(base, routes=routes) as (_station, browser):
+            page = await browser.context.new_page()
+            await page.goto("https://chat.z.ai/c/withprompt")
 
-                async def answered() -> list[str] | None:
-                    return site.results("withprompt") or None
+            async def answered() -> list[str] | None:
+                return site.results("withprompt") or None
 
-                (result,) = await poll_until(answered, "the call there at load to be run and answered")
-                assert "[1] herdr_fs_read ok" in result and "read at load" in result
-                # The model's answer to the result shown (no reply in flight) before the tab moves:
-                # the imitation would otherwise put it into the next conversation's thread.
-                await page.locator(".chat-assistant", has_text="Noted.").wait_for()
-                await page.locator("#send-message-button").wait_for()
-                await page.evaluate(
-                    "history.pushState({}, '', '/c/without'); dispatchEvent(new PopStateEvent('popstate'))"
-                )
+            (result,) = await poll_until(answered, "the call there at load to be run and answered")
+            assert "[1] herdr_fs_read ok" in result and "read at load" in result
+            # The model's answer to the result shown (no reply in flight) before the tab moves:
+            # the imitation would otherwise put it into the next conversation's thread.
+            await page.locator(".chat-assistant", has_text="Noted.").wait_for()
+            await page.locator("#send-message-button").wait_for()
+            await page.evaluate(
+                "history.pushState({}, '', '/c/without'); dispatchEvent(new PopStateEvent('popstate'))"
+            )
 
-                async def decided() -> str | None:
-                    value = await page.evaluate("document.documentElement.dataset.herdrBridgeLast ?? null")
-                    return value if isinstance(value, str) and "protocol context" in value else None
+            async def decided() -> str | None:
+                value = await page.evaluate("document.documentElement.dataset.herdrBridgeLast ?? null")
+                return value if isinstance(value, str) and "protocol context" in value else None
 
-                assert await poll_until(decided, "the bridge to refuse the call without context")
-                assert site.results("without") == []
-                assert site.results("withprompt") == [result]
-                assert await browser.storage("bridge:dispatched:zai:conv:without") is None
-                assert len(await browser.storage("bridge:dispatched:zai:conv:withprompt")) == 1
+            assert await poll_until(decided, "the bridge to refuse the call without context")
+            assert site.results("without") == []
+            assert site.results("withprompt") == [result]
+            assert await browser.storage("bridge:dispatched:zai:conv:without") is None
+            assert len(await browser.storage("bridge:dispatched:zai:conv:withprompt")) == 1
 
     run(body(), timeout=BODY_TIMEOUT_S)
 
@@ -341,51 +294,44 @@ def test_a_result_kept_before_a_reload_is_sent_and_nothing_runs_again(base: Path
     reloaded (the draft goes with it): the kept result is sent once and the write is not repeated."""
 
     async def body() -> None:
-        profile = base / "profile"
         repo = make_repo(base / "api", {"README.md": b"# the api repo\n"})
-        site = Site("chat.z.ai", FIXTURES / "zai.html", repo)
+        site = Site(host="chat.z.ai", fixture="zai.html", repo=repo)
         site.conversations["kept"] = [{"role": "user", "text": f"{MARKER}\n(the protocol prompt)"}]
-        with workstation(base) as station:
-            install_native_host(profile, station.config_dir)
-            async with (
-                async_playwright() as playwright,
-                launched(
-                    playwright, profile, ChatGPTSite(), routes=[("https://chat.z.ai/**", site.route)]
-                ) as browser,
-            ):
-                page = await browser.context.new_page()
-                await page.goto("https://chat.z.ai/c/kept")
-                await page.locator(".chat-user").first.wait_for()
-                site.gate = asyncio.Event()
-                await page.locator("#chat-input").fill("write again")
-                await page.locator("#send-message-button").click()
-                await page.locator("#stop-response-button").wait_for()
-                await page.locator("#chat-input").fill("a draft of the person's")
-                site.gate.set()
+        routes = [("https://chat.z.ai/**", site.route)]
+        async with extension_browser(base, routes=routes) as (station, browser):
+            page = await browser.context.new_page()
+            await page.goto("https://chat.z.ai/c/kept")
+            await page.locator(".chat-user").first.wait_for()
+            site.gate = asyncio.Event()
+            await page.locator("#chat-input").fill("write again")
+            await page.locator("#send-message-button").click()
+            await page.locator("#stop-response-button").wait_for()
+            await page.locator("#chat-input").fill("a draft of the person's")
+            site.gate.set()
 
-                async def kept() -> list[str] | None:
-                    everything = await browser.worker.evaluate("async () => chrome.storage.local.get(null)")
-                    found = [key for key in everything if key.startswith("bridge:result:zai:conv:kept:")]
-                    return found or None
+            async def kept() -> list[str] | None:
+                everything = await browser.worker.evaluate("async () => chrome.storage.local.get(null)")
+                found = [key for key in everything if key.startswith("bridge:result:zai:conv:kept:")]
+                return found or None
 
-                (key,) = await poll_until(kept, "the TOOL_RESULT to be kept while the draft blocks it")
-                assert (repo / "second.txt").read_text(encoding="utf-8") == "second\n"
-                assert site.results("kept") == []
-                site.quiet = True  # the model's answer to the result makes no further calls
-                await page.reload()
+            (key,) = await poll_until(kept, "the TOOL_RESULT to be kept while the draft blocks it")
+            assert (repo / "second.txt").read_text(encoding="utf-8") == "second\n"
+            assert site.results("kept") == []
+            site.quiet = True  # the model's answer to the result makes no further calls
+            await page.reload()
 
-                async def sent() -> list[str] | None:
-                    return site.results("kept") or None
+            async def sent() -> list[str] | None:
+                return site.results("kept") or None
 
-                (result,) = await poll_until(sent, "the kept result to be sent after the reload")
-                assert "[1] herdr_fs_write ok" in result
-                decision = await page.evaluate("document.documentElement.dataset.herdrBridgeLast")
-                assert decision.startswith("stored: "), decision
-                assert len(audited(station.config_dir, "herdr_fs_write")) == 1
+            (result,) = await poll_until(sent, "the kept result to be sent after the reload")
+            assert "[1] herdr_fs_write ok" in result
+            decision = await page.evaluate("document.documentElement.dataset.herdrBridgeLast")
+            assert decision.startswith("stored: "), decision
+            assert len(audited(station.config_dir, "herdr_fs_write")) == 1
 
-                async def forgotten() -> bool:
-                    return await browser.storage(key) is None
+            async def forgotten() -> bool:
+                return await browser.storage(key) is None
 
-                await poll_until(forgotten, "the kept result to be dropped once sent")
+            await poll_until(forgotten, "the kept result to be dropped once sent")
 
     run(body(), timeout=BODY_TIMEOUT_S)
