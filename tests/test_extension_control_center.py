@@ -15,32 +15,21 @@ $HERDR_MCP_SCREENSHOTS when set).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.async_api import Page, async_playwright
+from playwright.async_api import Page
 
 from herdr_mcp.herdr import HerdrClient
 from herdr_mcp.sim import AgentConfig, PaneConfig
-from tests.extension_harness import (
-    AGENT,
-    Browser,
-    ChatGPTSite,
-    Workstation,
-    install_native_host,
-    launched,
-    workstation,
-)
+from tests.extension_harness import AGENT, BODY_TIMEOUT_S, Browser, Workstation, rig, screenshot_dirs
 from tests.sim_helpers import run, short_tmp_dir
 from tests.waiting import DEADLINE_S, poll_until
 
 pytestmark = pytest.mark.slow
 
 PANEL = "src/sidepanel/sidepanel.html"
-#: A whole test: a browser launch, a runtime, the simulator, several waits on a loaded machine.
-BODY_TIMEOUT_S = 240.0
 
 
 @pytest.fixture
@@ -85,16 +74,12 @@ async def pin(panel: Page, pane_id: str) -> None:
 
 def test_pinned_prompt_once_per_key_and_send_input_only_into_terminals(base: Path, tmp_path: Path) -> None:
     async def body() -> None:
-        profile = base / "profile"
-        with workstation(base) as station:
+        async with rig(base) as world:
+            station = world.station
             workspace = station.workspace_id()
             shell = station.sim.add_pane(workspace, PaneConfig(label="shell"))
             coder = station.agent_pane()
-            install_native_host(profile, station.config_dir)
-            async with (
-                async_playwright() as playwright,
-                launched(playwright, profile, ChatGPTSite()) as browser,
-            ):
+            async with world.launch() as browser:
                 panel = await open_panel(browser)
                 # The live list: the workspace, its agents and the terminal pane.
                 await panel.locator(".cc-ws-head").filter(has_text="api").wait_for(timeout=DEADLINE_S * 1000)
@@ -171,8 +156,7 @@ def test_pinned_prompt_once_per_key_and_send_input_only_into_terminals(base: Pat
                 await pin(panel, coder)
                 await panel.click("#cc-read")
                 await panel.locator("#cc-output").filter(has_text="cc-e2e prompt two").wait_for()
-                extra = os.environ.get("HERDR_MCP_SCREENSHOTS")
-                for directory in [tmp_path, *([Path(extra)] if extra else [])]:
+                for directory in screenshot_dirs(tmp_path):
                     directory.mkdir(parents=True, exist_ok=True)
                     await panel.screenshot(path=str(directory / "control-center.png"), full_page=True)
                 assert (tmp_path / "control-center.png").stat().st_size > 0
