@@ -1,15 +1,46 @@
 // Everything this extension knows about ChatGPT's page, in one place (the site changes its DOM;
-// only this module follows it): the composer `#prompt-textarea` (contenteditable), the send
-// button `[data-testid="send-button"]`, the stop button `[data-testid="stop-button"]` shown while
-// a reply is generating, and turns `[data-message-author-role]` (with `data-message-id`).
+// only this module follows it). Each selector accepts the imitation's form
+// (tests/fixtures/extension/chatgpt.html) and, where public evidence says the live site differs, the
+// live form as well. Evidence (extension/README.md, "Live-site selectors: evidence"):
+// - composer `#prompt-textarea` (contenteditable), send `[data-testid="send-button"]`, stop
+//   `[data-testid="stop-button"]`: verified (KudoAI/chatgpt.js src/chatgpt.js at 87a115b,
+//   2026-08-02, and later third-party adapters). The stop test id `composer-stop-button` and the
+//   aria-label forms ("Stop streaming", the composer form's "Stop", "Send prompt", "Send message")
+//   are plausible: third-party code from 2026-09 for a composer without test ids.
+// - turns: two generations are served at once (third-party notes, live 2026-09-25): the classic
+//   `[data-message-author-role][data-message-id]` (verified: pionxzh/chatgpt-exporter src/main.tsx
+//   at c397f0d, 2026-08-18), and `li[data-message-role]` whose own `id` is the message id (plausible:
+//   KudoAI/chatgpt.js switched to it on 2026-07-23 and restored the classic form beside it on
+//   2026-07-25; the `id`, `pending-` ids while streaming, `data-message-streaming` and the content
+//   roots `[data-user-message-copy]` / `[data-assistant-markdown]` come from third-party code
+//   only). A third "thread" layout (`[data-chatgpt-search-unit-key]`) is reported but NOT read.
+// - `[data-testid^="conversation-turn-"]`: verified for the classic generation (pionxzh
+//   src/page.ts and src/main.tsx at c397f0d, 2026-08-18); the `li` generation may not carry it (then maxTurnIndex is 0).
+// - thread error and Retry: the imitation's `[data-testid="thread-error"]` /
+//   `[data-testid="retry-button"]`, and the live `.text-token-text-error` card ("Message delivery
+//   timed out. Please try again.") with `button[data-testid="regenerate-thread-error-button"]`:
+//   plausible (several independent third-party extensions and tests, 2026; KudoAI/chatgpt.js has
+//   `div[class*=text-error]` and `button[data-testid*=regenerate]`).
+// - snapshot: `/api/auth/session` -> `accessToken`, then `/backend-api/conversation/<id>` with
+//   `current_node` and `mapping`: verified (pionxzh/chatgpt-exporter src/api.ts, 2026-08-18).
+// - tool / permission cards: NOT checked against the live site (no public evidence found).
 
 import { normalize, waitFor } from "./site-dom.js";
 
 export const SELECTORS = Object.freeze({
   composer: "#prompt-textarea",
-  send: '[data-testid="send-button"]',
-  stop: '[data-testid="stop-button"]',
+  send: '[data-testid="send-button"], button[aria-label="Send prompt"], form[data-chatgpt-composer] button[aria-label="Send message"]',
+  stop: [
+    '[data-testid="stop-button"]',
+    '[data-testid="composer-stop-button"]',
+    'button[aria-label="Stop streaming"]',
+    'form[data-chatgpt-composer] button[aria-label="Stop"]',
+    'li[data-message-role="assistant"][data-message-streaming]',
+  ].join(", "),
+  // The classic generation (and the imitation): one element per message, id in data-message-id.
   turn: "[data-message-author-role]",
+  // The newer generation: `li` items of the transcript, id in the element's own `id`.
+  listTurn: "li[data-message-role]",
   // Absolute turn numbers (ChatGPT virtualises old turns; the number still says how many there were).
   numberedTurn: '[data-testid^="conversation-turn-"]',
   // A tool call or permission card waiting for the person. NOT checked against the live site:
@@ -41,12 +72,33 @@ export function isIdle() {
   return composer() !== null && !isGenerating() && composerText() === "";
 }
 
+/**
+ * The page's messages in order: `{element, key, role, text}`. The `li[data-message-role]`
+ * generation is read when the page has it, else the classic `[data-message-author-role]` one
+ * (nested role elements are read once). `key` is "" while ChatGPT shows a temporary `pending-` id.
+ */
+function turnElements() {
+  const list = [...document.querySelectorAll(SELECTORS.listTurn)];
+  if (list.length > 0) {
+    return list.map((element) => {
+      const role = element.getAttribute("data-message-role");
+      const id = element.id || "";
+      const content = element.querySelector(role === "user" ? "[data-user-message-copy]" : "[data-assistant-markdown]");
+      return { element, content: content ?? element, role, key: id.startsWith("pending-") ? "" : id };
+    });
+  }
+  return [...document.querySelectorAll(SELECTORS.turn)]
+    .filter((element) => !element.parentElement?.closest(SELECTORS.turn))
+    .map((element) => ({
+      element,
+      content: element,
+      role: element.getAttribute("data-message-author-role"),
+      key: element.getAttribute("data-message-id") ?? "",
+    }));
+}
+
 export function turns() {
-  return [...document.querySelectorAll(SELECTORS.turn)].map((element) => ({
-    key: element.getAttribute("data-message-id") ?? "",
-    role: element.getAttribute("data-message-author-role"),
-    text: element.innerText.trim(),
-  }));
+  return turnElements().map(({ key, role, content }) => ({ key, role, text: content.innerText.trim() }));
 }
 
 export function title() {
@@ -170,11 +222,12 @@ export function pressureSignals() {
 // ---- page health (content/page-health.js): the last assistant message, the thread error and
 // its Retry, and the conversation snapshot ChatGPT's own page reads.
 
-// The thread error and its Retry button: NOT checked against the live site (the names the
-// imitation in tests/fixtures/extension/chatgpt.html uses); an error this adapter does not
-// recognise is not seen, and nothing is retried.
-const THREAD_ERROR = '[data-testid="thread-error"]';
-const RETRY = '[data-testid="thread-error"] [data-testid="retry-button"]';
+// The thread error and its Retry button: the imitation's names, and the live card
+// `.text-token-text-error` with `button[data-testid="regenerate-thread-error-button"]` (plausible,
+// third-party evidence only; see the head of this file). An error this adapter does not recognise
+// is not seen, and nothing is retried.
+const THREAD_ERROR = '[data-testid="thread-error"], .text-token-text-error';
+const RETRY = '[data-testid="thread-error"] [data-testid="retry-button"], button[data-testid="regenerate-thread-error-button"]';
 const SEND_TIMED_OUT = /timed out|超时/i;
 
 /** The conversation id of /c/<id> or /g/<project>/c/<id>, or null. */
@@ -185,30 +238,28 @@ export function conversationId() {
 
 /** `{assistantId, assistantLength, generating}`: what the page shows of the newest assistant message. */
 export function assistantView() {
-  const elements = document.querySelectorAll('[data-message-author-role="assistant"]');
-  const last = elements[elements.length - 1];
+  const last = turnElements().filter((turn) => turn.role === "assistant").at(-1);
   return {
-    assistantId: last?.getAttribute("data-message-id") || null,
-    assistantLength: last ? last.textContent.trim().length : 0, // textContent: no layout each tick
+    assistantId: last?.key || null,
+    assistantLength: last ? last.content.textContent.trim().length : 0, // textContent: no layout each tick
     generating: isGenerating(),
   };
 }
 
-/** ChatGPT's explicit "message send timed out" thread error `{element, text}`, or null. */
+/** ChatGPT's explicit "message send timed out" thread error `{element, text}` (the newest one), or null. */
 export function sendTimedOut() {
-  const element = document.querySelector(THREAD_ERROR);
-  return element && SEND_TIMED_OUT.test(element.innerText) ? { element, text: element.innerText.trim().slice(0, 200) } : null;
+  const element = [...document.querySelectorAll(THREAD_ERROR)].filter((candidate) => SEND_TIMED_OUT.test(candidate.innerText)).at(-1);
+  return element ? { element, text: element.innerText.trim().slice(0, 200) } : null;
 }
 
 export function retryButton() {
-  const button = document.querySelector(RETRY);
+  const button = [...document.querySelectorAll(RETRY)].at(-1);
   return button && !button.disabled ? button : null;
 }
 
 /** The id of the newest user turn (to tell one thread error from the next). */
 export function lastUserId() {
-  const elements = document.querySelectorAll('[data-message-author-role="user"]');
-  return elements[elements.length - 1]?.getAttribute("data-message-id") ?? null;
+  return turnElements().filter((turn) => turn.role === "user").at(-1)?.key || null;
 }
 
 async function fetchJson(url, { headers = {}, timeoutMs }) {
