@@ -5,6 +5,7 @@ import { cleanResult, isBlob, RESULT_CAP_CHARS, scrub } from "../src/lib/bridge-
 import {
   checkCalls,
   MARKER,
+  messageAnchor,
   messageKey,
   parseCalls,
   protocolPrompt,
@@ -183,8 +184,24 @@ test("a 2 MB result is cleaned and capped, and says so", () => {
 });
 
 test("message keys are stable for the same message and differ for another", async () => {
-  const a = await messageKey("zai:conv:1", 3, "x");
-  assert.equal(a, await messageKey("zai:conv:1", 3, "x"));
-  assert.notEqual(a, await messageKey("zai:conv:2", 3, "x"));
+  const a = await messageKey("zai:conv:1", "0\nprevious", "x");
+  assert.equal(a, await messageKey("zai:conv:1", "0\nprevious", "x"));
+  assert.notEqual(a, await messageKey("zai:conv:2", "0\nprevious", "x"));
+  assert.notEqual(a, await messageKey("zai:conv:1", "1\nprevious", "x"));
   assert.match(a, /^[0-9a-f]{32}$/);
+});
+
+test("a message's anchor does not move when earlier rows stop being shown", () => {
+  const texts = ["prompt", "call A", "TOOL_RESULT 1", "call B", "wake", "call A", "TOOL_RESULT 2", "call A"];
+  const all = texts.map((text) => ({ text }));
+  // The last reply "call A" after "TOOL_RESULT 2": unique pair, whatever is shown above it.
+  assert.equal(messageAnchor(all, 7), "0\nTOOL_RESULT 2");
+  assert.equal(messageAnchor(all.slice(3), 4), "0\nTOOL_RESULT 2");
+  // Identical pairs ("wake" then "call A", twice) are told apart by their count.
+  const twice = ["wake", "call A", "TOOL_RESULT", "wake", "call A"].map((text) => ({ text }));
+  assert.equal(messageAnchor(twice, 1), "0\nwake");
+  assert.equal(messageAnchor(twice, 4), "1\nwake");
+  // The first pair no longer shown: the second takes the first's anchor (already dispatched), never a new one.
+  assert.equal(messageAnchor(twice.slice(2), 2), "0\nwake");
+  assert.equal(messageAnchor(all, 0), "0\n");
 });

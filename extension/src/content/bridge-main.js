@@ -23,7 +23,7 @@
 
 import { Hud } from "./hud.js";
 import { normalize, typeInto, valueOf, waitFor } from "./site-dom.js";
-import { hasContext, isCallsOnly, isPrompt, isResult, MAX_ROUNDS, messageKey, parseCalls, roundsUsed } from "../lib/bridge-protocol.js";
+import { hasContext, isCallsOnly, isPrompt, isResult, MAX_ROUNDS, messageAnchor, messageKey, parseCalls, roundsUsed } from "../lib/bridge-protocol.js";
 
 const CHECK_DELAY_MS = 150;
 const URL_POLL_MS = 300;
@@ -283,7 +283,7 @@ async function reportTurns(messages) {
   for (const [index, message] of messages.entries()) {
     const protocol = message.role === "user" ? isPrompt(message.text) || isResult(message.text) : isCallsOnly(message.text);
     if (!protocol && message.text) {
-      turns.push({ key: `${adapter.name}-${await messageKey(scope(), index, message.text)}`, role: message.role, text: message.text });
+      turns.push({ key: `${adapter.name}-${await messageKey(scope(), messageAnchor(messages, index), message.text)}`, role: message.role, text: message.text });
     }
   }
   const signature = turns.map((turn) => turn.key).join(" ");
@@ -369,7 +369,7 @@ async function checkOnce() {
       setNote("the reply to the handoff seed is not run as tool calls");
       return;
     }
-    const key = await messageKey(scope(), messages.length - 1, last.text);
+    const key = await messageKey(scope(), messageAnchor(messages, messages.length - 1), last.text);
     if (state.handled.has(key)) {
       return;
     }

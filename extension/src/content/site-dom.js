@@ -81,7 +81,9 @@ export function makeAdapter(site) {
       if (!adapter.isIdle()) {
         return { ok: false, reason: "busy" };
       }
-      const before = adapter.messages().length;
+      // Confirmed by a user message element that was not there before, not by a count: a site
+      // that renders only the rows near the viewport (DeepSeek) may drop older ones meanwhile.
+      const before = new Set(adapter.messages().map((message) => message.element));
       typeInto(adapter.composer(), text);
       const button = await waitFor(() => {
         const found = document.querySelector(site.send);
@@ -94,7 +96,10 @@ export function makeAdapter(site) {
       button.click();
       const wanted = normalize(text).slice(0, CONFIRM_PREFIX_CHARS);
       const confirmed = await waitFor(
-        () => adapter.messages().slice(before).find((message) => message.role === "user" && normalize(message.text).startsWith(wanted)),
+        () =>
+          adapter
+            .messages()
+            .find((message) => message.role === "user" && !before.has(message.element) && normalize(message.text).startsWith(wanted)),
         confirmMs,
       );
       return confirmed ? { ok: true } : { ok: false, reason: "unconfirmed" };

@@ -189,9 +189,29 @@ export function resultMessage(answers) {
   return blocks.join("\n");
 }
 
-/** A stable key for a message: its conversation, position and text (SHA-256, hex). */
-export async function messageKey(scope, position, text) {
-  const data = new TextEncoder().encode(`${scope}\n${position}\n${text}`);
+/**
+ * What places message `index` of `messages` ([{text}], as the page shows them) without its
+ * position: the text of the message before it, and how many earlier shown messages have the same
+ * text after the same predecessor. A position would shift when a site stops rendering rows far
+ * from the viewport (DeepSeek's list is said to), giving an old reply a new key, so its calls
+ * could run again; this anchor stays, and when a dropped row does shift the count, the key falls
+ * onto that of the identical earlier pair, which was dispatched already (never a fresh key).
+ */
+export function messageAnchor(messages, index) {
+  const before = (at) => (at > 0 ? messages[at - 1].text : "");
+  const previous = before(index);
+  let same = 0;
+  for (let at = 0; at < index; at += 1) {
+    if (messages[at].text === messages[index].text && before(at) === previous) {
+      same += 1;
+    }
+  }
+  return `${same}\n${previous}`;
+}
+
+/** A stable key for a message: its conversation, its anchor (`messageAnchor`) and its text (SHA-256, hex). */
+export async function messageKey(scope, anchor, text) {
+  const data = new TextEncoder().encode(`${scope}\n${anchor}\n${text}`);
   const digest = await crypto.subtle.digest("SHA-256", data);
   return [...new Uint8Array(digest)].map((byte) => byte.toString(16).padStart(2, "0")).join("").slice(0, 32);
 }
