@@ -7,9 +7,12 @@ Shown, from the bridge HUD's "Hand off" entry:
   page over its raw channel) is handed to a new conversation of the site: the runtime's package
   typed there as a plain message (exactly the package's message, never wrapped by the JSON
   bridge), the binding moved to `<site>:conv:<new id>` only after the new id and the seed marker
-  were on the page, Auto inherited, the source's unacknowledged task outcome moved to the new
-  scope (inbox.move), the new conversation's turns journaled into the same chain; the imitated
-  model's reply to the seed holds a tool-call line, and the bridge runs nothing for it;
+  were on the page, Auto (off) inherited, the source's unacknowledged task outcome and its
+  pending wake moved to the new scope (inbox.move), the new conversation's turns journaled into
+  the same chain; the imitated model's reply to the seed holds a tool-call line, and the bridge
+  runs nothing for it; Auto switched on in the new conversation's HUD then types the moved wake
+  there (naming the task), and the outcome is acknowledged. (With Auto on at the source, the
+  outcome would have woken the source before any handoff, leaving nothing to move.)
 - z.ai, bound through the side panel; the seed marker never shows (the pages show the seed
   without its marker line): `seed_uncertain`, the source keeps its binding, the seed's reply
   still runs nothing, the HUD offers "Resume handoff" and no copy prompt; once pages show the
@@ -186,7 +189,7 @@ def test_handoff_seeds_over_the_raw_channel_and_moves_the_binding(base: Path, sp
                 partial(unread, station, spec.scope()), "the task's outcome in the inbox"
             )
             async with world.launch(routes=[(spec.pattern, zai.route)]) as browser:
-                source = await bound_source(browser, station, auto=True, seed_s=30, spec=spec)
+                source = await bound_source(browser, station, auto=False, seed_s=30, spec=spec)
                 await source.locator("herdr-bridge-hud .handoff").click()
                 record = await browser.handoff(spec.scope(), "done")
                 target = record["targetConvKey"]
@@ -197,15 +200,16 @@ def test_handoff_seeds_over_the_raw_channel_and_moves_the_binding(base: Path, sp
                 moved = await station.binding(spec.scope(target))
                 assert moved and moved["workspace_id"] == station.workspace_id()
                 assert await station.binding(spec.scope()) is None
-                assert await browser.storage(f"auto:{spec.scope(target)}") is True, "Auto inherited"
+                assert await browser.storage(f"auto:{spec.scope(target)}") is None, "Auto (off) inherited"
                 assert await unread(station, spec.scope()) is None, "nothing left under the old scope"
                 moved_entries = await unread(station, spec.scope(target)) or []
                 assert [item["inbox_id"] for item in moved_entries] == [entry["inbox_id"]]
+                assert (await browser.storage(f"wake:{spec.scope(target)}") or {}).get("pending")
                 assert await browser.storage(f"chain:{target}") == record["continuityId"]
                 await wait_status(source, f"handed off to {target}")
 
                 # The model's reply to the seed carries a call line: the bridge runs nothing.
-                await seed_reply_ran_nothing(browser, zai, target)
+                page = await seed_reply_ran_nothing(browser, zai, target)
                 assert await browser.storage(f"bridge:dispatched:{spec.scope(target)}") is None
                 assert [text for _, text in zai.posts if text.startswith("TOOL_RESULT")] == []
 
@@ -219,6 +223,23 @@ def test_handoff_seeds_over_the_raw_channel_and_moves_the_binding(base: Path, sp
                     {"conversation_url": spec.url(target), "max_turns": 5},
                 )
                 assert resolved["context"]["continuity_id"] == record["continuityId"], resolved
+
+                # Auto on in the new conversation's HUD: the moved wake is typed there, once.
+                assert not [t for _, t in zai.posts if t.startswith("[herdr-mcp]")], "no wake before Auto"
+                await page.locator("herdr-bridge-hud .auto").click()
+
+                async def woken() -> list[tuple[str, str]] | None:
+                    wakes = [(c, t) for c, t in zai.posts if t.startswith("[herdr-mcp] No agent")]
+                    return wakes or None
+
+                ((chat, wake),) = await poll_until(woken, "the moved wake in the new conversation")
+                assert chat == target and f"Task {entry['task_id']}: {entry['outcome']}." in wake, wake
+                assert '{"tool": ..., "args": {...}}' in wake, "the wake tells the model the bridge's form"
+
+                async def acknowledged() -> bool:
+                    return await unread(station, spec.scope(target)) is None
+
+                await poll_until(acknowledged, "the moved outcome acknowledged after the wake")
 
     run(body(), timeout=BODY_TIMEOUT_S)
 
