@@ -170,11 +170,16 @@ async function pageMessage(tab, message) {
           await handoff.resume(page.scope);
         }
         break;
+      // Page health is ChatGPT's (content/page-health.js); a bridge page never asks for it.
       case "health.tabReload":
-        await tabReload(tab, message, (target, reply) => continuity.tabs.post(target, reply));
+        if (page?.site === "chatgpt") {
+          await tabReload(tab, message, (target, reply) => continuity.tabs.post(target, reply));
+        }
         break;
       case "health.rollover":
-        await rollover.recommended(tab, message);
+        if (page?.site === "chatgpt") {
+          await rollover.recommended(tab, message);
+        }
         break;
       case "handoff.seeded":
       case "handoff.probed":
