@@ -339,7 +339,7 @@ async function checkOnce() {
   if (location.href !== lastUrl && pagePort) {
     announce();
   }
-  if (busy || seeding) {
+  if (busy || seeding || sending) {
     return;
   }
   follow();
