@@ -242,6 +242,10 @@ def test_zai_handoff_of_a_conversation_using_the_tools_primes_the_new_one(base: 
             )
             results = [text for text in texts if text.startswith("TOOL_RESULT")]
             assert len(results) == 1 and "herdr_inspect ok" in results[0], texts
-            assert await browser.storage(f"prime:{target}") is None
+
+            async def unprimed() -> bool:
+                return await browser.storage(f"prime:{target}") is None
+
+            await poll_until(unprimed, "the prime mark dropped once the prompt was confirmed sent")
 
     run(body(), timeout=BODY_TIMEOUT_S)

@@ -342,7 +342,13 @@ def test_queued_messages_arrive_in_the_new_conversation_in_order(base: Path) -> 
                 "second queued message",
             ], text
             assert not [t for t in chat.texts(SOURCE) if "queued message" in t], "none into the old one"
-            assert await browser.storage(f"queue:{target}") == []
+
+            # The queue is emptied once the send is confirmed on the page, a moment after the
+            # site got the message: wait for that, rather than read it once.
+            async def emptied() -> bool:
+                return await browser.storage(f"queue:{target}") == []
+
+            await poll_until(emptied, "the sent queue emptied")
 
             # The pending wake moved with the binding: it wakes the new conversation, after
             # the queue, and never the old one.
