@@ -21,8 +21,9 @@ Shown:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,6 +101,23 @@ async def posted(site: WakeableSite, prefix: str, what: str, count: int = 1) -> 
         return found if len(found) >= count else None
 
     return await poll_until(probe, what)
+
+
+@contextlib.asynccontextmanager
+async def bound_conversation(
+    base: Path, site: WakeableSite, scope: str, url: str
+) -> AsyncIterator[tuple[Workstation, Browser, Page]]:
+    """The world with `site` routed, `scope` bound to the workspace before its page is opened at
+    `url`; yields once the page's HUD says bound."""
+    async with extension_browser(base, routes=[(f"https://{site.host}/**", site.route)]) as (
+        station,
+        browser,
+    ):
+        await station.post("/browser/binding.set", {"scope": scope, "workspace_id": station.workspace_id()})
+        page = await browser.context.new_page()
+        await page.goto(url)
+        await hud_says(page, "Bound to api")
+        yield station, browser, page
 
 
 async def handled(browser: Browser, scope: str) -> None:
@@ -180,16 +198,8 @@ def test_deepseek_with_auto_off_waits_for_continue_then_wakes_once(base: Path) -
             host="chat.deepseek.com", fixture="deepseek.html", conversations=with_history(CHAT, HISTORY)
         )
         scope = f"deepseek:conv:{CHAT}"
-        async with extension_browser(base, routes=[("https://chat.deepseek.com/**", site.route)]) as (
-            station,
-            browser,
-        ):
-            await station.post(
-                "/browser/binding.set", {"scope": scope, "workspace_id": station.workspace_id()}
-            )
-            page = await browser.context.new_page()
-            await page.goto(f"https://chat.deepseek.com/a/chat/s/{CHAT}")
-            await hud_says(page, "Bound to api")
+        url = f"https://chat.deepseek.com/a/chat/s/{CHAT}"
+        async with bound_conversation(base, site, scope, url) as (station, browser, page):
             task = await station.prompt("run the tests", scope=scope)
             await hud_says(page, "Bound to api: working")
             station.settle("done")
@@ -211,16 +221,11 @@ def test_zai_handoff_of_a_conversation_using_the_tools_primes_the_new_one(base: 
     async def body() -> None:
         site = WakeableSite(host="chat.z.ai", fixture="zai.html", conversations=with_history(CHAT, HISTORY))
         scope = f"zai:conv:{CHAT}"
-        async with extension_browser(base, routes=[("https://chat.z.ai/**", site.route)]) as (
-            station,
+        async with bound_conversation(base, site, scope, f"https://chat.z.ai/c/{CHAT}") as (
+            _station,
             browser,
+            page,
         ):
-            await station.post(
-                "/browser/binding.set", {"scope": scope, "workspace_id": station.workspace_id()}
-            )
-            page = await browser.context.new_page()
-            await page.goto(f"https://chat.z.ai/c/{CHAT}")
-            await hud_says(page, "Bound to api")
             await page.locator(f"{HUD} button.start").click()
             await poll_until(site.checked, "the source's call run through the bridge and answered")
             await browser.journaled(CHAT, 2, "the source's turns in the continuity journal")
