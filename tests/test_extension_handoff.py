@@ -346,7 +346,8 @@ def test_queued_messages_arrive_in_the_new_conversation_in_order(base: Path) -> 
             # The queue is emptied once the send is confirmed on the page, a moment after the
             # site got the message: wait for that, rather than read it once.
             async def emptied() -> bool:
-                return await browser.storage(f"queue:{target}") == []
+                queue: list[Any] | None = await browser.storage(f"queue:{target}")
+                return queue == []
 
             await poll_until(emptied, "the sent queue emptied")
 
