@@ -81,6 +81,61 @@ def test_since_leaves_out_older_processes_and_finds_newer_ones(
     assert again is not None and {older.pid, newer.pid} <= {entry.pid for entry in again.entries}
 
 
+NS_LAST_PID = Path("/proc/sys/kernel/ns_last_pid")
+
+
+def _sleeper_at_pid(pid: int, session_id: str) -> subprocess.Popen[bytes] | None:
+    """A sleeper of `session_id` started under `pid` (free again), through ns_last_pid, the way
+    checkpoint/restore tools pick a pid; None when another process took it first."""
+    NS_LAST_PID.write_text(str(pid - 1))
+    process = _sleeper(session_id)
+    if process.pid == pid:
+        return process
+    process.kill()
+    process.wait()
+    return None
+
+
+def test_a_reused_pid_is_read_again_and_not_taken_for_the_older_process(
+    processes: list[subprocess.Popen[bytes]],
+) -> None:
+    """The shortcut of `ProcessTable.read(since)` skips a pid whose /proc inode it has seen with an
+    older start. A new process under the same pid has a new inode, so it is read and found: the
+    kernel's pid handed out again (through ns_last_pid, which needs root in the pid namespace)."""
+    if sys.platform != "linux":  # no /proc: only the process group is looked at
+        assert ProcessTable.read(0) is None
+        return
+    if not os.access(NS_LAST_PID, os.W_OK):
+        pytest.skip(f"{NS_LAST_PID} is not writable here (not root in this pid namespace)")
+    older = _sleeper("xreused-old")
+    first = ProcessTable.read()
+    assert first is not None and older.pid in {entry.pid for entry in first.entries}
+    deadline = time.monotonic() + 30
+    marker = _sleeper("xmarker")  # a clock tick (10 ms) after the older one: `since` separates them
+    processes.append(marker)
+    while _ticks(marker.pid) <= _ticks(older.pid):
+        assert time.monotonic() < deadline, "no clock tick between two starts"
+        marker.kill()
+        marker.wait()
+        marker = _sleeper("xmarker")
+        processes.append(marker)
+    since = _ticks(marker.pid)
+    reused_pid = older.pid
+    older.kill()
+    older.wait()  # reaped: its pid is free
+    reused = None
+    while reused is None:  # another process may take the pid between the write and the spawn
+        assert time.monotonic() < deadline, f"pid {reused_pid} could not be handed out again"
+        reused = _sleeper_at_pid(reused_pid, "xreused-new")
+    processes.append(reused)
+    table = ProcessTable.read(since)
+    assert table is not None
+    assert reused_pid in {entry.pid for entry in table.entries}, (
+        "the reused pid was skipped as the old process"
+    )
+    assert table.marked("xreused-new", since) == {reused_pid}
+
+
 @pytest.mark.usefixtures("quiet_login_shell")
 def test_a_session_replaced_at_the_limit_has_its_files_removed(tmp_path: Path) -> None:
     spool = tmp_path / "spool"
