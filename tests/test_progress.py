@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from herdr_mcp.progress import download_bar, steps
+from herdr_mcp.progress import download_bar, printable_steps, steps
 
 _ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -84,3 +84,16 @@ def test_a_step_that_raised_is_marked_failed() -> None:
     frames = _frames(terminal.getvalue())
     assert "✓ cloning" in frames
     assert frames[-1] == "✗ building the sdist"
+
+
+def test_printable_steps_escape_what_came_from_elsewhere() -> None:
+    """`dev sync`, `dev rollback` and the release commands say steps naming paths and a git
+    describe: a control character there reaches neither a terminal nor a log as itself."""
+    line = "building /tmp/\x1b]0;pwned\x07repo at v1.2.0"
+    for stream in (io.StringIO(), Terminal()):
+        with printable_steps(stream) as say:
+            say(line)
+            say("installing it as generation g2")
+        drawn = stream.getvalue()
+        assert "\x07" not in drawn and "]0;pwned" in drawn, repr(drawn)
+    assert "✓ installing it as generation g2" in _frames(drawn)

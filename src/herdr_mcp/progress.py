@@ -28,6 +28,8 @@ from rich.status import Status
 from rich.table import Column
 from rich.text import Text
 
+from herdr_mcp.terminal import printable
+
 #: A terminal redraws a download at most this often (seconds).
 REDRAW_INTERVAL_S = 0.1
 
@@ -109,3 +111,11 @@ def steps(stream: TextIO) -> Iterator[Callable[[str], None]]:
         if status is not None:
             status.stop()
             console.print(Text.assemble(("✗ ", "red") if failed else ("✓ ", "green"), current))
+
+
+@contextlib.contextmanager
+def printable_steps(stream: TextIO) -> Iterator[Callable[[str], None]]:
+    """`steps(stream)` for lines that carry text from elsewhere (paths, pip's words, a git
+    describe): each is escaped (`terminal.printable`) before it reaches the terminal."""
+    with steps(stream) as say:
+        yield lambda line: say(printable(line))

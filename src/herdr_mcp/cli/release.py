@@ -24,7 +24,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from herdr_mcp.cli.arguments import CommandParser, run_guarded, with_json
 from herdr_mcp.errors import EXIT_REFUSED, LocalFault
-from herdr_mcp.progress import steps
+from herdr_mcp.progress import printable_steps
 from herdr_mcp.release.attestation import (
     MAX_BUNDLE_BYTES,
     IdentityPolicy,
@@ -67,17 +67,14 @@ from herdr_mcp.release.verification import (
     UnsafeSkipSigstore,
     verify_release,
 )
-from herdr_mcp.terminal import printable
 
 PROJECT = "herdr-mcp"
 
 
-@contextlib.contextmanager
-def _steps() -> Iterator[Callable[[str], None]]:
+def _steps() -> contextlib.AbstractContextManager[Callable[[str], None]]:
     """The steps of a build or bundle on stderr: rich's spinner on a terminal, else one line each;
     text from elsewhere (paths, pip's words) escaped before it reaches the terminal."""
-    with steps(sys.stderr) as say:
-        yield lambda line: say(printable(line))
+    return printable_steps(sys.stderr)
 
 
 def _print(args: argparse.Namespace, document: dict[str, Any], lines: list[str]) -> None:

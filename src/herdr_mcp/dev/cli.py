@@ -21,6 +21,7 @@ from herdr_mcp.errors import EXIT_REFUSED
 from herdr_mcp.generations.gate import ActivationResult
 from herdr_mcp.generations.process import check_serve_args
 from herdr_mcp.layout import default_config_dir
+from herdr_mcp.progress import printable_steps
 from herdr_mcp.terminal import error_line
 from herdr_mcp.update.apply import UpdatePaths
 
@@ -46,10 +47,6 @@ def build_parser() -> argparse.ArgumentParser:
     return with_json(parser)
 
 
-def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
 def main(argv: list[str]) -> int:
     """`herdr-mcp dev ...` inside the CLI's one catch; the exit status."""
     return run_guarded(lambda: run(argv), argv)
@@ -69,10 +66,13 @@ def run(argv: list[str]) -> int:
         result: ActivationResult | None = None
     elif args.command == "sync":
         serve_args = check_serve_args(args.serve_arg) if args.serve_arg is not None else None
-        result, plane = sync(paths, args.source, serve_args=serve_args, say=_say)
+        # A build and an install: rich's spinner on a terminal, one line a step elsewhere.
+        with printable_steps(sys.stderr) as say:
+            result, plane = sync(paths, args.source, serve_args=serve_args, say=say)
         answer = {**result.to_dict(), "plane": plane.to_dict(), "summary": result.message}
     else:
-        result, pin = rollback(paths, say=_say)
+        with printable_steps(sys.stderr) as say:
+            result, pin = rollback(paths, say=say)
         answer = {**result.to_dict(), "pinned_prod": pin.to_dict(), "summary": result.message}
     if result is not None and not result.ok:
         if args.json:
