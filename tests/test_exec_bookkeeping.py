@@ -48,6 +48,22 @@ def _ticks(pid: int) -> int:
     return ticks
 
 
+def _sleeper_after(
+    older: subprocess.Popen[bytes], session_id: str, processes: list[subprocess.Popen[bytes]]
+) -> subprocess.Popen[bytes]:
+    """A sleeper of `session_id` started at least a clock tick (10 ms) after `older`, so that
+    "started since" tells the two apart (kept in `processes`, so the fixture ends it)."""
+    deadline = time.monotonic() + 30
+    while True:
+        newer = _sleeper(session_id)
+        processes.append(newer)
+        if _ticks(newer.pid) > _ticks(older.pid):
+            return newer
+        assert time.monotonic() < deadline, "no clock tick between two starts"
+        newer.kill()
+        newer.wait()
+
+
 def test_since_leaves_out_older_processes_and_finds_newer_ones(
     processes: list[subprocess.Popen[bytes]],
 ) -> None:
@@ -58,16 +74,7 @@ def test_since_leaves_out_older_processes_and_finds_newer_ones(
     processes.append(older)
     full = ProcessTable.read()
     assert full is not None and older.pid in {entry.pid for entry in full.entries}
-    # A clock tick (10 ms) later, so that "started since" separates the two.
-    deadline = time.monotonic() + 30
-    newer = _sleeper("xnewer")
-    processes.append(newer)
-    while _ticks(newer.pid) <= _ticks(older.pid):
-        assert time.monotonic() < deadline, "no clock tick between two starts"
-        newer.kill()
-        newer.wait()
-        newer = _sleeper("xnewer")
-        processes.append(newer)
+    newer = _sleeper_after(older, "xnewer", processes)
     since = _ticks(newer.pid)
     table = ProcessTable.read(since)
     assert table is not None
@@ -110,16 +117,8 @@ def test_a_reused_pid_is_read_again_and_not_taken_for_the_older_process(
     older = _sleeper("xreused-old")
     first = ProcessTable.read()
     assert first is not None and older.pid in {entry.pid for entry in first.entries}
+    since = _ticks(_sleeper_after(older, "xmarker", processes).pid)
     deadline = time.monotonic() + 30
-    marker = _sleeper("xmarker")  # a clock tick (10 ms) after the older one: `since` separates them
-    processes.append(marker)
-    while _ticks(marker.pid) <= _ticks(older.pid):
-        assert time.monotonic() < deadline, "no clock tick between two starts"
-        marker.kill()
-        marker.wait()
-        marker = _sleeper("xmarker")
-        processes.append(marker)
-    since = _ticks(marker.pid)
     reused_pid = older.pid
     older.kill()
     older.wait()  # reaped: its pid is free
