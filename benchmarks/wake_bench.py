@@ -1,8 +1,10 @@
 """Wake latency: a simulated agent settling -> the wake message arriving from the page.
 
 One run: the Herdr simulator, `herdr-mcp serve` on it, Debian's Chromium (headless, Playwright)
-with extension/ loaded, the real native host, and the imitated chatgpt.com of
-tests/extension_harness.py. A conversation is bound to the workspace with Auto on. Each round:
+with extension/ loaded, the real native host, and the imitated chatgpt.com and chat.z.ai of
+tests/extension_sites.py. A ChatGPT conversation and a z.ai conversation are bound to the same
+workspace with Auto on, so each settle wakes both: the z.ai page (the bridge's raw channel, with
+its stricter "at rest" check) is measured against ChatGPT's in the same rounds. Each round:
 the agent is set working, the round waits until the extension has handled that event (its
 persisted push seq reached it), then the clock starts and the agent settles; the round ends when
 the imitated site receives the wake message the extension typed into the composer and sent
@@ -24,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from playwright.async_api import async_playwright
+from playwright.async_api import Page, async_playwright
 from tests.extension_harness import (
     AGENT,
     ChatGPTSite,
@@ -32,8 +34,10 @@ from tests.extension_harness import (
     install_native_host,
     launched,
     wait_hud,
+    wait_text,
     workstation,
 )
+from tests.extension_sites import RawChatSite
 from tests.sim_helpers import short_tmp_dir
 from tests.waiting import poll_until
 
@@ -41,21 +45,44 @@ from benchmarks.timing import percentile
 
 CONV = "conv-bench-0001"
 URL = f"https://chatgpt.com/c/{CONV}"
+ZAI_CHAT = "zbench0001"
 WAKE = "No agent in workspace"
 
 
-async def measure(rounds: int) -> tuple[list[float], list[float]]:
+class TimedZai(RawChatSite):
+    """The imitated z.ai, noting when each message reached its API (the page POSTs it on send)."""
+
+    def __init__(self) -> None:
+        super().__init__(host="chat.z.ai", fixture="zai.html", conversations={ZAI_CHAT: []})
+        self.arrivals: list[tuple[str, float]] = []
+
+    def answer(self, messages: list[dict[str, str]]) -> str:
+        self.arrivals.append((messages[-1]["text"], time.monotonic()))
+        return "Noted."
+
+
+async def measure(rounds: int) -> tuple[list[float], list[float], list[float]]:
     wakes: list[float] = []
+    zai_wakes: list[float] = []
     events: list[float] = []
     with short_tmp_dir() as base, workstation(base) as station:
         profile = base / "profile"
         install_native_host(profile, station.config_dir)
         chat = ChatGPTSite(conversations={CONV: []})
+        zai = TimedZai()
+        await station.post(
+            "/browser/binding.set", {"scope": f"zai:conv:{ZAI_CHAT}", "workspace_id": station.workspace_id()}
+        )
         async with (
             async_playwright() as playwright,
-            launched(playwright, profile, chat) as browser,
+            launched(playwright, profile, chat, routes=[("https://chat.z.ai/**", zai.route)]) as browser,
             PushReader(station) as push,
         ):
+            zai_page = await browser.context.new_page()
+            await zai_page.goto(f"https://chat.z.ai/c/{ZAI_CHAT}")
+            await wait_text(zai_page, "herdr-bridge-hud .status", "Bound to api", "the z.ai page bound")
+            await zai_page.locator("herdr-bridge-hud .auto").click()
+            await zai_page.locator("herdr-bridge-hud .auto").filter(has_text="Auto: on").wait_for()
             page = await browser.open(URL)
             panel = await browser.bind(station.workspace_id())
             await panel.close()
@@ -63,6 +90,16 @@ async def measure(rounds: int) -> tuple[list[float], list[float]]:
             await page.locator("herdr-mcp-hud .auto").click()
             await page.locator("herdr-mcp-hud .auto").filter(has_text="Auto: on").wait_for()
             for index in range(rounds):
+                # Both pages at rest, as the worker was told: a round starts from quiet pages (the
+                # replies to the last round's wakes in, and each page's next look taken).
+                for quiet in (page, zai_page):
+
+                    async def rest(quiet: Page = quiet) -> bool:
+                        return bool(
+                            await quiet.evaluate("document.documentElement.dataset.herdrRest === 'true'")
+                        )
+
+                    await poll_until(rest, "a page at rest")
                 seen = len(push.of("agent_working"))
                 station.settle("working", agent=AGENT)
 
@@ -88,11 +125,17 @@ async def measure(rounds: int) -> tuple[list[float], list[float]]:
                     posts = [post for post in chat.posts if WAKE in post.text]
                     return posts[-1].at if len(posts) >= count else None
 
+                async def zai_woken(count: int = index + 1) -> float | None:
+                    posts = [at for text, at in zai.arrivals if WAKE in text]
+                    return posts[-1] if len(posts) >= count else None
+
                 event_at = await poll_until(pushed, "the settle on the push stream")
                 wake_at = await poll_until(woken, f"wake {index + 1}")
+                zai_at = await poll_until(zai_woken, f"z.ai wake {index + 1}")
                 events.append((event_at - start) * 1000)
                 wakes.append((wake_at - start) * 1000)
-    return wakes, events
+                zai_wakes.append((zai_at - start) * 1000)
+    return wakes, zai_wakes, events
 
 
 def main() -> None:
@@ -100,16 +143,19 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=25)
     args = parser.parse_args()
     rounds = max(20, args.rounds)
-    wakes, events = asyncio.run(measure(rounds))
+    wakes, zai_wakes, events = asyncio.run(measure(rounds))
     print(f"wake latency over {rounds} settles (ms)")
-    print(f"{'':38} {'p50':>8} {'p95':>8} {'max':>8}")
+    print(f"{'':42} {'p50':>8} {'p95':>8} {'max':>8}")
     for name, samples in (
-        ("settle -> wake message sent by the page", wakes),
+        ("settle -> wake sent by the ChatGPT page", wakes),
+        ("settle -> wake sent by the z.ai page", zai_wakes),
         ("settle -> agent_settled on /push/events", events),
     ):
         print(
-            f"{name:38} {percentile(samples, 0.5):8.1f} {percentile(samples, 0.95):8.1f} {max(samples):8.1f}"
+            f"{name:42} {percentile(samples, 0.5):8.1f} {percentile(samples, 0.95):8.1f} {max(samples):8.1f}"
         )
+    ratio = percentile(zai_wakes, 0.5) / percentile(wakes, 0.5)
+    print(f"z.ai / ChatGPT wake p50 in the same rounds: {ratio:.2f}")
 
 
 if __name__ == "__main__":

@@ -144,6 +144,7 @@ function announce() {
   reportedTurns = "";
   lastIdle = atRest();
   postPage({ type: "page", url: location.href, idle: lastIdle });
+  document.documentElement.dataset.herdrRest = String(lastIdle);
 }
 
 function pageMessage(message) {
@@ -193,6 +194,7 @@ function reportRest() {
   if (idle !== lastIdle) {
     lastIdle = idle;
     postPage({ type: "composer", idle, focused: document.hasFocus() });
+    document.documentElement.dataset.herdrRest = String(idle); // as content/main.js: what the worker was told
   }
 }
 
