@@ -15,7 +15,10 @@ Shown:
   nothing is typed; Continue types the wake once;
 - z.ai, a conversation that used the tools through the bridge handed off: the new conversation
   gets the seed, then (once its reply is in) the bridge's protocol prompt, once, and its model's
-  call runs there through the bridge.
+  call runs there through the bridge;
+- z.ai, the agent settling while the bridge runs a call (an herdr_exec held until the test lets
+  it finish): the wake waits until the call's TOOL_RESULT is sent and the model has answered it,
+  and is typed after that, never in between.
 """
 
 from __future__ import annotations
@@ -252,5 +255,62 @@ def test_zai_handoff_of_a_conversation_using_the_tools_primes_the_new_one(base: 
                 return await browser.storage(f"prime:{target}") is None
 
             await poll_until(unprimed, "the prime mark dropped once the prompt was confirmed sent")
+
+    run(body(), timeout=BODY_TIMEOUT_S)
+
+
+@dataclass(kw_only=True)
+class HeldCallSite(WakeableSite):
+    """The model answers the protocol prompt with one herdr_exec that waits for the file `go`."""
+
+    workspace: str = ""
+
+    def answer(self, messages: list[dict[str, str]]) -> str:
+        if messages[-1]["text"].startswith(PROMPT):
+            args = {
+                "workspace": self.workspace,
+                "command": "while [ ! -e go ]; do sleep 0.05; done; echo released",
+                "intent": "read_only",
+                "confirm_busy": True,
+            }
+            return json.dumps({"tool": "herdr_exec", "args": args})
+        return super().answer(messages)
+
+
+def test_zai_wake_waits_for_the_bridge_round_in_flight(base: Path) -> None:
+    async def body() -> None:
+        site = HeldCallSite(host="chat.z.ai", fixture="zai.html", conversations=with_history(CHAT, HISTORY))
+        scope = f"zai:conv:{CHAT}"
+        async with bound_conversation(base, site, scope, f"https://chat.z.ai/c/{CHAT}") as (
+            station,
+            browser,
+            page,
+        ):
+            site.workspace = station.workspace_id()
+            await page.locator(f"{HUD} .auto").click()
+            await page.locator(f"{HUD} .auto").filter(has_text="Auto: on").wait_for()
+            await station.prompt("run the tests", scope=scope)
+            await hud_says(page, "Bound to api: working")
+            await page.locator(f"{HUD} button.start").click()
+
+            async def running() -> bool:
+                found: str | None = await page.evaluate(
+                    "document.documentElement.dataset.herdrBridgeLast ?? null"
+                )
+                line = await page.locator(f"{HUD} .bridge-line").inner_text()
+                return found is None and "running tool calls" in line
+
+            await poll_until(running, "the bridge running the held herdr_exec")
+            station.settle("done")
+            await handled(browser, scope)
+            assert not [t for t in site.texts() if t.startswith(WAKE)], "no wake while the call runs"
+            (base / "api" / "go").touch()
+            await poll_until(site.checked, "the held call's result sent and answered")
+            (wake,) = await posted(site, WAKE, "the wake after the round")
+            conversation = [message["text"] for message in site.conversations[CHAT]]
+            result_at = next(i for i, text in enumerate(conversation) if text.startswith("TOOL_RESULT"))
+            assert "released" in conversation[result_at], conversation[result_at]
+            # The model answered the result, then came the wake: nothing typed in between.
+            assert conversation[result_at + 1 : result_at + 3] == ["Checked.", wake], conversation
 
     run(body(), timeout=BODY_TIMEOUT_S)
