@@ -38,6 +38,7 @@ from tests.extension_harness import (
     Browser,
     Workstation,
     extension_browser,
+    rig,
     screenshot,
     wait_text,
 )
@@ -110,17 +111,17 @@ async def posted(site: WakeableSite, prefix: str, what: str, count: int = 1) -> 
 async def bound_conversation(
     base: Path, site: WakeableSite, scope: str, url: str
 ) -> AsyncIterator[tuple[Workstation, Browser, Page]]:
-    """The world with `site` routed, `scope` bound to the workspace before its page is opened at
-    `url`; yields once the page's HUD says bound."""
-    async with extension_browser(base, routes=[(f"https://{site.host}/**", site.route)]) as (
-        station,
-        browser,
-    ):
+    """The world with `site` routed and `scope` bound to the workspace before the browser starts
+    (the worker reads the bindings when it connects; one set by someone else afterwards reaches
+    it only on its next connection), its page opened at `url`; yields once the HUD says bound."""
+    async with rig(base) as world:
+        station = world.station
         await station.post("/browser/binding.set", {"scope": scope, "workspace_id": station.workspace_id()})
-        page = await browser.context.new_page()
-        await page.goto(url)
-        await hud_says(page, "Bound to api")
-        yield station, browser, page
+        async with world.launch(routes=[(f"https://{site.host}/**", site.route)]) as browser:
+            page = await browser.context.new_page()
+            await page.goto(url)
+            await hud_says(page, "Bound to api")
+            yield station, browser, page
 
 
 async def handled(browser: Browser, scope: str) -> None:
