@@ -32,30 +32,19 @@ export class Rollover {
    */
   async recommended(tab, message) {
     const page = tab.page;
-    if (!page?.convKey || page.convKey !== message.convKey || page.kind === "root") {
+    const metrics = message.metrics ?? {};
+    const shared = page?.convKey === message.convKey ? await this.preconditions(page, metrics) : null;
+    if (!shared) {
       return false;
     }
-    const binding = this.bindings.get(page.scope);
-    if (binding && wakeTarget(page.scope, binding) !== page.convKey) {
-      return false; // in a Project only the active conversation rolls over
-    }
     const options = rolloverOptions(await store.get("options", {}));
-    const metrics = message.metrics ?? {};
-    const key = `health:${page.convKey}`;
-    const health = await store.get(key, null);
+    const health = await store.get(`health:${page.convKey}`, null);
     const episodeAt = health?.episode?.startedAt ?? null;
     const handedOff = await store.get(`handoff:${page.scope}`, null);
-    const workspace = binding ? await store.get(`ws:${binding.workspace_id}`, null) : null;
     const floor = await store.update(`floor:${page.convKey}`, 0, (value) => nextFloor(value, 0, metrics.maxTurnIndex));
     const state = {
+      ...shared,
       messages: floor,
-      auto: (await store.get(`auto:${page.scope}`, false)) === true,
-      working: Boolean(workspace?.working),
-      generating: Boolean(metrics.generating),
-      card: Boolean(metrics.card),
-      draft: Boolean(metrics.draft),
-      uncertain: (await store.get(`uncertain:${page.convKey}`, false)) === true,
-      handoffBusy: this.handoff.anyBusy(),
       recommended: health?.episode?.state === "rollover_recommended",
       alreadyStarted:
         (await store.get(`healthRollover:${page.convKey}`, null)) === episodeAt ||
@@ -77,55 +66,61 @@ export class Rollover {
     if (!claimed) {
       return false;
     }
-    this.continuity.note(page.scope, "page health: recovery budget spent: rolling over");
-    try {
-      await this.handoff.begin(tab);
-    } catch (error) {
-      this.continuity.note(page.scope, `rollover not started (${error.code ?? "failed"}): ${error.message}`);
-      return false;
-    }
-    return true;
+    return this.start(tab, "page health: recovery budget spent: rolling over");
   }
 
   /** `report`: the content script's "turns" message ({turns, metrics}). */
   async consider(tab, report) {
     const page = tab.page;
-    if (!page?.convKey || page.kind === "root") {
+    const metrics = report.metrics ?? {};
+    const shared = await this.preconditions(page, metrics);
+    if (!shared) {
       return false;
     }
-    const binding = this.bindings.get(page.scope);
-    if (binding && wakeTarget(page.scope, binding) !== page.convKey) {
-      return false; // in a Project only the active conversation rolls over
-    }
     const options = rolloverOptions(await store.get("options", {}));
-    const metrics = report.metrics ?? {};
     const turns = report.turns ?? [];
     const floor = await store.update(`floor:${page.convKey}`, 0, (value) => nextFloor(value, turns.length, metrics.maxTurnIndex));
     const estimate = pressure(turns, floor, options);
-    const workspace = binding ? await store.get(`ws:${binding.workspace_id}`, null) : null;
-    const decision = decide(
-      {
-        ratio: estimate.ratio,
-        messages: estimate.messages,
-        auto: (await store.get(`auto:${page.scope}`, false)) === true,
-        working: Boolean(workspace?.working),
-        generating: Boolean(metrics.generating),
-        card: Boolean(metrics.card),
-        draft: Boolean(metrics.draft),
-        uncertain: (await store.get(`uncertain:${page.convKey}`, false)) === true,
-        handoffBusy: this.handoff.anyBusy(),
-      },
-      options,
-    );
+    const decision = decide({ ...shared, ratio: estimate.ratio, messages: estimate.messages }, options);
     this.pressures.set(page.scope, { ratio: estimate.ratio, tokens: estimate.tokens, blocked: decision.blocked, on: options.rolloverAuto });
     if (!decision.go) {
       return false;
     }
-    this.continuity.note(page.scope, `context ~${Math.round(estimate.ratio * 100)}%: rolling over`);
+    return this.start(tab, `context ~${Math.round(estimate.ratio * 100)}%: rolling over`);
+  }
+
+  /**
+   * What both triggers check of `page` (`metrics`: the page's own signals): null when the page
+   * does not roll over at all (no conversation, or not a Project's active one), else the
+   * preconditions `decide` and `decideRecommended` share.
+   */
+  async preconditions(page, metrics) {
+    if (!page?.convKey || page.kind === "root") {
+      return null;
+    }
+    const binding = this.bindings.get(page.scope);
+    if (binding && wakeTarget(page.scope, binding) !== page.convKey) {
+      return null; // in a Project only the active conversation rolls over
+    }
+    const workspace = binding ? await store.get(`ws:${binding.workspace_id}`, null) : null;
+    return {
+      auto: (await store.get(`auto:${page.scope}`, false)) === true,
+      working: Boolean(workspace?.working),
+      generating: Boolean(metrics.generating),
+      card: Boolean(metrics.card),
+      draft: Boolean(metrics.draft),
+      uncertain: (await store.get(`uncertain:${page.convKey}`, false)) === true,
+      handoffBusy: this.handoff.anyBusy(),
+    };
+  }
+
+  /** The same handoff as the HUD's Hand off, with `line` in the HUD first; false when it did not start. */
+  async start(tab, line) {
+    this.continuity.note(tab.page.scope, line);
     try {
       await this.handoff.begin(tab);
     } catch (error) {
-      this.continuity.note(page.scope, `rollover not started (${error.code ?? "failed"}): ${error.message}`);
+      this.continuity.note(tab.page.scope, `rollover not started (${error.code ?? "failed"}): ${error.message}`);
       return false;
     }
     return true;

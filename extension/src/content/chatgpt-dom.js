@@ -25,7 +25,7 @@
 //   `current_node` and `mapping`: verified (pionxzh/chatgpt-exporter src/api.ts, 2026-08-18).
 // - tool / permission cards: NOT checked against the live site (no public evidence found).
 
-import { normalize, waitFor } from "./site-dom.js";
+import { normalize, typeInto, waitFor } from "./site-dom.js";
 
 export const SELECTORS = Object.freeze({
   composer: "#prompt-textarea",
@@ -115,22 +115,24 @@ export function clearComposer() {
   document.execCommand("delete", false);
 }
 
-function typeInto(element, text) {
-  element.focus();
-  if (element.tagName === "TEXTAREA") {
-    element.value = text;
-    element.dispatchEvent(new InputEvent("input", { bubbles: true, inputType: "insertText", data: text }));
-    return;
+/**
+ * Type `text` into the composer (site-dom.js's typeInto: a textarea through its native value
+ * setter, the ProseMirror editor through insertText, as typing does) and click send once it is
+ * enabled. The send button, or null when none became usable (the typed text is cleared again).
+ */
+async function typeAndClick(text) {
+  typeInto(composer(), text);
+  const button = await waitFor(() => {
+    const found = document.querySelector(SELECTORS.send);
+    return found && !found.disabled ? found : null;
+  }, SEND_BUTTON_TIMEOUT_MS);
+  if (!button) {
+    clearComposer();
+    return null;
   }
-  // The editor (ProseMirror) listens to input events; insertText goes through them as typing does.
-  document.execCommand("selectAll", false);
-  if (!document.execCommand("insertText", false, text)) {
-    element.textContent = text;
-    element.dispatchEvent(new InputEvent("input", { bubbles: true, inputType: "insertText", data: text }));
-  }
+  button.click();
+  return button;
 }
-
-
 
 /**
  * Type `text` and send it. `{ok: true}` once a new user turn with this text shows in the page;
@@ -142,16 +144,9 @@ export async function send(text) {
     return { ok: false, reason: "busy" };
   }
   const before = new Set(turns().map((turn) => turn.key));
-  typeInto(composer(), text);
-  const button = await waitFor(() => {
-    const found = document.querySelector(SELECTORS.send);
-    return found && !found.disabled ? found : null;
-  }, SEND_BUTTON_TIMEOUT_MS);
-  if (!button) {
-    clearComposer();
+  if (!(await typeAndClick(text))) {
     return { ok: false, reason: "busy" };
   }
-  button.click();
   const wanted = normalize(text);
   const confirmed = await waitFor(
     () => turns().find((turn) => turn.role === "user" && !before.has(turn.key) && normalize(turn.text) === wanted),
@@ -182,16 +177,9 @@ export async function submitSeed(text, marker, { idleMs, deadlineMs }) {
   if (!(await waitFor(() => isIdle(), idleMs))) {
     return { typed: false, reason: composer() ? "composer_busy" : "no_composer" };
   }
-  typeInto(composer(), text);
-  const button = await waitFor(() => {
-    const found = document.querySelector(SELECTORS.send);
-    return found && !found.disabled ? found : null;
-  }, SEND_BUTTON_TIMEOUT_MS);
-  if (!button) {
-    clearComposer();
+  if (!(await typeAndClick(text))) {
     return { typed: false, reason: "no_send_button" };
   }
-  button.click();
   const seen = await waitFor(() => onConversation() && hasMarker(marker), deadlineMs);
   return { typed: true, markerSeen: Boolean(seen) };
 }
