@@ -37,7 +37,7 @@ from tests.extension_harness import (
     wait_text,
     workstation,
 )
-from tests.extension_sites import RawChatSite
+from tests.extension_sites import ZAI, RawChatSite
 from tests.sim_helpers import short_tmp_dir
 from tests.waiting import poll_until
 
@@ -53,7 +53,7 @@ class TimedZai(RawChatSite):
     """The imitated z.ai, noting when each message reached its API (the page POSTs it on send)."""
 
     def __init__(self) -> None:
-        super().__init__(host="chat.z.ai", fixture="zai.html", conversations={ZAI_CHAT: []})
+        super().__init__(host=ZAI.host, fixture=ZAI.fixture, conversations={ZAI_CHAT: []})
         self.arrivals: list[tuple[str, float]] = []
 
     def answer(self, messages: list[dict[str, str]]) -> str:
@@ -71,15 +71,15 @@ async def measure(rounds: int) -> tuple[list[float], list[float], list[float]]:
         chat = ChatGPTSite(conversations={CONV: []})
         zai = TimedZai()
         await station.post(
-            "/browser/binding.set", {"scope": f"zai:conv:{ZAI_CHAT}", "workspace_id": station.workspace_id()}
+            "/browser/binding.set", {"scope": ZAI.scope(ZAI_CHAT), "workspace_id": station.workspace_id()}
         )
         async with (
             async_playwright() as playwright,
-            launched(playwright, profile, chat, routes=[("https://chat.z.ai/**", zai.route)]) as browser,
+            launched(playwright, profile, chat, routes=[(ZAI.pattern, zai.route)]) as browser,
             PushReader(station) as push,
         ):
             zai_page = await browser.context.new_page()
-            await zai_page.goto(f"https://chat.z.ai/c/{ZAI_CHAT}")
+            await zai_page.goto(ZAI.url(ZAI_CHAT))
             await wait_text(zai_page, "herdr-bridge-hud .status", "Bound to api", "the z.ai page bound")
             await zai_page.locator("herdr-bridge-hud .auto").click()
             await zai_page.locator("herdr-bridge-hud .auto").filter(has_text="Auto: on").wait_for()

@@ -10,6 +10,7 @@ launches the browser and the workstation; this module holds only what a site ans
 - `RawChatSite`: the imitated chat.z.ai and chat.deepseek.com (tests/fixtures/extension/zai.html,
   deepseek.html; both speak the same small API), which the bridge and handoff tests subclass for
   their scripted models (`answer`) and their in-flight losses (`lost`).
+- `SiteSpec` (`ZAI`, `DEEPSEEK`): a bridge site's name, host, imitation and conversation route.
 - `with_history`: a copy of a conversation's turns, so each test's site starts from its own list.
 """
 
@@ -179,6 +180,30 @@ class ChatGPTSite:
         reply = {"id": f"a-{len(self.posts)}", "role": "assistant", "text": f"Noted: {text[:60]}"}
         turns.append(reply)
         await route.fulfill(json={"reply": reply})
+
+
+@dataclass(frozen=True)
+class SiteSpec:
+    """One of the bridge's sites: its name (the scope's site), host, imitation and chat route."""
+
+    name: str
+    host: str
+    fixture: str
+    prefix: str
+
+    def scope(self, chat: str) -> str:
+        return f"{self.name}:conv:{chat}"
+
+    @property
+    def pattern(self) -> str:
+        return f"https://{self.host}/**"
+
+    def url(self, chat: str) -> str:
+        return f"https://{self.host}{self.prefix}{chat}"
+
+
+ZAI = SiteSpec("zai", "chat.z.ai", "zai.html", "/c/")
+DEEPSEEK = SiteSpec("deepseek", "chat.deepseek.com", "deepseek.html", "/a/chat/s/")
 
 
 @dataclass(kw_only=True)

@@ -29,6 +29,7 @@ import json
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Self
 
 import pytest
 from playwright.async_api import Page
@@ -42,7 +43,7 @@ from tests.extension_harness import (
     screenshot,
     wait_text,
 )
-from tests.extension_sites import HANDOFF_MARKER, RawChatSite, with_history
+from tests.extension_sites import DEEPSEEK, HANDOFF_MARKER, ZAI, RawChatSite, SiteSpec, with_history
 from tests.sim_helpers import run, short_tmp_dir
 from tests.waiting import poll_until
 
@@ -75,6 +76,11 @@ class WakeableSite(RawChatSite):
         if asked.startswith("TOOL_RESULT"):
             return "Checked."
         return "Noted."
+
+    @classmethod
+    def on(cls, spec: SiteSpec) -> Self:
+        """The imitation of `spec`'s site, conversation CHAT holding HISTORY."""
+        return cls(host=spec.host, fixture=spec.fixture, conversations=with_history(CHAT, HISTORY))
 
     def texts(self, chat: str = CHAT) -> list[str]:
         return [text for posted_in, text in self.posts if posted_in == chat]
@@ -109,17 +115,19 @@ async def posted(site: WakeableSite, prefix: str, what: str, count: int = 1) -> 
 
 @contextlib.asynccontextmanager
 async def bound_conversation(
-    base: Path, site: WakeableSite, scope: str, url: str
+    base: Path, site: WakeableSite, spec: SiteSpec
 ) -> AsyncIterator[tuple[Workstation, Browser, Page]]:
-    """The world with `site` routed and `scope` bound to the workspace before the browser starts
-    (the worker reads the bindings when it connects; one set by someone else afterwards reaches
-    it only on its next connection), its page opened at `url`; yields once the HUD says bound."""
+    """The world with `site` routed and conversation CHAT of `spec` bound to the workspace before
+    the browser starts (the worker reads the bindings when it connects; one set by someone else
+    afterwards reaches it only on its next connection), its page opened; yields once the HUD
+    says bound."""
     async with rig(base) as world:
         station = world.station
-        await station.post("/browser/binding.set", {"scope": scope, "workspace_id": station.workspace_id()})
-        async with world.launch(routes=[(f"https://{site.host}/**", site.route)]) as browser:
+        binding = {"scope": spec.scope(CHAT), "workspace_id": station.workspace_id()}
+        await station.post("/browser/binding.set", binding)
+        async with world.launch(routes=[(spec.pattern, site.route)]) as browser:
             page = await browser.context.new_page()
-            await page.goto(url)
+            await page.goto(spec.url(CHAT))
             await hud_says(page, "Bound to api")
             yield station, browser, page
 
@@ -135,15 +143,15 @@ def test_zai_bound_conversation_gets_progress_the_queue_then_one_wake_the_bridge
     base: Path, tmp_path: Path
 ) -> None:
     async def body() -> None:
-        site = WakeableSite(host="chat.z.ai", fixture="zai.html", conversations=with_history(CHAT, HISTORY))
-        scope = f"zai:conv:{CHAT}"
-        async with extension_browser(base, routes=[("https://chat.z.ai/**", site.route)]) as (
+        site = WakeableSite.on(ZAI)
+        scope = ZAI.scope(CHAT)
+        async with extension_browser(base, routes=[(ZAI.pattern, site.route)]) as (
             station,
             browser,
         ):
             await browser.set_options(tick_s=1, fallback_s=600)
             page = await browser.context.new_page()
-            await page.goto(f"https://chat.z.ai/c/{CHAT}")
+            await page.goto(ZAI.url(CHAT))
             await hud_says(page, "Not bound")
             # Bound through the side panel, Auto switched on in the bridge HUD, as a person does.
             await (await browser.bind(station.workspace_id())).close()
@@ -198,12 +206,9 @@ def test_zai_bound_conversation_gets_progress_the_queue_then_one_wake_the_bridge
 
 def test_deepseek_with_auto_off_waits_for_continue_then_wakes_once(base: Path) -> None:
     async def body() -> None:
-        site = WakeableSite(
-            host="chat.deepseek.com", fixture="deepseek.html", conversations=with_history(CHAT, HISTORY)
-        )
-        scope = f"deepseek:conv:{CHAT}"
-        url = f"https://chat.deepseek.com/a/chat/s/{CHAT}"
-        async with bound_conversation(base, site, scope, url) as (station, browser, page):
+        site = WakeableSite.on(DEEPSEEK)
+        scope = DEEPSEEK.scope(CHAT)
+        async with bound_conversation(base, site, DEEPSEEK) as (station, browser, page):
             task = await station.prompt("run the tests", scope=scope)
             await hud_says(page, "Bound to api: working")
             station.settle("done")
@@ -223,13 +228,9 @@ def test_deepseek_with_auto_off_waits_for_continue_then_wakes_once(base: Path) -
 
 def test_zai_handoff_of_a_conversation_using_the_tools_primes_the_new_one(base: Path) -> None:
     async def body() -> None:
-        site = WakeableSite(host="chat.z.ai", fixture="zai.html", conversations=with_history(CHAT, HISTORY))
-        scope = f"zai:conv:{CHAT}"
-        async with bound_conversation(base, site, scope, f"https://chat.z.ai/c/{CHAT}") as (
-            _station,
-            browser,
-            page,
-        ):
+        site = WakeableSite.on(ZAI)
+        scope = ZAI.scope(CHAT)
+        async with bound_conversation(base, site, ZAI) as (_station, browser, page):
             await page.locator(f"{HUD} button.start").click()
             await poll_until(site.checked, "the source's call run through the bridge and answered")
             await browser.journaled(CHAT, 2, "the source's turns in the continuity journal")
@@ -280,13 +281,9 @@ class HeldCallSite(WakeableSite):
 
 def test_zai_wake_waits_for_the_bridge_round_in_flight(base: Path) -> None:
     async def body() -> None:
-        site = HeldCallSite(host="chat.z.ai", fixture="zai.html", conversations=with_history(CHAT, HISTORY))
-        scope = f"zai:conv:{CHAT}"
-        async with bound_conversation(base, site, scope, f"https://chat.z.ai/c/{CHAT}") as (
-            station,
-            browser,
-            page,
-        ):
+        site = HeldCallSite.on(ZAI)
+        scope = ZAI.scope(CHAT)
+        async with bound_conversation(base, site, ZAI) as (station, browser, page):
             site.workspace = station.workspace_id()
             await page.locator(f"{HUD} .auto").click()
             await page.locator(f"{HUD} .auto").filter(has_text="Auto: on").wait_for()

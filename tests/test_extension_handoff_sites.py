@@ -36,8 +36,8 @@ import pytest
 from playwright.async_api import Page
 
 from tests.extension_harness import BODY_TIMEOUT_S, Browser, Workstation, rig, wait_text
+from tests.extension_sites import DEEPSEEK, ZAI, RawChatSite, SiteSpec, with_history
 from tests.extension_sites import HANDOFF_MARKER as MARKER
-from tests.extension_sites import RawChatSite, with_history
 from tests.sim_helpers import run, short_tmp_dir
 from tests.waiting import poll_until
 
@@ -49,30 +49,6 @@ HISTORY = [
     {"role": "assistant", "text": "Dispatching the tests to the coder agent."},
 ]
 LAST_DECISION = "document.documentElement.dataset.herdrBridgeLast ?? null"
-
-
-@dataclass(frozen=True)
-class Spec:
-    """One of the bridge's sites: its name (the scope's site), host, imitation and chat route."""
-
-    name: str
-    host: str
-    fixture: str
-    prefix: str
-
-    def scope(self, chat: str = SOURCE) -> str:
-        return f"{self.name}:conv:{chat}"
-
-    @property
-    def pattern(self) -> str:
-        return f"https://{self.host}/**"
-
-    def url(self, chat: str = SOURCE) -> str:
-        return f"https://{self.host}{self.prefix}{chat}"
-
-
-ZAI = Spec("zai", "chat.z.ai", "zai.html", "/c/")
-DEEPSEEK = Spec("deepseek", "chat.deepseek.com", "deepseek.html", "/a/chat/s/")
 
 
 @dataclass(kw_only=True)
@@ -94,7 +70,7 @@ class ZaiSite(RawChatSite):
 
 
 def zai_site(
-    base: Path, spec: Spec = ZAI, *, drop_seed_marker: bool = False, unreachable_new_chat: bool = False
+    base: Path, spec: SiteSpec = ZAI, *, drop_seed_marker: bool = False, unreachable_new_chat: bool = False
 ) -> ZaiSite:
     """The site of `spec` with the source conversation's history, its repo dir `base/repo` made."""
     repo = base / "repo"
@@ -125,7 +101,7 @@ async def bound_source(
     *,
     auto: bool,
     seed_s: int,
-    spec: Spec = ZAI,
+    spec: SiteSpec = ZAI,
     panel: bool = False,
     connect_s: int = 20,
 ) -> Page:
@@ -134,10 +110,10 @@ async def bound_source(
     its turns journaled."""
     await browser.merge_options(
         {"handoffSeedDeadlineSec": seed_s, "handoffConnectDeadlineSec": connect_s},
-        also={f"auto:{spec.scope()}": auto},
+        also={f"auto:{spec.scope(SOURCE)}": auto},
     )
     page = await browser.context.new_page()
-    await page.goto(spec.url())
+    await page.goto(spec.url(SOURCE))
     if panel:  # bound through the side panel, as a person does
         await page.locator("herdr-bridge-hud .status").filter(has_text="Not bound").wait_for()
         await (await browser.bind(station.workspace_id())).close()
@@ -150,9 +126,9 @@ async def bound_source(
     return page
 
 
-async def bind_source(station: Workstation, spec: Spec = ZAI) -> None:
+async def bind_source(station: Workstation, spec: SiteSpec = ZAI) -> None:
     await station.post(
-        "/browser/binding.set", {"scope": spec.scope(), "workspace_id": station.workspace_id()}
+        "/browser/binding.set", {"scope": spec.scope(SOURCE), "workspace_id": station.workspace_id()}
     )
 
 
@@ -176,22 +152,22 @@ async def seed_reply_ran_nothing(browser: Browser, zai: ZaiSite, target: str) ->
 
 
 @pytest.mark.parametrize("spec", [ZAI, DEEPSEEK], ids=lambda spec: spec.name)
-def test_handoff_seeds_over_the_raw_channel_and_moves_the_binding(base: Path, spec: Spec) -> None:
+def test_handoff_seeds_over_the_raw_channel_and_moves_the_binding(base: Path, spec: SiteSpec) -> None:
     async def body() -> None:
         zai = zai_site(base, spec)
         async with rig(base) as world:
             station = world.station
             await bind_source(station, spec)
             # A task of the source's, finished and not acknowledged: its inbox entry must follow.
-            await station.prompt("run the tests", scope=spec.scope())
+            await station.prompt("run the tests", scope=spec.scope(SOURCE))
             station.settle("done")
             (entry,) = await poll_until(
-                partial(unread, station, spec.scope()), "the task's outcome in the inbox"
+                partial(unread, station, spec.scope(SOURCE)), "the task's outcome in the inbox"
             )
             async with world.launch(routes=[(spec.pattern, zai.route)]) as browser:
                 source = await bound_source(browser, station, auto=False, seed_s=30, spec=spec)
                 await source.locator("herdr-bridge-hud .handoff").click()
-                record = await browser.handoff(spec.scope(), "done")
+                record = await browser.handoff(spec.scope(SOURCE), "done")
                 target = record["targetConvKey"]
                 assert target and target != SOURCE
                 # Exactly the package's message, typed as a plain message into the new conversation.
@@ -199,9 +175,9 @@ def test_handoff_seeds_over_the_raw_channel_and_moves_the_binding(base: Path, sp
                 assert not [t for _, t in zai.posts if t.startswith("HERDR_BRIDGE_V1")], "no bridge wrapper"
                 moved = await station.binding(spec.scope(target))
                 assert moved and moved["workspace_id"] == station.workspace_id()
-                assert await station.binding(spec.scope()) is None
+                assert await station.binding(spec.scope(SOURCE)) is None
                 assert await browser.storage(f"auto:{spec.scope(target)}") is None, "Auto (off) inherited"
-                assert await unread(station, spec.scope()) is None, "nothing left under the old scope"
+                assert await unread(station, spec.scope(SOURCE)) is None, "nothing left under the old scope"
                 moved_entries = await unread(station, spec.scope(target)) or []
                 assert [item["inbox_id"] for item in moved_entries] == [entry["inbox_id"]]
                 assert (await browser.storage(f"wake:{spec.scope(target)}") or {}).get("pending")
@@ -252,11 +228,11 @@ def test_zai_seed_marker_never_shown_is_uncertain_and_resume_cuts_over_later(bas
             async with world.launch(routes=[(ZAI.pattern, zai.route)]) as browser:
                 source = await bound_source(browser, station, auto=False, seed_s=4, panel=True)
                 await source.locator("herdr-bridge-hud .handoff").click()
-                record = await browser.handoff(ZAI.scope(), "seed_uncertain")
+                record = await browser.handoff(ZAI.scope(SOURCE), "seed_uncertain")
                 target = record["targetConvKey"]
                 assert target, "the page did move to a new conversation"
                 assert record["error"]["code"] == "seed_uncertain"
-                assert (await station.binding(ZAI.scope()) or {}).get(
+                assert (await station.binding(ZAI.scope(SOURCE)) or {}).get(
                     "workspace_id"
                 ) == station.workspace_id()
                 assert await station.binding(f"zai:conv:{target}") is None, "the source stays"
@@ -270,11 +246,11 @@ def test_zai_seed_marker_never_shown_is_uncertain_and_resume_cuts_over_later(bas
                 # Pages show the marker again; Resume reloads the target, finds it, types nothing.
                 zai.drop_seed_marker = False
                 await handoff.click()
-                done = await browser.handoff(ZAI.scope(), "done")
+                done = await browser.handoff(ZAI.scope(SOURCE), "done")
                 assert done["targetConvKey"] == target
                 moved = await station.binding(f"zai:conv:{target}")
                 assert (moved or {}).get("workspace_id") == station.workspace_id()
-                assert await station.binding(ZAI.scope()) is None
+                assert await station.binding(ZAI.scope(SOURCE)) is None
                 assert [chat for chat, _ in zai.seeds()] == [target], "found, so not sent again"
                 assert await browser.storage(f"auto:zai:conv:{target}") is None, "Auto was off"
 
@@ -290,7 +266,7 @@ def test_zai_browser_control_unavailable_offers_the_copy_prompt_and_a_paste_cuts
             async with world.launch(routes=[(ZAI.pattern, zai.route)]) as browser:
                 source = await bound_source(browser, station, auto=False, seed_s=30, connect_s=3)
                 await source.locator("herdr-bridge-hud .handoff").click()
-                record = await browser.handoff(ZAI.scope(), "unavailable")
+                record = await browser.handoff(ZAI.scope(SOURCE), "unavailable")
                 assert record["error"]["code"] == "handoff_page_unreachable", record
                 await source.locator("herdr-bridge-hud .handoff").filter(has_text="Copy prompt").wait_for()
                 assert zai.posts == [], "nothing typed anywhere"
@@ -303,12 +279,12 @@ def test_zai_browser_control_unavailable_offers_the_copy_prompt_and_a_paste_cuts
                 await fresh.goto("https://chat.z.ai/")
                 await fresh.locator("#chat-input").fill(message)
                 await fresh.locator("#send-message-button").click()
-                done = await browser.handoff(ZAI.scope(), "done")
+                done = await browser.handoff(ZAI.scope(SOURCE), "done")
                 target = done["targetConvKey"]
                 assert fresh.url == ZAI.url(target)
                 moved = await station.binding(ZAI.scope(target))
                 assert (moved or {}).get("workspace_id") == station.workspace_id()
-                assert await station.binding(ZAI.scope()) is None
+                assert await station.binding(ZAI.scope(SOURCE)) is None
                 assert [chat for chat, _ in zai.seeds()] == [target]
 
     run(body(), timeout=BODY_TIMEOUT_S)

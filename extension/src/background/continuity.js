@@ -207,7 +207,7 @@ export class Continuity {
     if (this.holds?.(convKey)) {
       return "handoff"; // the source of a handoff in flight waits (background/handoff.js)
     }
-    const paused = tab.page?.site === "chatgpt" ? await this.rateLimit.remaining() : 0; // a 429 of chatgpt.com
+    const paused = await this.rateLimit.remaining(tab.page?.site);
     if (paused > 0) {
       clearTimeout(this.pauseTimer);
       this.pauseTimer = setTimeout(() => this.pumpAll(), paused + 50);
@@ -296,9 +296,7 @@ export class Continuity {
     const result = await this.tabs.send(tab, text);
     if (result.ok) {
       await store.remove(`uncertain:${convKey}`);
-      if (tab.page?.site === "chatgpt") {
-        await this.rateLimit.confirmedSend();
-      }
+      await this.rateLimit.confirmedSend(tab.page?.site);
       return true;
     }
     if (result.reason === "unconfirmed") {
@@ -327,7 +325,7 @@ export class Continuity {
     const workspace = binding ? await store.get(`ws:${binding.workspace_id}`, initialWorkspace()) : null;
     const wake = await store.get(`wake:${page.scope}`, initialWake());
     const queue = page.convKey ? await store.get(`queue:${page.convKey}`, []) : [];
-    const pausedMs = page.site === "chatgpt" ? await this.rateLimit.remaining() : 0;
+    const pausedMs = await this.rateLimit.remaining(page.site);
     return {
       page,
       connected: this.native.connected,

@@ -118,7 +118,7 @@ export class Handoff {
     });
     this.records.set(record.scope, record);
     // ChatGPT's 429 pause is ChatGPT's (ratelimit.js observes chatgpt.com only).
-    const paused = record.site === "chatgpt" ? ((await this.continuity.rateLimit?.remaining()) ?? 0) : 0;
+    const paused = (await this.continuity.rateLimit?.remaining(record.site)) ?? 0;
     if (paused > 0) {
       // The seed would meet the same 429: nothing is opened while sends are paused.
       const error = { code: "handoff_rate_limited", message: `ChatGPT answered 429: hand off again in ${Math.ceil(paused / 1000)} s.` };

@@ -22,7 +22,7 @@
 // the conversation is not at rest is answered "busy" with nothing typed.
 
 import { Hud } from "./hud.js";
-import { normalize, typeInto, valueOf, waitFor } from "./site-dom.js";
+import { normalize, showRest, typeInto, valueOf, waitFor } from "./site-dom.js";
 import { hasContext, isCallsOnly, isPrompt, isResult, MAX_ROUNDS, messageAnchor, messageKey, parseCalls, roundsUsed } from "../lib/bridge-protocol.js";
 
 const CHECK_DELAY_MS = 150;
@@ -144,7 +144,7 @@ function announce() {
   reportedTurns = "";
   lastIdle = atRest();
   postPage({ type: "page", url: location.href, idle: lastIdle });
-  document.documentElement.dataset.herdrRest = String(lastIdle);
+  showRest(lastIdle);
 }
 
 function pageMessage(message) {
@@ -194,7 +194,7 @@ function reportRest() {
   if (idle !== lastIdle) {
     lastIdle = idle;
     postPage({ type: "composer", idle, focused: document.hasFocus() });
-    document.documentElement.dataset.herdrRest = String(idle); // as content/main.js: what the worker was told
+    showRest(idle);
   }
 }
 

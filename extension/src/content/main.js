@@ -3,6 +3,7 @@
 // chatgpt-dom.js.
 
 import * as dom from "./chatgpt-dom.js";
+import { showRest } from "./site-dom.js";
 import { Hud } from "./hud.js";
 import { PageHealth } from "./page-health.js";
 
@@ -73,11 +74,6 @@ function announce() {
   post({ type: "page", url: location.href, idle: lastIdle });
   showRest(lastIdle);
   reportTurns();
-}
-
-/** Whether the worker was last told this page is idle, on the page's root (benchmarks/wake_bench.py waits on it). */
-function showRest(idle) {
-  document.documentElement.dataset.herdrRest = String(idle);
 }
 
 let checkPending = false;

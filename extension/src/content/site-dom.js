@@ -1,11 +1,17 @@
-// The DOM mechanics shared by the bridge's site adapters (typing into a textarea the site's
-// framework listens to, clicking send, waiting for the sent message to show). What to select is
-// each site's adapter's business (zai-dom.js, deepseek-dom.js); nothing here names a site.
+// The DOM mechanics shared by the site adapters (typing into a textarea the site's framework
+// listens to, clicking send, waiting for the sent message to show) and by the two content
+// scripts (main.js, bridge-main.js: the rest they last reported). What to select is each site's
+// adapter's business (chatgpt-dom.js, zai-dom.js, deepseek-dom.js); nothing here names a site.
 
 const CONFIRM_TIMEOUT_MS = 20_000;
 const SEND_BUTTON_TIMEOUT_MS = 5_000;
 /** A sent message is recognised by its first characters (a site may render the rest as markdown). */
 const CONFIRM_PREFIX_CHARS = 200;
+
+/** Whether the worker was last told this page is at rest, on the page's root (benchmarks/wake_bench.py waits on it). */
+export function showRest(idle) {
+  document.documentElement.dataset.herdrRest = String(idle);
+}
 
 export function normalize(text) {
   return String(text ?? "").replace(/\s+/g, " ").trim();

@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 from herdr_mcp.errors import ToolError
 from herdr_mcp.herdr import HerdrError
+from herdr_mcp.runtime.browser.schema import WORKSPACE, closed
 from herdr_mcp.runtime.herdr_errors import tool_error_from_herdr
-from herdr_mcp.state.bindings import WORKSPACE_ID_PATTERN
 
 if TYPE_CHECKING:
     from herdr_mcp.runtime.browser.methods import BrowserMethod
@@ -53,18 +53,8 @@ MAX_INPUT_CHARS = 4_000
 FOLLOWER_TIMEOUT_S = 30.0
 
 _PANE = {"type": "string", "minLength": 1, "maxLength": 64, "pattern": r"^[A-Za-z0-9:_-]+$"}
-_WORKSPACE = {"type": "string", "pattern": WORKSPACE_ID_PATTERN}
 _KEY = {"type": "string", "minLength": 8, "maxLength": 128, "pattern": "^[A-Za-z0-9._:-]+$"}
 _AGENT = {"type": "string", "minLength": 1, "maxLength": 200}
-
-
-def _closed(properties: dict[str, Any], *required: str) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": properties,
-        "required": list(required),
-        "additionalProperties": False,
-    }
 
 
 def agent_name(agent: dict[str, Any]) -> str | None:
@@ -225,10 +215,10 @@ def control_methods(method: type[BrowserMethod]) -> list[BrowserMethod]:
     """The four methods, as `BrowserMethod`s of methods.py's table."""
     no_newline = r"^[^\r\n]*$"
     return [
-        method("pane.list", _closed({"workspace_id": _WORKSPACE}), pane_list),
+        method("pane.list", closed({"workspace_id": WORKSPACE}), pane_list),
         method(
             "pane.read",
-            _closed(
+            closed(
                 {"pane_id": _PANE, "lines": {"type": "integer", "minimum": 1, "maximum": MAX_READ_LINES}},
                 "pane_id",
             ),
@@ -236,10 +226,10 @@ def control_methods(method: type[BrowserMethod]) -> list[BrowserMethod]:
         ),
         method(
             "agent.prompt",
-            _closed(
+            closed(
                 {
                     "pane_id": _PANE,
-                    "workspace_id": _WORKSPACE,
+                    "workspace_id": WORKSPACE,
                     "agent": _AGENT,
                     "text": {
                         "type": "string",
@@ -259,10 +249,10 @@ def control_methods(method: type[BrowserMethod]) -> list[BrowserMethod]:
         ),
         method(
             "pane.send_input",
-            _closed(
+            closed(
                 {
                     "pane_id": _PANE,
-                    "workspace_id": _WORKSPACE,
+                    "workspace_id": WORKSPACE,
                     "text": {"type": "string", "maxLength": MAX_INPUT_CHARS, "pattern": no_newline},
                     "idempotency_key": _KEY,
                 },

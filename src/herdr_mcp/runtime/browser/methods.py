@@ -28,6 +28,7 @@ from herdr_mcp.errors import ToolError
 from herdr_mcp.herdr import HerdrError
 from herdr_mcp.runtime.browser.control import control_methods
 from herdr_mcp.runtime.browser.handoff import handoff_methods
+from herdr_mcp.runtime.browser.schema import WORKSPACE, closed
 from herdr_mcp.runtime.tools.continuity_methods import CONTINUITY_METHODS
 from herdr_mcp.state import continuity
 from herdr_mcp.state.bindings import (
@@ -35,7 +36,6 @@ from herdr_mcp.state.bindings import (
     MAX_LABEL_CHARS,
     MAX_SCOPE_CHARS,
     SCOPE_PATTERN,
-    WORKSPACE_ID_PATTERN,
     Binding,
     BindingStore,
     display_label,
@@ -49,16 +49,6 @@ if TYPE_CHECKING:
 LABEL_REFRESH_TIMEOUT_S = 2.0
 
 _SCOPE = {"type": "string", "maxLength": MAX_SCOPE_CHARS, "pattern": SCOPE_PATTERN}
-_WORKSPACE = {"type": "string", "pattern": WORKSPACE_ID_PATTERN}
-
-
-def _closed(properties: dict[str, Any], *required: str) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": properties,
-        "required": list(required),
-        "additionalProperties": False,
-    }
 
 
 def _with_scope(method: str, *, required: bool) -> dict[str, Any]:
@@ -220,13 +210,13 @@ _INBOX_ID = {"type": "integer", "minimum": 1, "maximum": 2**53 - 1}
 METHODS: dict[str, BrowserMethod] = {
     method.name: method
     for method in (
-        BrowserMethod("binding.get", _closed({"scope": _SCOPE}, "scope"), binding_get),
+        BrowserMethod("binding.get", closed({"scope": _SCOPE}, "scope"), binding_get),
         BrowserMethod(
             "binding.set",
-            _closed(
+            closed(
                 {
                     "scope": _SCOPE,
-                    "workspace_id": {"anyOf": [_WORKSPACE, {"type": "null"}]},
+                    "workspace_id": {"anyOf": [WORKSPACE, {"type": "null"}]},
                     "label": {"type": "string", "minLength": 1, "maxLength": MAX_LABEL_CHARS},
                     "active_conv_key": {"type": "string", "pattern": CONV_KEY_PATTERN},
                 },
@@ -235,7 +225,7 @@ METHODS: dict[str, BrowserMethod] = {
             ),
             binding_set,
         ),
-        BrowserMethod("binding.list", _closed({}), binding_list),
+        BrowserMethod("binding.list", closed({}), binding_list),
         BrowserMethod(
             "turn.append", _with_scope("herdr_mcp.continuity.turn.append", required=True), turn_append
         ),
@@ -244,7 +234,7 @@ METHODS: dict[str, BrowserMethod] = {
         ),
         BrowserMethod(
             "inbox.read",
-            _closed(
+            closed(
                 {"scope": _SCOPE, "limit": {"type": "integer", "minimum": 1, "maximum": INBOX_MAX_ITEMS}},
                 "scope",
             ),
@@ -252,7 +242,7 @@ METHODS: dict[str, BrowserMethod] = {
         ),
         BrowserMethod(
             "inbox.ack",
-            _closed(
+            closed(
                 {
                     "scope": _SCOPE,
                     "inbox_ids": {
@@ -269,7 +259,7 @@ METHODS: dict[str, BrowserMethod] = {
         ),
         BrowserMethod(
             "inbox.move",
-            _closed({"from_scope": _SCOPE, "to_scope": _SCOPE}, "from_scope", "to_scope"),
+            closed({"from_scope": _SCOPE, "to_scope": _SCOPE}, "from_scope", "to_scope"),
             inbox_move,
         ),
         *control_methods(BrowserMethod),  # the Control Center's four (control.py)
