@@ -146,8 +146,13 @@ def test_bind_dispatch_progress_and_one_wake_per_settle(base: Path, tmp_path: Pa
             (wake,) = await count_posts(chat, WAKE, 1, "the wake")
             assert "signal to re-inspect, not a result" in wake, wake
             assert f"Task {task['task_id']}: completed" in wake, wake
-            inbox = await station.post("/browser/inbox.read", {"scope": SCOPE})
-            assert inbox["items"] == [], "the inbox entry is acknowledged after the wake was sent"
+
+            # Acknowledged once the page confirmed the send, a moment after the site got it.
+            async def acknowledged() -> bool:
+                inbox = await station.post("/browser/inbox.read", {"scope": SCOPE})
+                return not inbox["items"]
+
+            await poll_until(acknowledged, "the inbox entry acknowledged after the wake was sent")
             await handled_seq(browser, last["seq"])
             assert len([text for text in chat.texts(CONV) if WAKE in text]) == 1
 
@@ -200,8 +205,12 @@ def test_a_settle_while_the_browser_was_closed_wakes_once_on_restart(base: Path)
                 await browser.open(URL)
                 await count_posts(chat, WAKE, 1, "the replayed wake")
                 await handled_seq(browser, settled["seq"])
-                wake = await browser.storage(f"wake:{SCOPE}")
-                assert wake["pending"] is None and wake["wokenTurn"], wake
+                # Recorded as sent once the page confirmed it, a moment after the site got it.
+                await browser.stored(
+                    f"wake:{SCOPE}",
+                    lambda wake: wake["pending"] is None and bool(wake["wokenTurn"]),
+                    "the replayed wake recorded as sent",
+                )
 
             async with world.launch(chat) as browser:
                 page = await browser.open(URL)
