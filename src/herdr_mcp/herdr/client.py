@@ -314,15 +314,14 @@ class HerdrClient:
         return line + b"\n"
 
     def _budget(self, method: str, params: Mapping[str, Any]) -> float:
-        if method in _WAITING_METHODS:
-            wait_ms = params.get("timeout_ms")
-        elif method == "agent.prompt" and isinstance(params.get("wait"), Mapping):
-            wait_ms = params["wait"].get("timeout_ms")
-        else:
-            return self._timeout
-        if isinstance(wait_ms, int) and not isinstance(wait_ms, bool) and wait_ms >= 0:
-            return wait_ms / 1000 + self._timeout
-        return self._long_call_timeout
+        wait_ms = wait_budget_ms(params)
+        if wait_ms is not None:
+            return max(self._timeout, wait_ms / 1000 + self._timeout)
+        if method in _WAITING_METHODS or (
+            method == "agent.prompt" and isinstance(params.get("wait"), Mapping)
+        ):
+            return self._long_call_timeout
+        return self._timeout
 
 
 class _EventStream:
@@ -363,12 +362,17 @@ def _result_of(message: dict[str, Any] | None, connection: _Connection, request_
     response_id = message.get("id")
     # Herdr answers a request it could not parse with id "" and an error; that is still its answer.
     unparsed_request = response_id == "" and has_error
-    if response_id != request_id and not unparsed_request:
+    # A subscription whose probe failed (a pane that does not exist) is answered with the probe's
+    # own id, `<request id>:sub:<n>:probe` (src/api/subscriptions.rs): the answer to our request.
+    probe = _probe_index(response_id, request_id) if has_error else None
+    if response_id != request_id and not unparsed_request and probe is None:
         raise connection.protocol_error(f"the response id {response_id!r} is not our request id")
     if has_error:
         if not isinstance(message["error"], dict):
             raise connection.protocol_error("`error` is not an object")
-        raise _remote_error(message["error"], connection)
+        error = _remote_error(message["error"], connection)
+        error.subscription_index = probe
+        raise error
     result = message["result"]
     if not isinstance(result, dict) or not isinstance(result.get("type"), str):
         raise connection.protocol_error("`result` is not an object with a string `type`")
@@ -380,6 +384,30 @@ def _remote_error(error: dict[str, Any], connection: _Connection) -> HerdrRemote
     if not isinstance(code, str) or not code or not isinstance(message, str):
         raise connection.protocol_error("`error` lacks a string `code` and `message`")
     return HerdrRemoteError(code, message, method=connection.method)
+
+
+def _probe_index(response_id: object, request_id: str) -> int | None:
+    """n when `response_id` is `<request_id>:sub:<n>:probe`, else None."""
+    if not isinstance(response_id, str):
+        return None
+    prefix, suffix = f"{request_id}:sub:", ":probe"
+    if not (response_id.startswith(prefix) and response_id.endswith(suffix)):
+        return None
+    number = response_id[len(prefix) : len(response_id) - len(suffix)]
+    return int(number) if number.isdigit() and len(number) < 10 else None
+
+
+def wait_budget_ms(params: Mapping[str, Any]) -> int | None:
+    """The longest wait a request's params ask Herdr for, in ms: a top-level `timeout_ms`
+    (agent.wait, events.wait, pane.wait_for_output, agent.start) or `wait.timeout_ms`
+    (agent.prompt); None when they name none."""
+    found: list[int] = []
+    for holder in (params, params.get("wait")):
+        if isinstance(holder, Mapping):
+            value = holder.get("timeout_ms")
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                found.append(value)
+    return max(found) if found else None
 
 
 def _new_request_id() -> str:

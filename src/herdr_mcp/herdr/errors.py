@@ -72,3 +72,6 @@ class HerdrRemoteError(HerdrError):
     def __init__(self, code: str, message: str, *, method: str | None = None) -> None:
         super().__init__(message, method=method, request_sent=True)
         self.code = code
+        #: For a refused `events.subscribe`: which entry of `subscriptions` failed (Herdr names it
+        #: in the error's id, `<request id>:sub:<n>:probe`), when it says.
+        self.subscription_index: int | None = None

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from herdr_mcp.herdr import HerdrClient
 from herdr_mcp.runtime.boundary import Policy
 from herdr_mcp.runtime.config import RuntimeConfig
+from herdr_mcp.runtime.events import LEASE_NAME as EVENTS_LEASE
 from herdr_mcp.runtime.events import EventFeed, FeedEvent
 from herdr_mcp.runtime.exec_sessions import ExecSessions
 from herdr_mcp.runtime.idempotency import Idempotency
@@ -14,6 +15,7 @@ from herdr_mcp.runtime.push import PushPlane
 from herdr_mcp.runtime.tasks import TaskTracker
 from herdr_mcp.runtime.topology import Topology
 from herdr_mcp.state.event_log import EventLog
+from herdr_mcp.state.leases import Lease
 from herdr_mcp.state.ledger import Ledger
 from herdr_mcp.state.store import STATE_FILE_NAME, StateStore, new_runtime_instance
 from herdr_mcp.state.tasks import TaskStore
@@ -51,7 +53,9 @@ class Services:
             config=config,
             herdr=herdr,
             topology=topology,
-            events=EventFeed(herdr, EventLog(state), on_event=on_event),
+            events=EventFeed(
+                herdr, EventLog(state), on_event=on_event, lease=Lease(state, EVENTS_LEASE), owner=instance
+            ),
             sessions=ExecSessions(config.spool_dir, store=state, runtime_instance=instance),
             policy=Policy(read_only=config.read_only, write_roots=config.write_roots),
             state=state,

@@ -112,6 +112,18 @@ class EventLog:
             "gap": gap,
         }
 
+    def recent(self, name: str, *, limit: int, after: int = 0) -> list[tuple[int, dict[str, Any]]]:
+        """The newest `limit` events called `name` with seq > `after`, oldest first, as (seq, data)."""
+        rows = (
+            self._store.connection()
+            .execute(
+                "SELECT seq, data_json FROM events WHERE name = ? AND seq > ? ORDER BY seq DESC LIMIT ?",
+                (name, after, limit),
+            )
+            .fetchall()
+        )
+        return [(int(row[0]), json.loads(row[1])) for row in reversed(rows)]
+
     def last_seq(self) -> int:
         """The newest sequence number ever given (0 before the first event)."""
         return _last_seq(self._store.connection())

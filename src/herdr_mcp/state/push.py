@@ -19,13 +19,13 @@ holder renews it, and a lease whose holder died (its pid is gone) or expired is 
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from herdr_mcp.state.leases import Lease
 from herdr_mcp.state.store import StateStore
 
 DURABLE_EVENTS = ("agent_working", "agent_settled", "agent_gone")
@@ -84,16 +84,6 @@ class Replay:
     more: bool = False
     #: `after` was beyond every seq ever given (the log was started again).
     unknown: bool = False
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process: alive, though not ours
-    return True
 
 
 class AgentStates:
@@ -210,28 +200,11 @@ class AgentStates:
     # -- the lease -------------------------------------------------------------------------
 
     def hold_lease(self, owner: str, ttl_s: float, pid: int | None = None) -> bool:
-        """Take or renew the `push` lease for `owner`; whether `owner` holds it now. A lease held
-        by another owner is taken over once it expired or its process is gone."""
-        pid = os.getpid() if pid is None else pid
-        now = _now_ms()
-        with self._store.transaction() as tx:
-            row = tx.execute(
-                "SELECT owner, pid, expires_at FROM push_lease WHERE name = ?", (LEASE_NAME,)
-            ).fetchone()
-            held = row is not None and row["owner"] != owner
-            if held and row["expires_at"] > now and _pid_alive(int(row["pid"])):
-                return False
-            tx.execute(
-                """INSERT INTO push_lease (name, owner, pid, expires_at) VALUES (?, ?, ?, ?)
-                   ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, pid = excluded.pid,
-                       expires_at = excluded.expires_at""",
-                (LEASE_NAME, owner, pid, now + round(ttl_s * 1000)),
-            )
-        return True
+        """Take or renew the `push` lease for `owner` (state/leases.py); whether `owner` holds it."""
+        return Lease(self._store, LEASE_NAME).hold(owner, ttl_s, pid)
 
     def release_lease(self, owner: str) -> None:
-        with self._store.transaction() as tx:
-            tx.execute("DELETE FROM push_lease WHERE name = ? AND owner = ?", (LEASE_NAME, owner))
+        Lease(self._store, LEASE_NAME).release(owner)
 
 
 def _others_working(tx: sqlite3.Connection, workspace_id: str, pane_id: str) -> bool:

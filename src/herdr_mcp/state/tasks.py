@@ -39,6 +39,17 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _settled_status(detail_json: str | None) -> str | None:
+    if not detail_json:
+        return None
+    try:
+        detail = json.loads(detail_json)
+    except ValueError:
+        return None
+    status = detail.get("status") if isinstance(detail, dict) else None
+    return status if isinstance(status, str) else None
+
+
 def _iso(ms: int | None) -> str | None:
     if ms is None:
         return None
@@ -59,6 +70,8 @@ class Task:
     saw_activity: bool
     seq_at_submit: int | None
     submitted_at: int
+    settled_status: str | None = None
+    """The agent status the task settled on (idle, done, blocked), once it settled."""
 
     @classmethod
     def from_row(cls, row: Any) -> Task:
@@ -75,6 +88,7 @@ class Task:
             saw_activity=bool(row["saw_activity"]),
             seq_at_submit=row["seq_at_submit"],
             submitted_at=row["submitted_at"],
+            settled_status=_settled_status(row["detail_json"]),
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from jsonschema import Draft202012Validator
 
 from herdr_mcp.errors import ToolError
 from herdr_mcp.herdr import HerdrError
+from herdr_mcp.herdr.client import wait_budget_ms
 from herdr_mcp.herdr.methods import NATIVE_METHODS
 from herdr_mcp.runtime.herdr_errors import tool_error_from_herdr
 from herdr_mcp.runtime.tools import agents, skill
@@ -25,8 +26,11 @@ from herdr_mcp.runtime.tools.continuity_methods import CONTINUITY_METHODS, Metho
 if TYPE_CHECKING:
     from herdr_mcp.runtime.services import Services
 
-#: herdr_call waits at most this long for a native answer (agent.wait has its own timeout_ms).
+#: herdr_call waits at least this long for a native answer; longer when its params ask Herdr to
+#: wait longer (agent.wait's timeout_ms, agent.prompt's wait.timeout_ms, ...).
 CALL_TIMEOUT_SECONDS = 30.0
+#: Seconds beyond the longest wait in the params, so Herdr's own timeout answers first.
+WAIT_SLACK_SECONDS = 5.0
 
 _MODULE_PARAMS = {
     "type": "object",
@@ -217,9 +221,12 @@ async def call(svc: Services, args: dict[str, Any]) -> dict[str, Any]:
     _validate(name, native.params_schema, params)
     if native.mutates and svc.policy.read_only:
         raise ToolError("read_only_mode", f"{name} changes Herdr state and the runtime is read-only")
+    # Every wait inside the params (a top-level timeout_ms, agent.prompt's wait.timeout_ms) gets
+    # its whole time plus the socket's slack, so Herdr answers before the call gives up.
     timeout = CALL_TIMEOUT_SECONDS
-    if isinstance(params.get("timeout_ms"), int):
-        timeout = max(timeout, params["timeout_ms"] / 1000 + 5)
+    wait_ms = wait_budget_ms(params)
+    if wait_ms is not None:
+        timeout = max(timeout, wait_ms / 1000 + WAIT_SLACK_SECONDS)
     try:
         result = await svc.herdr.call(name, params, timeout=timeout)
     except HerdrError as exc:
