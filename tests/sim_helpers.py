@@ -40,6 +40,10 @@ T = TypeVar("T")
 
 TEST_TIMEOUT_S = 20.0
 
+FAST_TIME_SCALE = 0.1
+"""Herdr's own delays at a tenth (Enter 30 ms after agent.prompt, a 500 ms prompt-effect window,
+10 ms polls), for tests that do not measure Herdr's timing; `time_scale=1.0` gives real timing."""
+
 
 @contextlib.contextmanager
 def short_tmp_dir() -> Iterator[Path]:
@@ -72,7 +76,9 @@ def fast_script(*, final: str = "done", output: str = "working on it\n") -> Agen
     )
 
 
-def two_project_config(base: Path, script: AgentScript | None = None) -> SimConfig:
+def two_project_config(
+    base: Path, script: AgentScript | None = None, *, protocol: int = 22, time_scale: float = FAST_TIME_SCALE
+) -> SimConfig:
     """Workspace w1 (`api`: shell + agent `coder`) and w2 (`web`: agent `reviewer`), real dirs."""
     api, web = base / "api", base / "web"
     (api / "src").mkdir(parents=True, exist_ok=True)
@@ -106,7 +112,9 @@ def two_project_config(base: Path, script: AgentScript | None = None) -> SimConf
                     ),
                 ),
             ),
-        )
+        ),
+        protocol=protocol,
+        time_scale=time_scale,
     )
 
 

@@ -1,10 +1,15 @@
-"""A protocol-faithful Herdr simulator for tests and demos.
+"""A Herdr simulator built from Herdr's source (protocol 20, 0.8.2), for tests and demos.
 
-It speaks Herdr 0.9's socket protocol (protocol 22) on a Unix socket created with mode 0600:
-newline-delimited JSON, one request per connection, 1 MiB line limit, 5 s read timeout, Herdr's
-result shapes and error codes. Its workspaces and panes live in real directories, and its fake
-agents follow scripts. It imports nothing from the runtime; it validates params against
-`herdr_mcp.herdr.methods.NATIVE_METHODS`.
+Each behaviour is written from independent evidence of Herdr (its source and published schema)
+and names the Herdr file it follows; it is never adjusted to make our own runtime pass. It speaks
+protocol 22 (Herdr 0.9.2, the default) or 20 (`SimConfig(protocol=20)`, reporting 0.8.2) on a Unix
+socket (0600): newline-delimited JSON, one request per connection, a 1 MiB line limit (a longer
+line closes the connection unanswered), a 5 s wait for the line. Every refused line — bad JSON,
+an unknown method, missing or ill-typed params — is answered `{"id": "", "error": {"code":
+"invalid_request"}}`; unknown extra params are ignored (`sim.params`, `sim.wire`). Workspaces,
+tabs and panes live in real directories; every pane runs a real shell on a pty (reaped when the
+pane closes and when the simulator stops); fake agents follow scripts. It imports nothing from
+the runtime.
 
 Run it: `herdr-mcp sim --socket /tmp/herdr-sim.sock [--config session.json] [--root DIR ...]
 [--fault session.snapshot[=CODE]]`, or `python -m herdr_mcp.sim ...`. Each `--root` opens
@@ -23,8 +28,9 @@ Config format (JSON; `SimConfig.from_json_file`). Unknown keys are refused; rela
 relative to the file; every `cwd` must be an existing directory:
 
     {
-      "version": "0.9.2",                    // optional, reported by ping and snapshot
-      "protocol": 22,                        // optional
+      "version": "0.9.2",                    // optional, default: 0.9.2 at 22, 0.8.2 at 20
+      "protocol": 22,                        // optional: 22 (live-only lifecycle) or 20 (replay)
+      "time_scale": 1.0,                     // optional: multiplies Herdr's own delays
       "workspaces": [
         {
           "cwd": "/home/me/api",             // required: the workspace root
@@ -38,7 +44,7 @@ relative to the file; every `cwd` must be an existing directory:
                   "cwd": "services/auth",    // optional, default: the workspace cwd
                   "label": "coder",
                   "agent": {
-                    "name": "auth-coder",    // required, unique; targets the agent
+                    "name": "auth-coder",    // required, unique; counts as a named agent
                     "kind": "claude",        // optional, default "sim" (PaneInfo.agent)
                     "status": "idle",        // optional initial state: idle|working|blocked|done
                     "script": {"steps": [...]}  // optional, default script below
@@ -66,21 +72,26 @@ A `blocked` step holds the script until the pane receives input (`pane.send_inpu
 then returns to `working` and continues with the next step. A script that ends while working
 leaves the agent working (useful for "busy" tests).
 
-Behaviour worth knowing:
+Behaviour worth knowing (the Herdr source each follows is named in the module that does it):
+- `agent.prompt` types the text and presses Enter 300 ms later (the agent starts only then) and
+  answers at once with the agent as it was (`methods/agents.py`); with `wait` it follows
+  src/api/wait.rs (`waits.py`): baseline state_change_seq, a 5 s prompt-effect window
+  (`agent_prompt_stalled`), `timeout` at the deadline. `agent.wait` returns at once when already
+  in `until`. Herdr's own delays and windows run on `SimConfig.time_scale`; script `after_ms` not.
+- Agent targets are an agent pane's id or an exact agent name (`agent_target_ambiguous` when
+  several); a config agent counts as named (AgentInfo.name); AgentInfo has no `kind`/`label`.
 - A prompt sent while the agent is working is queued and runs when the current script ends;
-  `agent.prompt` on a blocked agent fails with `agent_blocked` and sends nothing.
-- `agent.prompt` with `wait` waits for a state in `wait.until` reached during *this* prompt's
-  script; `agent.wait` returns at once when the agent is already in `until`.
-- `done` stays until the next prompt or a forced status: nobody "sees" a simulated pane, so it
-  never decays to `idle` by itself as it does in Herdr.
-- Typing into an agent pane: enter submits the typed line as a prompt; any input answers a
-  blocked agent; `esc`/`ctrl+c` interrupt a working agent (it goes idle, the queue is dropped).
-- Every real state change bumps the agent's `state_change_seq` (session-wide counter) and the
-  pane's `revision`, and emits `pane.agent_status_changed` (to subscribers of that pane_id, as
-  Herdr requires) plus the lifecycle `pane_updated`; status rolls up to tabs and workspaces
-  (working > blocked > done > idle) and a workspace change emits `workspace_updated`.
-- Lifecycle events emitted: workspace_created/updated/closed, tab_created/closed,
-  pane_created/updated/closed, pane_agent_detected. IDs (w1, w1:t1, w1:p1) are never reused.
+  `agent.prompt` on a blocked agent fails with `agent_blocked`.
+- Typing into an agent pane: Enter submits the typed line as a prompt; any input answers a
+  blocked agent; Esc/Ctrl+C interrupt a working agent. Typing into a shell pane goes to its shell.
+- Events go through an event hub keeping the last 512 (`hub.py`). At protocol 20 a new lifecycle
+  subscriber is first replayed them; at 22 it gets live events only. Subscriptions are polled
+  every 100 ms (scaled), one event per subscription per poll (`subscriptions.py`).
+- A status change bumps the session-wide state_change_seq and emits pane_agent_status_changed
+  only; rollups: blocked > done > working > idle > unknown. `done` turns `idle` when the agent's
+  tab is focused (seen). Ids: w1.., `<ws>:t<n>`, `<ws>:p<n>` over `123456789ABCDEFGHJKMNPQRSTVWXYZ0`,
+  never reused; terminal ids `term_<hex>`.
+- `server.*`, `integration.*`, plugin mutations and agent views answer `not_supported`.
 - Faults: `inject_fault(method, code=..., hang=False)` answers that Herdr error (or never
   answers with `hang=True`) until `clear_faults()`.
 """

@@ -15,11 +15,10 @@ import asyncio
 import contextlib
 import logging
 
-from herdr_mcp.sim.world import Pane, World
+from herdr_mcp.sim.model import Pane
+from herdr_mcp.sim.world import World
 
 log = logging.getLogger(__name__)
-
-INTERRUPT_KEYS = frozenset({"esc", "escape", "ctrl+c", "control+c"})
 
 
 class AgentRunner:
@@ -40,7 +39,7 @@ class AgentRunner:
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(
-                self._serve(), name=f"agent {self._agent.name}"
+                self._serve(), name=f"agent {self._agent.name or self._pane.pane_id}"
             )
 
     def cancel(self) -> None:
@@ -85,7 +84,7 @@ class AgentRunner:
             except asyncio.CancelledError:
                 raise
             except Exception:  # a broken step must not kill the agent for later prompts
-                log.exception("simulated agent %s failed while playing its script", self._agent.name)
+                log.exception("simulated agent in %s failed while playing its script", self._pane.pane_id)
 
     async def _play(self, prompt: str) -> None:
         for step in self._agent.script.steps:

@@ -74,7 +74,7 @@ def _config(config_file: Path | None, roots: list[Path]) -> SimConfig:
     if config_file is None and not roots:
         roots = [Path.cwd()]
     extra = SimConfig.for_roots(roots, taken_names=base.agent_names())
-    return SimConfig(base.workspaces + extra.workspaces, base.version, base.protocol)
+    return SimConfig(base.workspaces + extra.workspaces, base.version, base.protocol, base.time_scale)
 
 
 def _fault(spec: str) -> tuple[str, str]:

@@ -8,6 +8,7 @@ except that directories are checked again when the simulator builds its session.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,8 @@ from herdr_mcp.errors import UsageFault
 
 HERDR_VERSION = "0.9.2"
 HERDR_PROTOCOL = 22
+PROTOCOL_VERSIONS = {20: "0.8.2", 22: HERDR_VERSION}
+"""The protocols the simulator can speak and the Herdr version each reports by default."""
 
 SCRIPT_STATES: tuple[str, ...] = ("idle", "working", "blocked", "done")
 """States a script step may put an agent in (`unknown` is reserved for panes without an agent)."""
@@ -139,10 +142,27 @@ class SimConfig:
     """The whole simulated session and the Herdr version it pretends to be."""
 
     workspaces: tuple[WorkspaceConfig, ...] = ()
-    version: str = HERDR_VERSION
+    version: str = ""
+    """Reported by ping and snapshot; empty: the version of `protocol` (0.8.2 or 0.9.2)."""
     protocol: int = HERDR_PROTOCOL
+    """20 (Herdr 0.8: lifecycle subscribers are replayed the retained events) or 22 (0.9: live only)."""
+    time_scale: float = 1.0
+    """Multiplies Herdr's own delays and windows (the 300 ms Enter delay after agent.prompt, the
+    5 s prompt-effect window, the 100 ms poll interval); script `after_ms` are not scaled."""
 
     def __post_init__(self) -> None:
+        if self.protocol not in PROTOCOL_VERSIONS:
+            raise SimConfigError(f"protocol must be one of {', '.join(map(str, PROTOCOL_VERSIONS))}")
+        if not self.version:
+            object.__setattr__(self, "version", PROTOCOL_VERSIONS[self.protocol])
+        scale = self.time_scale
+        if (
+            isinstance(scale, bool)
+            or not isinstance(scale, (int, float))
+            or not scale > 0
+            or scale == float("inf")
+        ):
+            raise SimConfigError("time_scale must be a number greater than 0")
         names = [
             pane.agent.name for ws in self.workspaces for tab in ws.tabs for pane in tab.panes if pane.agent
         ]
@@ -153,18 +173,19 @@ class SimConfig:
     @classmethod
     def from_dict(cls, raw: object, *, base_dir: Path | None = None) -> SimConfig:
         """Parse the JSON config format; relative `cwd` values are taken from `base_dir`."""
-        body = _object(raw, "simulator config", {"workspaces", "version", "protocol"})
+        body = _object(raw, "simulator config", {"workspaces", "version", "protocol", "time_scale"})
         base = base_dir or Path.cwd()
         workspaces = body.get("workspaces", [])
         if not isinstance(workspaces, list):
             raise SimConfigError("`workspaces` must be a list")
-        version = body.get("version", HERDR_VERSION)
+        version = body.get("version", "")
         protocol = body.get("protocol", HERDR_PROTOCOL)
+        time_scale = body.get("time_scale", 1.0)
         if not isinstance(version, str):
             raise SimConfigError("`version` must be a string")
         if isinstance(protocol, bool) or not isinstance(protocol, int):
             raise SimConfigError("`protocol` must be an integer")
-        return cls(tuple(_workspace(item, base) for item in workspaces), version, protocol)
+        return cls(tuple(_workspace(item, base) for item in workspaces), version, protocol, time_scale)
 
     @classmethod
     def from_json_file(cls, path: Path) -> SimConfig:
@@ -178,23 +199,32 @@ class SimConfig:
         return cls.from_dict(raw, base_dir=Path(path).resolve().parent)
 
     @classmethod
-    def for_roots(cls, roots: Sequence[Path], *, taken_names: Sequence[str] = ()) -> SimConfig:
+    def for_roots(
+        cls, roots: Sequence[Path], *, taken_names: Sequence[str] = (), protocol: int = HERDR_PROTOCOL
+    ) -> SimConfig:
         """One workspace per root: a shell pane and a fake agent pane, both in that directory."""
         names = set(taken_names)
         workspaces = []
         for root in roots:
             directory = Path(root).resolve()
             label = directory.name or str(directory)
-            name = _unique_name(f"{label.replace(':', '-')}-agent", names)
+            name = _unique_name(f"{_agent_name_part(label)}-agent", names)
             agent_pane = PaneConfig(label="agent", agent=AgentConfig(name=name))
             tab = TabConfig(label="main", panes=(PaneConfig(label="shell"), agent_pane))
             workspaces.append(WorkspaceConfig(cwd=directory, label=label, tabs=(tab,)))
-        return cls(tuple(workspaces))
+        return cls(tuple(workspaces), protocol=protocol)
 
     def agent_names(self) -> list[str]:
         return [
             pane.agent.name for ws in self.workspaces for tab in ws.tabs for pane in tab.panes if pane.agent
         ]
+
+
+def _agent_name_part(label: str) -> str:
+    """A directory name as the start of a Herdr agent name (lowercase letters, digits, - and _,
+    starting with a letter: src/app/agents.rs valid_agent_name)."""
+    part = re.sub(r"[^a-z0-9_-]+", "-", label.lower()).strip("-")[:20]
+    return part if part[:1].isalpha() else f"a{part}"[:20]
 
 
 def _unique_name(wanted: str, taken: set[str]) -> str:

@@ -1,217 +1,150 @@
-"""The simulated Herdr session: workspaces, tabs, panes and agents, with Herdr's ids and shapes.
+"""The simulated session: workspaces, tabs, panes and agents, with Herdr's ids, shapes and events.
 
-Pure state: no sockets, no tasks. Every change goes through a `World` method, which keeps the
-rollups and revisions right and publishes the matching Herdr events through `emit`.
+Every change goes through a `World` method, which keeps ids, rollups and revisions right and
+pushes the events Herdr emits for that change into the event hub (`sim.hub`). Shapes follow the
+published schema and Herdr's builders (src/app/creation.rs workspace_info, tab_info, pane_info;
+src/app/agents.rs agent_info): optional fields are omitted, never null.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from herdr_mcp.sim.config import AgentConfig, AgentScript, SimConfigError
+from herdr_mcp.sim import layout
+from herdr_mcp.sim.config import AgentConfig, SimConfigError
+from herdr_mcp.sim.hub import EventHub
+from herdr_mcp.sim.ids import new_terminal_id, pane_id_for, tab_id_for, workspace_id_for
+from herdr_mcp.sim.model import Agent, HerdrFailure, Pane, Tab, Workspace
+from herdr_mcp.sim.terminal import ANSI_ESCAPE, SCREEN_COLUMNS, SCREEN_ROWS, PaneProcess
 
-_ROLLUP_RANK = {"unknown": 0, "idle": 1, "done": 2, "blocked": 3, "working": 4}
-"""Which status a tab or workspace shows when its panes differ: working > blocked > done > idle."""
+# Herdr: src/app/api_helpers.rs tab_attention_priority (Idle unseen is `done`).
+_ROLLUP_RANK = {"blocked": 4, "done": 3, "working": 2, "idle": 1, "unknown": 0}
 
-_BASE32_DIGITS = "123456789abcdefghijklmnopqrstuvw"
-
-MAX_SCROLLBACK_LINES = 5000
-"""Lines of history kept per pane, like a terminal's scrollback."""
-
-SCREEN_COLUMNS = 80
-SCREEN_ROWS = 24
-DEFAULT_RECENT_LINES = 200
-
-_ANSI_ESCAPE = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[@-Z\\-_])")
-
-Emit = Callable[[str, dict[str, Any]], None]
-StatusListener = Callable[["Pane"], None]
-
-
-class HerdrFailure(Exception):
-    """A Herdr error response: `code` is one of Herdr's error codes."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-
-
-def workspace_id_for(number: int) -> str:
-    """Herdr's workspace id: `w` + the number in bijective base 32 (w1 .. ww, w11, ...)."""
-    digits = []
-    while number > 0:
-        number, remainder = divmod(number - 1, 32)
-        digits.append(_BASE32_DIGITS[remainder])
-    return "w" + "".join(reversed(digits))
-
-
-@dataclass
-class Agent:
-    name: str
-    kind: str
-    script: AgentScript
-    status: str
-    state_change_seq: int = 0
-    turn: int = 0
-    """The prompt number whose script is running (or last ran)."""
-    listeners: list[StatusListener] = field(default_factory=list)
-
-
-@dataclass
-class Scrollback:
-    """A pane's output: finished lines plus the line being written."""
-
-    lines: list[str] = field(default_factory=list)
-    partial: str = ""
-
-    def append(self, text: str) -> None:
-        pieces = (self.partial + text.replace("\r\n", "\n")).split("\n")
-        self.lines.extend(pieces[:-1])
-        self.partial = pieces[-1]
-        del self.lines[:-MAX_SCROLLBACK_LINES]
-
-    def logical_lines(self) -> list[str]:
-        return [*self.lines, self.partial] if self.partial else list(self.lines)
-
-
-@dataclass
-class Pane:
-    pane_id: str
-    terminal_id: str
-    workspace_id: str
-    tab_id: str
-    cwd: Path
-    label: str | None
-    agent: Agent | None = None
-    revision: int = 0
-    scrollback: Scrollback = field(default_factory=Scrollback)
-    typed: str = ""
-    """Text typed into the pane since the last enter."""
-
-    @property
-    def status(self) -> str:
-        return self.agent.status if self.agent else "unknown"
-
-
-@dataclass
-class Tab:
-    tab_id: str
-    workspace_id: str
-    label: str
-    pane_ids: list[str] = field(default_factory=list)
-    focused_pane_id: str | None = None
-
-
-@dataclass
-class Workspace:
-    workspace_id: str
-    label: str
-    cwd: Path
-    tab_ids: list[str] = field(default_factory=list)
-    active_tab_id: str | None = None
-    next_tab: int = 1
-    next_pane: int = 1
-    status: str = "unknown"
+# Herdr: src/app/api_helpers.rs read_terminal_snapshot: lines capped at 1000, recent default 80.
+MAX_READ_LINES = 1000
+DEFAULT_RECENT_LINES = 80
 
 
 class World:
-    """The session state and its invariants; call only from the simulator's event loop."""
+    """The session state; call only from the simulator's event loop."""
 
-    def __init__(self, version: str, protocol: int, emit: Emit) -> None:
+    def __init__(self, version: str, protocol: int, hub: EventHub) -> None:
         self.version = version
         self.protocol = protocol
-        self._emit = emit
+        self.hub = hub
         self.workspaces: dict[str, Workspace] = {}
-        self.tabs: dict[str, Tab] = {}
         self.panes: dict[str, Pane] = {}
-        self.focused_workspace_id: str | None = None
+        self.active_workspace_id: str | None = None
+        self.socket_path = ""
+        self.live = False
+        """Whether panes get real shells (set by the simulator once it listens)."""
         self._next_workspace = 1
-        self._next_terminal = 1
         self._state_change_seq = 0
+
+    def emit(self, event: str, data: dict[str, Any]) -> None:
+        self.hub.push(event, data)
 
     # -- building -----------------------------------------------------------------------
 
     def new_workspace(self, cwd: Path, label: str | None) -> Workspace:
-        directory = _real_directory(cwd)
-        workspace_id = workspace_id_for(self._next_workspace)
+        directory = real_directory(cwd)
+        workspace = Workspace(workspace_id_for(self._next_workspace), label, directory)
         self._next_workspace += 1
-        workspace = Workspace(workspace_id, label or directory.name or str(directory), directory)
-        self.workspaces[workspace_id] = workspace
-        if self.focused_workspace_id is None:
-            self.focused_workspace_id = workspace_id
+        self.workspaces[workspace.workspace_id] = workspace
+        if self.active_workspace_id is None:
+            self.active_workspace_id = workspace.workspace_id
         return workspace
 
-    def new_tab(self, workspace: Workspace, label: str | None) -> Tab:
-        tab_id = f"{workspace.workspace_id}:t{workspace.next_tab}"
-        workspace.next_tab += 1
-        tab = Tab(tab_id, workspace.workspace_id, label or str(len(workspace.tab_ids) + 1))
-        self.tabs[tab_id] = tab
-        workspace.tab_ids.append(tab_id)
-        workspace.active_tab_id = workspace.active_tab_id or tab_id
+    def new_tab(self, workspace: Workspace, label: str | None, pane: dict[str, Any] | None = None) -> Tab:
+        """A tab with one root pane (`pane`: keyword arguments of `new_pane`)."""
+        number = workspace.next_tab_number
+        workspace.next_tab_number += 1
+        tab_id = tab_id_for(workspace.workspace_id, number)
+        root = self.new_pane(workspace, tab_id, **(pane or {}))
+        tab = Tab.with_root(tab_id, workspace.workspace_id, number, label, root.pane_id)
+        workspace.tabs.append(tab)
         return tab
 
-    def new_pane(self, tab: Tab, cwd: Path | None, label: str | None, agent: AgentConfig | None) -> Pane:
-        workspace = self.workspaces[tab.workspace_id]
-        directory = _real_directory(cwd) if cwd is not None else workspace.cwd
+    def new_pane(
+        self,
+        workspace: Workspace,
+        tab_id: str,
+        cwd: Path | None = None,
+        label: str | None = None,
+        agent: AgentConfig | None = None,
+        env: dict[str, str] | None = None,
+    ) -> Pane:
+        directory = real_directory(cwd) if cwd is not None else workspace.cwd
         if agent is not None:
-            self._check_agent_name(agent.name)
-        pane_id = f"{workspace.workspace_id}:p{workspace.next_pane}"
-        workspace.next_pane += 1
-        pane = Pane(
-            pane_id, f"term_{self._next_terminal}", workspace.workspace_id, tab.tab_id, directory, label
-        )
-        self._next_terminal += 1
+            self.check_agent_name(agent.name)
+        pane_id = pane_id_for(workspace.workspace_id, workspace.next_pane_number)
+        workspace.next_pane_number += 1
+        workspace.pane_numbers += 1
+        pane = Pane(pane_id, new_terminal_id(), workspace.workspace_id, tab_id, directory, label)
+        pane.env = dict(env or {})
         if agent is not None:
-            pane.agent = Agent(agent.name, agent.kind, agent.script, agent.status)
+            pane.agent = Agent(agent.kind, agent.script, agent.status, name=agent.name)
         self.panes[pane_id] = pane
-        tab.pane_ids.append(pane_id)
-        tab.focused_pane_id = tab.focused_pane_id or pane_id
+        self.start_process(pane)
         return pane
 
-    def attach_agent(self, pane: Pane, agent: AgentConfig) -> None:
-        if pane.agent is not None:
-            raise SimConfigError(f"pane {pane.pane_id} already runs agent {pane.agent.name!r}")
-        self._check_agent_name(agent.name)
-        pane.agent = Agent(agent.name, agent.kind, agent.script, agent.status)
-        pane.revision += 1
-        self._emit(
-            "pane_agent_detected",
-            {
-                "type": "pane_agent_detected",
-                "pane_id": pane.pane_id,
-                "workspace_id": pane.workspace_id,
-                "agent": agent.kind,
-            },
+    def start_process(self, pane: Pane) -> None:
+        """Give the pane its real shell once the simulator is live (Herdr's pane launch env)."""
+        if not self.live or pane.process is not None:
+            return
+        env = {
+            **pane.env,
+            "HERDR_ENV": "1",
+            "HERDR_SOCKET_PATH": self.socket_path,
+            "HERDR_WORKSPACE_ID": pane.workspace_id,
+            "HERDR_TAB_ID": pane.tab_id,
+            "HERDR_PANE_ID": pane.pane_id,
+        }
+        pane.process = PaneProcess(
+            pane.cwd, env, lambda text: self.shell_output(pane, text), lambda: self.shell_exited(pane)
         )
-        self._emit("pane_updated", {"type": "pane_updated", "pane": self.pane_info(pane)})
-        self.refresh_rollups(pane.workspace_id)
+
+    def shell_output(self, pane: Pane, text: str) -> None:
+        if pane.agent is None:
+            self.append_output(pane, text)
+
+    def shell_exited(self, pane: Pane) -> None:
+        """The pane's program ended by itself: Herdr's pane_exited, then the pane closes
+        (src/app/api.rs, AppEvent::PaneDied)."""
+        if pane.pane_id not in self.panes:
+            return
+        self.emit("pane_exited", {"pane_id": pane.pane_id, "workspace_id": pane.workspace_id})
+        self.close_pane(pane)
+
+    def check_agent_name(self, name: str) -> None:
+        if any(p.agent is not None and p.agent.name == name for p in self.panes.values()):
+            raise SimConfigError(f"an agent named {name!r} already exists; agent names are unique")
+
+    # -- events of creation -------------------------------------------------------------
 
     def announce_workspace(self, workspace: Workspace) -> None:
-        """Publish the creation of a freshly built workspace, its tabs and its panes."""
-        workspace.status = self._rollup(self._workspace_panes(workspace))
-        self._emit(
-            "workspace_created", {"type": "workspace_created", "workspace": self.workspace_info(workspace)}
-        )
-        for tab_id in workspace.tab_ids:
-            self.announce_tab(self.tabs[tab_id])
+        """Herdr: src/app/creation.rs emit_workspace_open_events (created, tab, root pane, layout)."""
+        self.emit("workspace_created", {"workspace": self.workspace_info(workspace)})
+        for tab in workspace.tabs:
+            self.announce_tab(tab)
 
     def announce_tab(self, tab: Tab) -> None:
-        self._emit("tab_created", {"type": "tab_created", "tab": self.tab_info(tab)})
-        for pane_id in tab.pane_ids:
-            self.announce_pane(self.panes[pane_id])
+        """Herdr: src/app/creation.rs emit_tab_created_events."""
+        self.emit("tab_created", {"tab": self.tab_info(tab)})
+        for pane_id in layout.pane_ids(tab.root):
+            self.emit("pane_created", {"pane": self.pane_info(self.panes[pane_id])})
+        self.emit_layout(tab)
 
-    def announce_pane(self, pane: Pane) -> None:
-        self._emit("pane_created", {"type": "pane_created", "pane": self.pane_info(pane)})
+    def emit_layout(self, tab: Tab) -> None:
+        self.emit("layout_updated", {"layout": self.layout_snapshot(tab)})
 
     # -- changes ------------------------------------------------------------------------
 
     def set_status(self, pane: Pane, status: str) -> None:
-        """Move an agent to `status`; a real change bumps its seq and the pane revision."""
+        """Move an agent to `status`; a change bumps its state_change_seq and emits Herdr's
+        pane_agent_status_changed (src/app/api.rs emit_pane_state_update)."""
         agent = pane.agent
         if agent is None or agent.status == status:
             return
@@ -219,8 +152,8 @@ class World:
         agent.status = status
         agent.state_change_seq = self._state_change_seq
         pane.revision += 1
-        self._emit(
-            "pane.agent_status_changed",
+        self.emit(
+            "pane_agent_status_changed",
             {
                 "pane_id": pane.pane_id,
                 "workspace_id": pane.workspace_id,
@@ -228,8 +161,6 @@ class World:
                 "agent": agent.kind,
             },
         )
-        self._emit("pane_updated", {"type": "pane_updated", "pane": self.pane_info(pane)})
-        self.refresh_rollups(pane.workspace_id)
         for listener in list(agent.listeners):
             listener(pane)
 
@@ -238,233 +169,332 @@ class World:
             pane.scrollback.append(text)
             pane.revision += 1
 
+    def focus_pane(self, pane: Pane) -> None:
+        """Focus a pane (its tab and workspace too); a change of focus emits workspace_focused,
+        tab_focused and pane_focused (src/app/api.rs sync_focus_events_with_outer_event). The
+        focused tab is seen, so a `done` agent there becomes `idle`."""
+        before = self.focused_pane_id()
+        workspace = self.workspaces[pane.workspace_id]
+        tab = self.tab(pane.tab_id)
+        self.active_workspace_id = workspace.workspace_id
+        workspace.active_tab = workspace.tabs.index(tab)
+        tab.focused_pane_id = pane.pane_id
+        self.focus_changed(before)
+        self.mark_seen(tab)
+
+    def focus_changed(self, before: str | None) -> None:
+        after = self.focused_pane_id()
+        if after is None or after == before:
+            return
+        pane = self.panes[after]
+        self.emit("workspace_focused", {"workspace_id": pane.workspace_id})
+        self.emit("tab_focused", {"tab_id": pane.tab_id, "workspace_id": pane.workspace_id})
+        self.emit("pane_focused", {"pane_id": pane.pane_id, "workspace_id": pane.workspace_id})
+
+    def mark_seen(self, tab: Tab) -> None:
+        for pane_id in layout.pane_ids(tab.root):
+            if self.panes[pane_id].status == "done":
+                self.set_status(self.panes[pane_id], "idle")
+
     def close_pane(self, pane: Pane) -> None:
-        """Close a pane; an emptied tab closes, and an emptied workspace closes."""
+        """Herdr: src/app/api/panes.rs close_pane: pane_closed, then workspace_closed when it was
+        the workspace's last pane, else layout_updated for its tab (an emptied tab goes quietly)."""
+        workspace = self.workspaces[pane.workspace_id]
+        tab = self.tab(pane.tab_id)
+        snapshot = self.workspace_info(workspace)
+        before = self.focused_pane_id()
+        last = self._workspace_pane_ids(workspace) == [pane.pane_id]
+        self._drop_pane(pane)
+        remaining = layout.remove_leaf(tab.root, pane.pane_id)
+        self.emit("pane_closed", {"pane_id": pane.pane_id, "workspace_id": pane.workspace_id})
+        if last:
+            self._drop_workspace(workspace)
+            self.emit("workspace_closed", {"workspace_id": workspace.workspace_id, "workspace": snapshot})
+        elif remaining is None:
+            self._drop_tab(workspace, tab)
+        else:
+            tab.root = remaining
+            if tab.focused_pane_id == pane.pane_id:
+                tab.focused_pane_id = layout.pane_ids(remaining)[0]
+            tab.zoomed = tab.zoomed and len(layout.pane_ids(remaining)) > 1
+            self.emit_layout(tab)
+        self.focus_changed(before)
+
+    def close_tab(self, tab: Tab) -> None:
+        """Herdr: src/app/api/tabs.rs handle_tab_close (the last tab closes its workspace)."""
+        workspace = self.workspaces[tab.workspace_id]
+        before = self.focused_pane_id()
+        if len(workspace.tabs) == 1:
+            self.emit("tab_closed", {"tab_id": tab.tab_id, "workspace_id": workspace.workspace_id})
+            self.close_workspace(workspace)
+            return
+        for pane_id in layout.pane_ids(tab.root):
+            self._drop_pane(self.panes[pane_id])
+        self._drop_tab(workspace, tab)
+        self.emit("tab_closed", {"tab_id": tab.tab_id, "workspace_id": workspace.workspace_id})
+        self.focus_changed(before)
+
+    def close_workspace(self, workspace: Workspace) -> None:
+        """Herdr: src/app/api/workspaces.rs handle_workspace_close."""
+        snapshot = self.workspace_info(workspace)
+        before = self.focused_pane_id()
+        for pane_id in self._workspace_pane_ids(workspace):
+            self._drop_pane(self.panes[pane_id])
+        self._drop_workspace(workspace)
+        self.emit("workspace_closed", {"workspace_id": workspace.workspace_id, "workspace": snapshot})
+        self.focus_changed(before)
+
+    def _drop_pane(self, pane: Pane) -> None:
         del self.panes[pane.pane_id]
-        tab = self.tabs[pane.tab_id]
-        tab.pane_ids.remove(pane.pane_id)
-        if tab.focused_pane_id == pane.pane_id:
-            tab.focused_pane_id = tab.pane_ids[0] if tab.pane_ids else None
-        self._emit(
-            "pane_closed", {"type": "pane_closed", "pane_id": pane.pane_id, "workspace_id": pane.workspace_id}
-        )
+        self.workspaces[pane.workspace_id].pane_numbers -= 1
+        if pane.process is not None:
+            pane.process.close()
         if pane.agent is not None:
             for listener in list(pane.agent.listeners):
                 listener(pane)
-        workspace = self.workspaces[pane.workspace_id]
-        if not tab.pane_ids:
-            self._close_tab(workspace, tab)
-        if workspace.tab_ids:
-            self.refresh_rollups(workspace.workspace_id)
-        else:
-            self._close_workspace(workspace)
 
-    def refresh_rollups(self, workspace_id: str) -> None:
-        workspace = self.workspaces[workspace_id]
-        status = self._rollup(self._workspace_panes(workspace))
-        if status != workspace.status:
-            workspace.status = status
-            self._emit(
-                "workspace_updated",
-                {"type": "workspace_updated", "workspace": self.workspace_info(workspace)},
-            )
+    def _drop_tab(self, workspace: Workspace, tab: Tab) -> None:
+        index = workspace.tabs.index(tab)
+        workspace.tabs.remove(tab)
+        if workspace.active_tab >= len(workspace.tabs) or (index < workspace.active_tab):
+            workspace.active_tab = max(0, workspace.active_tab - 1)
 
-    # -- lookups ------------------------------------------------------------------------
+    def _drop_workspace(self, workspace: Workspace) -> None:
+        order = list(self.workspaces)
+        index = order.index(workspace.workspace_id)
+        del self.workspaces[workspace.workspace_id]
+        if self.active_workspace_id == workspace.workspace_id:
+            rest = list(self.workspaces)
+            self.active_workspace_id = rest[min(index, len(rest) - 1)] if rest else None
+
+    def stop_processes(self) -> None:
+        self.live = False
+        for pane in self.panes.values():
+            if pane.process is not None:
+                pane.process.close()
+                pane.process = None
+
+    # -- lookups (Herdr's not-found messages) --------------------------------------------
 
     def pane(self, pane_id: str) -> Pane:
         try:
             return self.panes[pane_id]
         except KeyError:
-            raise HerdrFailure("pane_not_found", f"pane {pane_id!r} not found") from None
+            raise HerdrFailure("pane_not_found", f"pane {pane_id} not found") from None
 
     def tab(self, tab_id: str) -> Tab:
-        try:
-            return self.tabs[tab_id]
-        except KeyError:
-            raise HerdrFailure("tab_not_found", f"tab {tab_id!r} not found") from None
+        for workspace in self.workspaces.values():
+            for tab in workspace.tabs:
+                if tab.tab_id == tab_id:
+                    return tab
+        raise HerdrFailure("tab_not_found", f"tab {tab_id} not found")
 
     def workspace(self, workspace_id: str) -> Workspace:
         try:
             return self.workspaces[workspace_id]
         except KeyError:
-            raise HerdrFailure("workspace_not_found", f"workspace {workspace_id!r} not found") from None
+            raise HerdrFailure("workspace_not_found", f"workspace {workspace_id} not found") from None
 
-    def agent_panes(self) -> Iterator[Pane]:
-        return (pane for pane in self.panes.values() if pane.agent is not None)
+    def tabs(self) -> Iterator[Tab]:
+        return (tab for workspace in self.workspaces.values() for tab in workspace.tabs)
+
+    def ordered_panes(self, workspace: Workspace | None = None) -> list[Pane]:
+        spaces = [workspace] if workspace else list(self.workspaces.values())
+        return [self.panes[p] for ws in spaces for p in self._workspace_pane_ids(ws)]
+
+    def agent_panes(self) -> list[Pane]:
+        return [pane for pane in self.ordered_panes() if pane.agent is not None]
 
     def resolve_agent(self, target: str) -> Pane:
-        """An agent target is a pane id, an agent name, or a workspace id with exactly one agent
-        (tried in that order)."""
-        if target in self.panes:
-            pane = self.panes[target]
-            if pane.agent is None:
-                raise HerdrFailure("agent_not_found", f"pane {target} has no agent")
+        """Herdr: src/app/terminal_targets.rs resolve_agent_target: a pane id of an agent pane,
+        else an exact agent name (several -> agent_target_ambiguous). No workspace-id form."""
+        pane = self.panes.get(target)
+        if pane is not None and pane.agent is not None:
             return pane
-        for pane in self.agent_panes():
-            if pane.agent is not None and pane.agent.name == target:
-                return pane
-        if target in self.workspaces:
-            candidates = [p for p in self.agent_panes() if p.workspace_id == target]
-            if len(candidates) == 1:
-                return candidates[0]
-            if not candidates:
-                raise HerdrFailure("agent_not_found", f"workspace {target} has no agent")
-            names = ", ".join(f"{p.pane_id} ({p.agent.name})" for p in candidates if p.agent)
-            raise HerdrFailure(
-                "invalid_params",
-                f"workspace {target} has {len(candidates)} agents ({names}); target one of them",
+        named = [p for p in self.agent_panes() if p.agent is not None and p.agent.name == target]
+        if len(named) == 1:
+            return named[0]
+        if len(named) > 1:
+            candidates = "; ".join(
+                f"terminal_id={p.terminal_id} pane_id={p.pane_id} workspace_id={p.workspace_id} "
+                f"tab_id={p.tab_id} cwd={p.cwd} status={p.status.capitalize()}"
+                for p in named
             )
-        raise HerdrFailure("agent_not_found", f"no agent matches {target!r} (use an agent name or pane id)")
+            raise HerdrFailure(
+                "agent_target_ambiguous", f"agent target {target} is ambiguous; candidates: {candidates}"
+            )
+        raise HerdrFailure("agent_not_found", f"agent target {target} not found")
 
     # -- Herdr shapes -------------------------------------------------------------------
 
-    def focused_tab_id(self) -> str | None:
-        if self.focused_workspace_id is None:
+    def focused_tab(self) -> Tab | None:
+        if self.active_workspace_id is None:
             return None
-        return self.workspaces[self.focused_workspace_id].active_tab_id
+        workspace = self.workspaces[self.active_workspace_id]
+        return workspace.tabs[workspace.active_tab] if workspace.tabs else None
 
     def focused_pane_id(self) -> str | None:
-        tab_id = self.focused_tab_id()
-        return self.tabs[tab_id].focused_pane_id if tab_id else None
+        tab = self.focused_tab()
+        return tab.focused_pane_id if tab else None
 
     def workspace_info(self, workspace: Workspace) -> dict[str, Any]:
-        number = (
-            list(self.workspaces).index(workspace.workspace_id) + 1
-            if workspace.workspace_id in self.workspaces
-            else 0
-        )
-        return {
+        order = list(self.workspaces)
+        info: dict[str, Any] = {
             "workspace_id": workspace.workspace_id,
-            "number": number,
-            "label": workspace.label,
-            "focused": workspace.workspace_id == self.focused_workspace_id,
-            "pane_count": sum(len(self.tabs[t].pane_ids) for t in workspace.tab_ids if t in self.tabs),
-            "tab_count": len(workspace.tab_ids),
-            "active_tab_id": workspace.active_tab_id or "",
-            "agent_status": workspace.status,
+            "number": order.index(workspace.workspace_id) + 1 if workspace.workspace_id in order else 0,
+            "label": workspace.label or workspace.cwd.name or str(workspace.cwd),
+            "focused": workspace.workspace_id == self.active_workspace_id,
+            "pane_count": workspace.pane_numbers,
+            "tab_count": len(workspace.tabs),
+            "active_tab_id": workspace.tabs[workspace.active_tab].tab_id
+            if workspace.tabs
+            else tab_id_for(workspace.workspace_id, workspace.active_tab + 1),
+            "agent_status": rollup(self.panes[p].status for p in self._workspace_pane_ids(workspace)),
         }
+        if workspace.tokens:
+            info["tokens"] = dict(workspace.tokens)
+        if workspace.worktree is not None:
+            space = workspace.worktree
+            info["worktree"] = {
+                "repo_key": str(space.repo_root),
+                "repo_name": space.repo_root.name,
+                "repo_root": str(space.repo_root),
+                "checkout_path": str(space.checkout_path),
+                "is_linked_worktree": space.is_linked_worktree,
+            }
+        return info
 
     def tab_info(self, tab: Tab) -> dict[str, Any]:
-        workspace = self.workspaces[tab.workspace_id]
+        focused = self.focused_tab()
         return {
             "tab_id": tab.tab_id,
             "workspace_id": tab.workspace_id,
-            "number": workspace.tab_ids.index(tab.tab_id) + 1,
-            "label": tab.label,
-            "focused": tab.tab_id == self.focused_tab_id(),
-            "pane_count": len(tab.pane_ids),
-            "agent_status": self._rollup(self.panes[p] for p in tab.pane_ids),
+            "number": tab.number,
+            "label": tab.label or str(tab.number),
+            "focused": focused is not None and focused.tab_id == tab.tab_id,
+            "pane_count": len(layout.pane_ids(tab.root)),
+            "agent_status": rollup(self.panes[p].status for p in layout.pane_ids(tab.root)),
         }
 
     def pane_info(self, pane: Pane) -> dict[str, Any]:
-        cwd = str(pane.cwd)
-        return {
+        info: dict[str, Any] = {
             "pane_id": pane.pane_id,
             "terminal_id": pane.terminal_id,
             "workspace_id": pane.workspace_id,
             "tab_id": pane.tab_id,
             "focused": pane.pane_id == self.focused_pane_id(),
-            "agent_status": pane.status,
-            "revision": pane.revision,
-            "cwd": cwd,
-            "foreground_cwd": cwd,
-            "label": pane.label,
-            "agent": pane.agent.kind if pane.agent else None,
-            "title": None,
+            "cwd": str(pane.cwd),
+            "foreground_cwd": str(pane.cwd),
         }
+        if pane.label is not None:
+            info["label"] = pane.label
+        if pane.agent is not None:
+            info["agent"] = pane.agent.kind
+        if pane.title is not None:
+            info["title"] = pane.title
+        info["agent_status"] = pane.status
+        if pane.tokens:
+            info["tokens"] = dict(pane.tokens)
+        info["revision"] = pane.revision
+        return info
 
     def agent_info(self, pane: Pane) -> dict[str, Any]:
+        """Herdr: src/app/agents.rs agent_info; `name` only when the agent is named, false
+        booleans omitted (src/api/schema/agents.rs AgentInfo)."""
         agent = pane.agent
         if agent is None:
-            raise HerdrFailure("agent_not_found", f"pane {pane.pane_id} has no agent")
-        return {
-            **self.pane_info(pane),
-            "name": agent.name,
-            "kind": agent.kind,
-            "state_change_seq": agent.state_change_seq,
-            "interactive_ready": True,
-            "launch_pending": False,
-        }
+            raise HerdrFailure("agent_not_found", f"agent target {pane.pane_id} not found")
+        pane_info = self.pane_info(pane)
+        info: dict[str, Any] = {"terminal_id": pane.terminal_id}
+        if agent.name is not None:
+            info["name"] = agent.name
+        info["agent"] = agent.kind
+        if pane.title is not None:
+            info["title"] = pane.title
+        info.update(
+            agent_status=pane.status,
+            workspace_id=pane.workspace_id,
+            tab_id=pane.tab_id,
+            pane_id=pane.pane_id,
+            focused=pane_info["focused"],
+        )
+        if agent.launch_pending:
+            info["launch_pending"] = True
+        if agent.interactive_ready:
+            info["interactive_ready"] = True
+        info.update(
+            state_change_seq=agent.state_change_seq,
+            cwd=pane_info["cwd"],
+            foreground_cwd=pane_info["foreground_cwd"],
+            revision=pane.revision,
+        )
+        return info
+
+    def layout_snapshot(self, tab: Tab) -> dict[str, Any]:
+        return layout.snapshot(tab.root, tab.workspace_id, tab.tab_id, tab.focused_pane_id, tab.zoomed)
 
     def snapshot(self) -> dict[str, Any]:
-        return {
-            "version": self.version,
-            "protocol": self.protocol,
-            "focused_workspace_id": self.focused_workspace_id,
-            "focused_tab_id": self.focused_tab_id(),
-            "focused_pane_id": self.focused_pane_id(),
-            "workspaces": [self.workspace_info(w) for w in self.workspaces.values()],
-            "tabs": [self.tab_info(t) for t in self.tabs.values()],
-            "panes": [self.pane_info(p) for p in self.panes.values()],
-            "layouts": [],
-            "agents": [self.agent_info(p) for p in self.agent_panes()],
-        }
+        """Herdr: src/app/api/session.rs (SessionSnapshot); unset focus ids are omitted."""
+        shot: dict[str, Any] = {"version": self.version, "protocol": self.protocol}
+        tab = self.focused_tab()
+        if self.active_workspace_id is not None:
+            shot["focused_workspace_id"] = self.active_workspace_id
+        if tab is not None:
+            shot["focused_tab_id"] = tab.tab_id
+            shot["focused_pane_id"] = tab.focused_pane_id
+        shot.update(
+            workspaces=[self.workspace_info(w) for w in self.workspaces.values()],
+            tabs=[self.tab_info(t) for t in self.tabs()],
+            panes=[self.pane_info(p) for p in self.ordered_panes()],
+            layouts=[self.layout_snapshot(t) for t in self.tabs()],
+            agents=[self.agent_info(p) for p in self.agent_panes()],
+        )
+        return shot
 
-    def read(
-        self, pane: Pane, source: str, lines: int | None, keep_ansi: bool, format_: str
-    ) -> dict[str, Any]:
-        """A `PaneReadResult`: the last `lines` rows of the chosen view of the pane's output."""
+    def read(self, pane: Pane, params: dict[str, Any]) -> dict[str, Any]:
+        """A PaneReadResult (Herdr: src/app/api_helpers.rs read_terminal_snapshot). Herdr's
+        pane.read and agent.read report revision 0 (src/app/api/panes.rs handle_pane_read)."""
+        source = params["source"]
+        format_ = params.get("format") or "text"
+        lines = params.get("lines")
+        limit = None if lines is None else min(int(lines), MAX_READ_LINES)
         logical = pane.scrollback.logical_lines()
-        if not keep_ansi:
-            logical = [_ANSI_ESCAPE.sub("", line) for line in logical]
-        rows = logical if source == "recent_unwrapped" else [r for line in logical for r in _wrap(line)]
-        default = SCREEN_ROWS if source in ("visible", "detection") else DEFAULT_RECENT_LINES
-        wanted = default if lines is None else lines
+        if params.get("strip_ansi", True) is not False and format_ == "text":
+            logical = [ANSI_ESCAPE.sub("", line) for line in logical]
+        rows = logical if source == "recent_unwrapped" else [row for line in logical for row in wrap(line)]
         if source in ("visible", "detection"):
-            wanted = min(wanted, SCREEN_ROWS)
+            rows = rows[-SCREEN_ROWS:]
+            wanted = len(rows) if limit is None else limit
+        else:
+            wanted = DEFAULT_RECENT_LINES if limit is None else limit
         shown = rows[len(rows) - wanted :] if wanted else []
-        text = "\n".join(shown)
         return {
             "pane_id": pane.pane_id,
             "workspace_id": pane.workspace_id,
             "tab_id": pane.tab_id,
             "source": source,
             "format": format_,
-            "text": text,
-            "revision": pane.revision,
+            "text": "\n".join(shown),
+            "revision": 0,
             "truncated": len(shown) < len(rows),
         }
 
-    # -- internals ----------------------------------------------------------------------
-
-    def _check_agent_name(self, name: str) -> None:
-        if any(p.agent is not None and p.agent.name == name for p in self.panes.values()):
-            raise SimConfigError(f"an agent named {name!r} already exists; agent names are unique")
-
-    def _workspace_panes(self, workspace: Workspace) -> Iterator[Pane]:
-        return (self.panes[p] for t in workspace.tab_ids for p in self.tabs[t].pane_ids)
-
-    @staticmethod
-    def _rollup(panes: Iterator[Pane]) -> str:
-        return max((pane.status for pane in panes), key=_ROLLUP_RANK.__getitem__, default="unknown")
-
-    def _close_tab(self, workspace: Workspace, tab: Tab) -> None:
-        del self.tabs[tab.tab_id]
-        workspace.tab_ids.remove(tab.tab_id)
-        if workspace.active_tab_id == tab.tab_id:
-            workspace.active_tab_id = workspace.tab_ids[0] if workspace.tab_ids else None
-        self._emit(
-            "tab_closed", {"type": "tab_closed", "tab_id": tab.tab_id, "workspace_id": workspace.workspace_id}
-        )
-
-    def _close_workspace(self, workspace: Workspace) -> None:
-        final = self.workspace_info(workspace)
-        del self.workspaces[workspace.workspace_id]
-        if self.focused_workspace_id == workspace.workspace_id:
-            self.focused_workspace_id = next(iter(self.workspaces), None)
-        self._emit(
-            "workspace_closed",
-            {"type": "workspace_closed", "workspace_id": workspace.workspace_id, "workspace": final},
-        )
+    def _workspace_pane_ids(self, workspace: Workspace) -> list[str]:
+        return [p for tab in workspace.tabs for p in layout.pane_ids(tab.root)]
 
 
-def _wrap(line: str) -> list[str]:
+def rollup(statuses: Iterator[str]) -> str:
+    """Herdr's attention order: blocked > done > working > idle > unknown."""
+    return max(statuses, key=_ROLLUP_RANK.__getitem__, default="unknown")
+
+
+def wrap(line: str) -> list[str]:
     if len(line) <= SCREEN_COLUMNS:
         return [line]
     return [line[i : i + SCREEN_COLUMNS] for i in range(0, len(line), SCREEN_COLUMNS)]
 
 
-def _real_directory(path: Path) -> Path:
+def real_directory(path: Path) -> Path:
     directory = Path(path).expanduser().resolve()
     if not directory.is_dir():
         raise SimConfigError(f"{path} is not an existing directory; simulated panes live in real directories")
