@@ -22,4 +22,4 @@ def registry() -> dict[str, Handler]:
     return table
 
 
-__all__ = ["Handler", "agents", "registry"]
+__all__ = ["Handler", "agents", "layouts", "panes", "registry", "session", "workspaces", "worktrees"]
