@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Coroutine, Iterator
@@ -40,9 +41,10 @@ T = TypeVar("T")
 
 TEST_TIMEOUT_S = 20.0
 
-FAST_TIME_SCALE = 0.1
+FAST_TIME_SCALE = float(os.environ.get("HERDR_SIM_TEST_TIME_SCALE", "0.1"))
 """Herdr's own delays at a tenth (Enter 30 ms after agent.prompt, a 500 ms prompt-effect window,
-10 ms polls), for tests that do not measure Herdr's timing; `time_scale=1.0` gives real timing."""
+10 ms polls), for tests that do not measure Herdr's timing; `time_scale=1.0` gives real timing.
+HERDR_SIM_TEST_TIME_SCALE=1 runs these tests at real timing (to measure what the scale saves)."""
 
 
 @contextlib.contextmanager

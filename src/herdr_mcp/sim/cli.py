@@ -39,6 +39,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="a directory to open as a workspace with a shell pane and a fake agent pane (repeatable)",
     )
     parser.add_argument(
+        "--protocol",
+        type=int,
+        choices=(20, 22),
+        help="Herdr protocol to speak (default: the config's, else 22)",
+    )
+    parser.add_argument(
+        "--time-scale",
+        type=float,
+        help="multiply Herdr's own delays (Enter after agent.prompt, prompt window, polls); default 1",
+    )
+    parser.add_argument(
         "--fault",
         action="append",
         default=[],
@@ -59,6 +70,13 @@ def run(argv: list[str]) -> int:
     stop = stop_signals()
     args = build_parser().parse_args(argv)
     config = _config(args.config, args.root)
+    if args.protocol is not None or args.time_scale is not None:
+        config = SimConfig(
+            config.workspaces,
+            "" if args.protocol is not None else config.version,
+            args.protocol if args.protocol is not None else config.protocol,
+            args.time_scale if args.time_scale is not None else config.time_scale,
+        )
     faults = [_fault(spec) for spec in args.fault]
     simulator = Simulator(config, args.socket)
     for method, code in faults:
