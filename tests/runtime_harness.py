@@ -204,12 +204,17 @@ async def in_process_runtime(
     *,
     read_only: bool = False,
     write_roots: tuple[Path, ...] | None = None,
+    allow_herdr_classes: frozenset[str] = frozenset(),
 ) -> AsyncIterator[InProcessRuntime]:
     """The runtime `herdr-mcp serve --no-sim` would serve, composed by `build_app` and served in
     this event loop: its lifespan runs (session manager, event feed, task reconciler) for as long
     as the block; on the way out the lifespan shutdown, then the audit log and state close."""
     config = RuntimeConfig(
-        config_dir=config_dir, herdr_socket=herdr_socket, read_only=read_only, write_roots=write_roots
+        config_dir=config_dir,
+        herdr_socket=herdr_socket,
+        read_only=read_only,
+        write_roots=write_roots,
+        allow_herdr_classes=allow_herdr_classes,
     )
     services = Services.create(config)
     dispatcher = ToolDispatcher(services)

@@ -218,6 +218,14 @@ def _runtime_options(parser: argparse.ArgumentParser) -> None:
         help="allow writes only under this directory (repeatable)",
     )
     parser.add_argument(
+        "--allow-herdr-class",
+        choices=["server_control", "install", "unclassified"],
+        action="append",
+        default=None,
+        help="let herdr_call run Herdr methods of this class, refused by default (repeatable; "
+        "docs/runtime.md)",
+    )
+    parser.add_argument(
         "--log-level",
         default="warning",
         choices=["debug", "info", "warning", "error"],

@@ -114,6 +114,7 @@ async def _serve(args: argparse.Namespace, stop: StopSignals) -> int:
             port=args.port,
             read_only=args.read_only,
             write_roots=tuple(path.resolve() for path in args.write_root) if args.write_root else None,
+            allow_herdr_classes=frozenset(args.allow_herdr_class or ()),
         )
         services = Services.create(config)
         app = build_app(services, token)

@@ -51,6 +51,7 @@ async def _stdio(args: argparse.Namespace, stop: StopSignals) -> int:
             herdr_socket=herdr_socket,
             read_only=args.read_only,
             write_roots=tuple(path.resolve() for path in args.write_root) if args.write_root else None,
+            allow_herdr_classes=frozenset(args.allow_herdr_class or ()),
         )
         services = Services.create(config)
         dispatcher = ToolDispatcher(services)

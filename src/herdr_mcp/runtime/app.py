@@ -26,6 +26,7 @@ from herdr_mcp.runtime.auth import BearerGate
 from herdr_mcp.runtime.browser import browser_routes
 from herdr_mcp.runtime.grep.children import stop_searches
 from herdr_mcp.runtime.grep.search import engine_in_use
+from herdr_mcp.runtime.native import protocol_support
 from herdr_mcp.runtime.push.routes import push_routes
 from herdr_mcp.runtime.server import ToolDispatcher, build_mcp_server
 from herdr_mcp.runtime.services import Services
@@ -74,6 +75,7 @@ def build_app(services: Services, token: str, dispatcher: ToolDispatcher | None 
             herdr.update(reachable=False, error=exc.code)
         else:
             herdr.update(reachable=True, version=pong.get("version"), protocol=pong.get("protocol"))
+            herdr.update(protocol_support(pong.get("version"), pong.get("protocol")))
         return JSONResponse(
             {
                 "status": "ok",

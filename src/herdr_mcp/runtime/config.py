@@ -24,6 +24,8 @@ class RuntimeConfig:
     port: int = DEFAULT_PORT
     read_only: bool = False
     write_roots: tuple[Path, ...] | None = None
+    #: Classes of Herdr methods herdr_call refuses by default but may run (runtime/native.py).
+    allow_herdr_classes: frozenset[str] = frozenset()
     home: Path = field(default_factory=Path.home)
     #: The push plane's timing and bounds (docs/browser-protocol.md; tests shorten them).
     push: PushSettings = field(default_factory=PushSettings)

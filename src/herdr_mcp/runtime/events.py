@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from herdr_mcp.herdr import HerdrClient, HerdrError, HerdrEvent, HerdrRemoteError
-from herdr_mcp.herdr.methods import AGENT_STATUS_SUBSCRIPTION, LIFECYCLE_SUBSCRIPTIONS
+from herdr_mcp.herdr.reference import SUPPORTED_PROTOCOLS, nearest
 from herdr_mcp.runtime.replay import HUB_RETAINED_EVENTS, KindAligner, fingerprint
 from herdr_mcp.state.event_log import EventLog
 from herdr_mcp.state.leases import Lease
@@ -37,6 +37,8 @@ from herdr_mcp.state.leases import Lease
 _log = logging.getLogger(__name__)
 
 _RECONNECT_DELAYS = (0.2, 0.5, 1.0, 2.0, 5.0)
+#: Herdr filters agent status events by pane (one `pane_id` per entry).
+AGENT_STATUS_SUBSCRIPTION = "pane.agent_status_changed"
 #: The `events` lease: renewed this often while held, lost when not renewed for the TTL.
 LEASE_NAME = "events"
 LEASE_RENEW_SECONDS = 2.0
@@ -82,9 +84,25 @@ def socket_identity(path: Path) -> str | None:
 
 
 def replays_lifecycle(protocol: int) -> bool:
-    """Whether a Herdr speaking `protocol` replays retained lifecycle events to a new subscriber:
-    protocol 20 does (src/api/subscriptions.rs at 0.8.2), 22 sends live events only."""
-    return protocol < 22
+    """Whether a Herdr speaking `protocol` replays retained lifecycle events to a new subscriber
+    (the reference of its protocol, or of the nearest lower one): protocol 20 does
+    (src/api/subscriptions.rs at 0.8.2), 22 sends live events only."""
+    return nearest(protocol)[0].lifecycle_replay
+
+
+def lifecycle_types(protocol: int) -> list[str]:
+    """The lifecycle subscription types of `protocol` (the filtered ones, which need a pane, left
+    out): subscribing to a type the server does not know would fail the whole request."""
+    reference = nearest(protocol)[0]
+    events = set(reference.lifecycle_events)
+    return [
+        kind
+        for kind in reference.subscription_types
+        if kind.replace(".", "_") in events and kind != AGENT_STATUS_SUBSCRIPTION
+    ]
+
+
+default_lifecycle_types = lifecycle_types
 
 
 class EventFeed:
@@ -108,7 +126,7 @@ class EventFeed:
         self._lease = lease
         self._owner = owner
         self._replays = replays
-        self._lifecycle_types = lifecycle_types or (lambda _protocol: LIFECYCLE_SUBSCRIPTIONS)
+        self._lifecycle_types = lifecycle_types or default_lifecycle_types
         self._clock = clock
         self._lease_checked = -LEASE_RENEW_SECONDS
         self._leading = lease is None
@@ -201,7 +219,7 @@ class EventFeed:
         self.herdr_version = version if isinstance(version, str) else None
         identity = socket_identity(self._herdr.socket_path)
         replay = self.herdr_protocol is not None and self._replays(self.herdr_protocol)
-        kinds = list(self._lifecycle_types(self.herdr_protocol or 0))
+        kinds = list(self._lifecycle_types(self.herdr_protocol or max(SUPPORTED_PROTOCOLS)))
         aligners = self._aligners(kinds, identity) if replay else {}
         followed: set[str] = set()
         status_tasks: set[asyncio.Task[None]] = set()

@@ -62,6 +62,11 @@ class KindAligner(Generic[T]):
     `push(fp, item)` and `flush_if_stale()` return the items that are new, in stream order; items
     found to be replays are dropped. An empty tail means nothing was recorded of this kind from
     this server, so nothing can be a replay of it: everything passes at once.
+
+    Where the stream could be read two ways (events genuinely repeated with the same content, in
+    the same order as recorded ones), the longer replay is assumed: an event is never recorded
+    twice, at the cost of a live event identical to recorded history being taken for replay.
+    The alignment ends within the first HUB_RETAINED_EVENTS events, the longest replay there is.
     """
 
     tail: list[str]
@@ -71,6 +76,7 @@ class KindAligner(Generic[T]):
     _held: list[T] = field(default_factory=list)
     _seen: int = 0
     _candidates: list[_Candidate] = field(default_factory=list)
+    _replay_through: int | None = None
     _last_arrival: float = 0.0
 
     def __post_init__(self) -> None:
@@ -84,39 +90,41 @@ class KindAligner(Generic[T]):
         self._seen += 1
         self._last_arrival = self.clock()
         self._held.append(item)
+        last = len(self.tail) - 1
         alive = []
         for candidate in self._candidates:
             index = candidate.tail_at + (position - candidate.stream_at)
-            if index < len(self.tail) and self.tail[index] == fp:
+            if self.tail[index] == fp:
                 alive.append(candidate)
         if position == 0:
-            # The replay may begin anywhere inside what was recorded (the hub holds less).
+            # The replay may begin anywhere inside what was recorded (the hub holds less)...
             alive.extend(_Candidate(at, 0) for at, known in enumerate(self.tail) if known == fp)
-        elif self.tail[0] == fp:
-            # Or the recorded events may come after older ones (the hub holds more).
+        elif self.tail[0] == fp and position <= HUB_RETAINED_EVENTS - len(self.tail):
+            # ...or what was recorded may come after older events (the hub holds more).
             alive.append(_Candidate(0, position))
-        self._candidates = alive
-        if any(c.tail_at + (position - c.stream_at) == len(self.tail) - 1 for c in alive):
-            # The stream has gone through the last event recorded: all of it so far is replay.
-            self.skipped += len(self._held)
-            self._held.clear()
-            self._finish()
-            return []
-        if len(self._held) > HUB_RETAINED_EVENTS + len(self.tail):
-            return self._release()  # more than any replay could hold: it was not one
-        return []
+        self._candidates = []
+        for candidate in alive:
+            if candidate.tail_at + (position - candidate.stream_at) == last:
+                self._replay_through = position  # through the last event recorded: replay so far
+            else:
+                self._candidates.append(candidate)
+        if self._candidates and position < HUB_RETAINED_EVENTS:
+            return []  # a longer replay is still possible
+        if self._replay_through is not None or position >= HUB_RETAINED_EVENTS:
+            return self._settle()
+        return []  # nothing matched yet: what is held may still be older history
 
     def flush_if_stale(self) -> list[T]:
-        """Release what is held once the stream paused longer than any replay does."""
+        """Decide once the stream paused longer than any replay does."""
         if self.done or not self._held or self.clock() - self._last_arrival < STALE_SECONDS:
             return []
-        return self._release()
+        return self._settle()
 
-    def _release(self) -> list[T]:
-        released, self._held = self._held, []
-        self._finish()
-        return released
-
-    def _finish(self) -> None:
+    def _settle(self) -> list[T]:
+        """Drop what was replay (through `_replay_through`) and release the rest as new."""
+        cut = 0 if self._replay_through is None else self._replay_through + 1
+        self.skipped += cut
+        released, self._held = self._held[cut:], []
         self.done = True
         self._candidates = []
+        return released

@@ -11,6 +11,7 @@ from herdr_mcp.runtime.events import LEASE_NAME as EVENTS_LEASE
 from herdr_mcp.runtime.events import EventFeed, FeedEvent
 from herdr_mcp.runtime.exec_sessions import ExecSessions
 from herdr_mcp.runtime.idempotency import Idempotency
+from herdr_mcp.runtime.native import NativeMethods
 from herdr_mcp.runtime.push import PushPlane
 from herdr_mcp.runtime.tasks import TaskTracker
 from herdr_mcp.runtime.topology import Topology
@@ -34,6 +35,7 @@ class Services:
     idempotency: Idempotency
     runtime_instance: str
     push: PushPlane
+    native: NativeMethods
 
     @classmethod
     def create(cls, config: RuntimeConfig) -> Services:
@@ -63,4 +65,5 @@ class Services:
             idempotency=Idempotency(Ledger(state, instance)),
             runtime_instance=instance,
             push=push,
+            native=NativeMethods(herdr, allowed_classes=config.allow_herdr_classes),
         )

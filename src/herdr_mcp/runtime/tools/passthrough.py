@@ -1,9 +1,11 @@
 """herdr_methods and herdr_call: Herdr's long tail and our internal methods, validated.
 
-Native methods come from the table in `herdr_mcp.herdr.methods`; internal `herdr_mcp.*`
-methods are served by the runtime itself. Params are checked against the method's JSON schema
-before anything is sent, unknown methods are refused, streaming methods are not passthrough-able,
-and mutating native methods are refused in read-only mode.
+Native methods are the connected Herdr's own (runtime/native.py: its live schema or the built-in
+reference for its protocol), each with its class; internal `herdr_mcp.*` methods are served by
+the runtime itself. Params are checked against the method's JSON schema before anything is sent
+(unknown params refused too), unknown methods are refused, and each class gets its rule
+(runtime/native.py): streaming methods bounded or refused, server control and install refused by
+default, changing methods refused in read-only mode.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from jsonschema import Draft202012Validator
 from herdr_mcp.errors import ToolError
 from herdr_mcp.herdr import HerdrError
 from herdr_mcp.herdr.client import wait_budget_ms
-from herdr_mcp.herdr.methods import NATIVE_METHODS
+from herdr_mcp.herdr.reference import MethodReference
 from herdr_mcp.runtime.herdr_errors import tool_error_from_herdr
+from herdr_mcp.runtime.native import BOUNDED_WAITS, CHANGING_CLASSES, MAX_WAIT_MS, NativeMethods, plain
 from herdr_mcp.runtime.tools import agents, skill
 from herdr_mcp.runtime.tools.continuity_methods import CONTINUITY_METHODS, MethodSpec
 
@@ -160,23 +163,37 @@ INTERNAL_METHODS: dict[str, InternalMethod] = {
 }
 
 
-def method_index(query: str | None, *, native_only: bool = False) -> list[dict[str, Any]]:
-    entries: list[dict[str, Any]] = [
-        {
-            "method": method.name,
-            "kind": "native",
-            "summary": method.summary,
-            "mutates": method.mutates,
-            "params_schema": method.params_schema,
-        }
-        for method in NATIVE_METHODS.values()
-        if not method.streaming
+def _entry(method: MethodReference, native: NativeMethods, *, read_only: bool) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "method": method.name,
+        "kind": "native",
+        "class": method.method_class,
+        "summary": method.summary,
+        "mutates": method.method_class in CHANGING_CLASSES,
+        "params_schema": plain(method.params_schema),
+    }
+    refusal = native.refusal(method, {"timeout_ms": 1}, read_only=read_only)
+    if refusal is not None:
+        entry["refused"] = {"code": refusal.code, "message": refusal.message}
+    elif method.name in BOUNDED_WAITS:
+        entry["requires"] = f"timeout_ms between 1 and {MAX_WAIT_MS}"
+    return entry
+
+
+async def method_index(svc: Services, query: str | None, *, native_only: bool = False) -> dict[str, Any]:
+    """Every method herdr_call knows (`query` filters by name or summary), and the connected
+    Herdr's surface: its version and protocol, where the schemas come from, any warnings."""
+    surface = await svc.native.surface()
+    entries = [
+        _entry(method, svc.native, read_only=svc.policy.read_only)
+        for method in surface.reference.methods.values()
     ]
     if not native_only:
         entries.extend(
             {
                 "method": method.name,
                 "kind": "internal",
+                "class": "mutating" if method.mutates else "read",
                 "summary": method.summary,
                 "mutates": method.mutates,
                 "params_schema": method.params_schema,
@@ -188,12 +205,12 @@ def method_index(query: str | None, *, native_only: bool = False) -> list[dict[s
         entries = [
             e for e in entries if needle in e["method"].casefold() or needle in e["summary"].casefold()
         ]
-    return sorted(entries, key=lambda e: str(e["method"]))
+    entries.sort(key=lambda e: str(e["method"]))
+    return {"methods": entries, "count": len(entries), "herdr": surface.describe()}
 
 
 async def methods(svc: Services, args: dict[str, Any]) -> dict[str, Any]:
-    entries = method_index(args.get("query"))
-    return {"methods": entries, "count": len(entries)}
+    return await method_index(svc, args.get("query"))
 
 
 def _validate(method: str, schema: Mapping[str, Any], params: dict[str, Any]) -> None:
@@ -205,6 +222,20 @@ def _validate(method: str, schema: Mapping[str, Any], params: dict[str, Any]) ->
         )
 
 
+def _unknown_params(method: str, schema: Mapping[str, Any], params: dict[str, Any]) -> None:
+    """Herdr ignores params it does not know; herdr_call refuses them, so a typo fails loudly."""
+    known = schema.get("properties")
+    if not isinstance(known, Mapping):
+        return
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise ToolError(
+            "invalid_params",
+            f"{method} has no param {', '.join(unknown)} (it takes {', '.join(sorted(known)) or 'none'}); "
+            "see herdr_methods for the schema",
+        )
+
+
 async def call(svc: Services, args: dict[str, Any]) -> dict[str, Any]:
     name: str = args["method"]
     params: dict[str, Any] = dict(args.get("params") or {})
@@ -212,15 +243,20 @@ async def call(svc: Services, args: dict[str, Any]) -> dict[str, Any]:
     if internal is not None:
         _validate(name, internal.params_schema, params)
         return {"method": name, "result": await internal.run(svc, params)}
-    native = NATIVE_METHODS.get(name)
-    if native is None or native.streaming:
+    surface = await svc.native.surface()
+    native = surface.reference.methods.get(name)
+    if native is None:
         raise ToolError(
             "unknown_method",
-            f"{name!r} is not a method herdr_call can run; herdr_methods lists the ones it can",
+            f"{name!r} is not a method of the connected Herdr (protocol {surface.reference.protocol}) "
+            "nor an herdr_mcp.* method; herdr_methods lists the ones herdr_call can run",
         )
+    _unknown_params(name, native.params_schema, params)
     _validate(name, native.params_schema, params)
-    if native.mutates and svc.policy.read_only:
-        raise ToolError("read_only_mode", f"{name} changes Herdr state and the runtime is read-only")
+    refusal = svc.native.refusal(native, params, read_only=svc.policy.read_only)
+    if refusal is not None:
+        raise refusal
+    changes = native.method_class in CHANGING_CLASSES
     # Every wait inside the params (a top-level timeout_ms, agent.prompt's wait.timeout_ms) gets
     # its whole time plus the socket's slack, so Herdr answers before the call gives up.
     timeout = CALL_TIMEOUT_SECONDS
@@ -230,5 +266,5 @@ async def call(svc: Services, args: dict[str, Any]) -> dict[str, Any]:
     try:
         result = await svc.herdr.call(name, params, timeout=timeout)
     except HerdrError as exc:
-        raise tool_error_from_herdr(exc, mutating=native.mutates) from exc
-    return {"method": name, "result": result}
+        raise tool_error_from_herdr(exc, mutating=changes) from exc
+    return {"method": name, "class": native.method_class, "result": result}

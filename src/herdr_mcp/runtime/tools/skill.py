@@ -75,7 +75,7 @@ async def skill(svc: Services, args: dict[str, Any]) -> dict[str, Any]:
     if args.get("include_native_reference"):
         from herdr_mcp.runtime.tools.passthrough import method_index
 
-        answer["native_methods"] = method_index(None, native_only=True)
+        answer["native_methods"] = (await method_index(svc, None, native_only=True))["methods"]
     return answer
 
 
