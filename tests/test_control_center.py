@@ -176,7 +176,8 @@ def test_send_input_goes_to_a_terminal_pane_and_never_into_an_agent(tmp_short: P
                 client, "pane.send_input", {**typed, "text": "echo next", "idempotency_key": "input-0009"}
             )
             assert status == 200
-            assert "echo cc-typed\necho next" in await herdr_text(sim, shell)
+            # The pane runs a real shell: each command's output follows its line.
+            assert "echo cc-typed\ncc-typed\necho next" in await herdr_text(sim, shell)
             assert (await herdr_text(sim, shell)).count("echo cc-typed") == 1
 
             status, answer = await call(
@@ -202,6 +203,6 @@ def test_send_input_goes_to_a_terminal_pane_and_never_into_an_agent(tmp_short: P
             ):
                 status, answer = await call(client, "pane.send_input", bad)
                 assert (status, answer["error"]["code"]) == (400, "invalid_argument"), bad
-            assert (await herdr_text(sim, shell)).count("cc-typed") == 1
+            assert (await herdr_text(sim, shell)).count("echo cc-typed") == 1
 
     run(body(), BODY_TIMEOUT_S)

@@ -424,7 +424,7 @@ def test_prompt_while_working_is_queued(tmp_short: Path) -> None:
                 ]
                 if text.count("working on it") == 2:
                     break
-                await asyncio.sleep(0.03)
+                await asyncio.sleep(0.03)  # the subject: polling the read until the queued turn ran
             assert text.index("first task") < text.index("second task")
             assert text.count("working on it") == 2
 

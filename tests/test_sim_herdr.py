@@ -130,7 +130,7 @@ def test_prompt_presses_enter_300_ms_later_and_answers_the_agent_as_it_was(tmp_s
             started = time.monotonic()
             prompted = await client.call("agent.prompt", {"target": "coder", "text": "refactor"})
             assert prompted["agent"]["agent_status"] == "idle"  # the pre-prompt AgentInfo
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(0.2)  # the subject: still idle inside the 300 ms Enter delay
             assert (await client.call("agent.get", {"target": "coder"}))["agent"]["agent_status"] == "idle"
             waited = await client.call(
                 "agent.wait", {"target": "coder", "until": ["working", "done"], "timeout_ms": 3000}
