@@ -153,13 +153,19 @@ def test_every_tool_works(world: tuple[RunningRuntime, SimulatorThread, Path]) -
             )
             assert prompt["task_id"] == prompt["dispatch_id"] and prompt["turn_id"]
             assert prompt["wait"]["reached"] is True and prompt["wait"]["status"] == "done"
-            after = await ok("herdr_since", {"cursor": since["next_cursor"]})
-            statuses = [
-                e["data"].get("agent_status")
-                for e in after["events"]
-                if e["event"] == "pane.agent_status_changed"
-            ]
-            assert "working" in statuses and statuses[-1] == "done"
+
+            # The wait may see the settle through its own probe before the status event reaches
+            # the feed (Herdr polls its subscriptions every 100 ms): the event follows.
+            async def statuses() -> list[Any] | None:
+                after = await ok("herdr_since", {"cursor": since["next_cursor"]})
+                found = [
+                    e["data"].get("agent_status")
+                    for e in after["events"]
+                    if e["event"] == "pane.agent_status_changed"
+                ]
+                return found if found and found[-1] == "done" else None
+
+            assert "working" in await poll_until(statuses, "the settle in herdr_since")
         return seen
 
     seen = run(body())

@@ -159,7 +159,7 @@ def test_reconnects_never_record_an_event_twice(tmp_short: Path, protocol: int) 
                         "the panes made",
                     )
                     # Herdr replays one event per kind per 100 ms: let a whole replay go by.
-                    await asyncio.sleep(1.5)
+                    await asyncio.sleep(1.5)  # the subject: a window in which a re-recorded replay would show
                 counts = _lifecycle_counts(log)
                 expected = expected or counts
                 assert counts == expected, (counts, expected)
@@ -198,7 +198,7 @@ def test_two_runtimes_sharing_a_log_record_each_event_once(tmp_short: Path) -> N
                 )
                 log = EventLog(state_a)
                 await wait_until_async(lambda: _lifecycle_counts(log)["pane_created"] >= 3 or None, "the log")
-                await asyncio.sleep(0.3)
+                await asyncio.sleep(0.3)  # the subject: a window in which a second record would show
                 assert _lifecycle_counts(log)["pane_created"] == 3
         finally:
             state_a.close()
@@ -217,7 +217,7 @@ def test_a_gone_pane_costs_the_other_panes_their_status_events_nothing(tmp_short
         feed = EventFeed(HerdrClient(simulator.socket_path), log)
         try:
             follower = asyncio.create_task(feed._follow_status(["w1:p9", "w1:p2"]))
-            await asyncio.sleep(0.3)
+            await asyncio.sleep(0.3)  # the refusal and the retry's subscribe: a change before is no event
             simulator.set_agent_status("coder", "working")
             await wait_until_async(
                 lambda: (

@@ -16,7 +16,6 @@ import pytest
 
 from herdr_mcp.herdr import (
     MAX_LINE_BYTES,
-    NATIVE_METHODS,
     HerdrClient,
     HerdrError,
     HerdrEvent,
@@ -27,6 +26,8 @@ from herdr_mcp.herdr import (
     HerdrUnavailable,
     default_socket_path,
 )
+from herdr_mcp.herdr.reference import SUPPORTED_PROTOCOLS, load
+from herdr_mcp.runtime.native import RUNTIME_METHODS
 from herdr_mcp.sim import AgentScript, ScriptStep
 from tests.sim_helpers import fast_script, run, running_sim, short_tmp_dir, two_project_config
 from tests.waiting import wait_until_async
@@ -443,32 +444,13 @@ def test_error_codes_are_stable_and_messages_actionable() -> None:
     assert str(remote) == "agent_blocked: agent is blocked"
 
 
-def test_native_method_table_shape() -> None:
-    required = {
-        "ping",
-        "session.snapshot",
-        "workspace.list",
-        "workspace.get",
-        "tab.list",
-        "tab.get",
-        "pane.list",
-        "pane.get",
-        "pane.read",
-        "pane.send_input",
-        "agent.list",
-        "agent.get",
-        "agent.read",
-        "agent.prompt",
-        "agent.wait",
-    }
-    assert required <= set(NATIVE_METHODS)
-    for name, method in NATIVE_METHODS.items():
-        assert method.name == name
-        assert method.summary
-        assert method.params_schema["type"] == "object"
-        assert method.params_schema["additionalProperties"] is False
-    assert [n for n, m in NATIVE_METHODS.items() if m.streaming] == ["events.subscribe"]
-    assert {n for n, m in NATIVE_METHODS.items() if m.mutates} == {"pane.send_input", "agent.prompt"}
+@pytest.mark.parametrize("protocol", SUPPORTED_PROTOCOLS)
+def test_every_method_the_runtime_sends_is_in_real_herdrs_schema(protocol: int) -> None:
+    reference = load(protocol)
+    assert set(reference.methods) >= RUNTIME_METHODS
+    assert reference.methods["agent.prompt"].method_class == "mutating"
+    assert reference.methods["pane.send_input"].method_class == "mutating"
+    assert reference.methods["events.subscribe"].method_class == "streaming"
 
 
 def test_fast_script_helper_is_valid() -> None:

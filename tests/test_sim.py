@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from herdr_mcp.herdr import NATIVE_METHODS, HerdrClient, HerdrEvent, HerdrRemoteError, HerdrTimeout
+from herdr_mcp.herdr import HerdrClient, HerdrEvent, HerdrRemoteError, HerdrTimeout
+from herdr_mcp.runtime.native import RUNTIME_METHODS
 from herdr_mcp.sim import (
     AgentConfig,
     AgentScript,
@@ -41,8 +42,10 @@ WORKSPACE_INFO_KEYS = {
 }  # fmt: skip
 PANE_INFO_KEYS = {
     "pane_id", "terminal_id", "workspace_id", "tab_id", "focused", "agent_status", "revision", "cwd",
-    "foreground_cwd", "label", "agent", "title",
+    "foreground_cwd", "label", "agent", "title", "scroll",
 }  # fmt: skip
+# `scroll`: Herdr fills PaneInfo.scroll from the pane's terminal runtime whenever it has one
+# (src/app/creation.rs pane_info; src/api/schema/panes.rs, in the protocol-20 schema too).
 
 
 @pytest.fixture
@@ -161,10 +164,9 @@ def test_line_over_one_mebibyte_closes_the_connection_unanswered(tmp_short: Path
     run(body())
 
 
-def test_methods_table_and_simulator_agree(tmp_short: Path) -> None:
+def test_the_simulator_answers_every_method_the_runtime_sends(tmp_short: Path) -> None:
     simulator = Simulator(two_project_config(tmp_short), tmp_short / "unused.sock")
-    # Every method the runtime's table names is one Herdr's protocol-20 wire has.
-    assert set(NATIVE_METHODS) <= simulator.supported_methods()
+    assert simulator.supported_methods() >= RUNTIME_METHODS
 
 
 def test_session_snapshot_shapes(tmp_short: Path) -> None:

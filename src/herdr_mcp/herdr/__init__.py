@@ -1,4 +1,5 @@
-"""Herdr socket client: the protocol, its errors, and the table of native methods we know."""
+"""Herdr socket client: the protocol and its errors. What real Herdr's methods are, per protocol,
+is `herdr_mcp.herdr.reference` (from Herdr's published schemas)."""
 
 from herdr_mcp.herdr.client import (
     DEFAULT_LONG_CALL_TIMEOUT_S,
@@ -16,13 +17,11 @@ from herdr_mcp.herdr.errors import (
     HerdrTimeout,
     HerdrUnavailable,
 )
-from herdr_mcp.herdr.methods import NATIVE_METHODS, NativeMethod
 
 __all__ = [
     "DEFAULT_LONG_CALL_TIMEOUT_S",
     "DEFAULT_TIMEOUT_S",
     "MAX_LINE_BYTES",
-    "NATIVE_METHODS",
     "HerdrClient",
     "HerdrError",
     "HerdrEvent",
@@ -31,6 +30,5 @@ __all__ = [
     "HerdrRequestTooLarge",
     "HerdrTimeout",
     "HerdrUnavailable",
-    "NativeMethod",
     "default_socket_path",
 ]

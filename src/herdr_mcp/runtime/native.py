@@ -47,6 +47,24 @@ from herdr_mcp.herdr.reference import (
 
 log = logging.getLogger(__name__)
 
+#: Every Herdr method the runtime sends on its own (not through herdr_call); each is in the
+#: reference of every supported protocol (tests/test_herdr_client.py).
+RUNTIME_METHODS = frozenset(
+    {
+        "ping",
+        "session.snapshot",
+        "workspace.list",
+        "tab.list",
+        "pane.list",
+        "pane.get",
+        "pane.read",
+        "pane.send_input",
+        "agent.list",
+        "agent.get",
+        "agent.prompt",
+        "events.subscribe",
+    }
+)
 #: The classes herdr_call refuses unless a setting allows them.
 GUARDED_CLASSES = ("server_control", "install", "unclassified")
 #: Streaming methods herdr_call runs when bounded, and the longest bound it accepts.

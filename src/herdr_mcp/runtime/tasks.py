@@ -35,7 +35,7 @@ RECONCILE_INTERVAL_SECONDS = 5.0
 #: src/api/wait.rs).
 PROMPT_EFFECT_WINDOW_SECONDS = 5.0
 #: How often a herdr_prompt wait reads the agent itself, beside the events it is woken by.
-WAIT_PROBE_INTERVAL_SECONDS = 0.25
+WAIT_PROBE_INTERVAL_SECONDS = 0.1
 #: Workspace ids as Herdr spells them (w1, wA, w10): a target of that form is resolved here.
 _WORKSPACE_ID = re.compile(r"w[0-9A-Za-z]+")
 _GONE = ("agent_not_found", "pane_not_found")
