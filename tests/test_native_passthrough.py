@@ -28,7 +28,16 @@ import pytest
 from herdr_mcp.herdr.reference import load
 from herdr_mcp.layout import Layout
 from herdr_mcp.runtime.audit import read_records
-from herdr_mcp.sim import AgentConfig, PaneConfig, SimConfig, TabConfig, WorkspaceConfig
+from herdr_mcp.runtime.tools import passthrough
+from herdr_mcp.sim import (
+    AgentConfig,
+    AgentScript,
+    PaneConfig,
+    ScriptStep,
+    SimConfig,
+    TabConfig,
+    WorkspaceConfig,
+)
 from tests.runtime_harness import call_tool, in_process_runtime
 from tests.sim_helpers import run, running_sim, short_tmp_dir
 
@@ -301,3 +310,33 @@ def test_health_names_herdr_and_warns_for_an_unsupported_protocol(tmp_short: Pat
     assert "protocol 23" in health["herdr"]["warning"] and "protocol 22" in health["herdr"]["warning"]
     assert listed["herdr"]["reference_protocol"] == 22
     assert any("protocol 23" in w for w in listed["herdr"]["warnings"])
+
+
+def test_herdr_call_budget_follows_the_wait_inside_its_params(
+    tmp_short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`agent.prompt` with `wait.timeout_ms` beyond herdr_call's own budget (shortened here to 1 s
+    from 30 s): the call waits for Herdr's answer (before: it gave up at the budget and called
+    the delivered prompt `delivery_uncertain`)."""
+    monkeypatch.setattr(passthrough, "CALL_TIMEOUT_SECONDS", 1.0)
+    turn = AgentScript((ScriptStep(after_ms=20, state="working"), ScriptStep(after_ms=1800, state="done")))
+
+    async def body() -> dict[str, Any]:
+        (tmp_short / "repo").mkdir()
+        agent = PaneConfig(agent=AgentConfig("coder", "claude", script=turn))
+        config = SimConfig((WorkspaceConfig(cwd=tmp_short / "repo", tabs=(TabConfig(panes=(agent,)),)),))
+        async with (
+            running_sim(tmp_short, config) as (sim, _client),
+            in_process_runtime(sim.socket_path, tmp_short / "config") as runtime,
+            runtime.client() as client,
+        ):
+            return await _call(
+                client,
+                "agent.prompt",
+                {"target": "coder", "text": "go", "wait": {"until": ["done"], "timeout_ms": 8000}},
+            )
+
+    answer = run(body(), timeout=60)
+    assert "error" not in answer, answer
+    assert answer["result"]["type"] == "agent_prompted"
+    assert answer["result"]["agent"]["agent_status"] == "done"
