@@ -91,7 +91,10 @@ Behaviour worth knowing (the Herdr source each follows is named in the module th
   only; rollups: blocked > done > working > idle > unknown. `done` turns `idle` when the agent's
   tab is focused (seen). Ids: w1.., `<ws>:t<n>`, `<ws>:p<n>` over `123456789ABCDEFGHJKMNPQRSTVWXYZ0`,
   never reused; terminal ids `term_<hex>`.
-- `server.*`, `integration.*`, plugin mutations and agent views answer `not_supported`.
+- What there is nothing to simulate for (server.* but live handoff, integration.install/uninstall,
+  plugin mutations, agent views, graphics streams, client-UI gestures) answers Herdr's
+  `not_implemented`; protocol 22's viewport and copy methods and integration.list are
+  simulated (`methods/viewport.py`), pane.move too (`methods/layouts.py`).
 - Faults: `inject_fault(method, code=..., hang=False)` answers that Herdr error (or never
   answers with `hang=True`) until `clear_faults()`.
 """

@@ -56,6 +56,8 @@ class Pane:
     tokens: dict[str, str] = field(default_factory=dict)
     graphics: dict[str, dict[str, object]] = field(default_factory=dict)
     right_click: str = "herdr"
+    scroll_offset: int = 0
+    """Rows scrolled back from the bottom (pane.scroll at 22; what source=visible reads)."""
 
     @property
     def status(self) -> str:

@@ -34,7 +34,7 @@ from herdr_mcp.sim.config import (
 )
 from herdr_mcp.sim.hub import EventHub
 from herdr_mcp.sim.model import Agent, HerdrFailure, Pane, Tab, Workspace
-from herdr_mcp.sim.params import WIRE_METHODS, validator_for
+from herdr_mcp.sim.params import methods_of, validator_for
 from herdr_mcp.sim.subscriptions import ProbeFailed, activate
 from herdr_mcp.sim.waits import Disconnected, Waits
 from herdr_mcp.sim.wire import BadRequest, encode, error_answer, parse_request, send
@@ -99,6 +99,7 @@ class Simulator:
         self._socket_identity: tuple[int, int] | None = None
         self._connections: set[asyncio.Task[Any]] = set()
         self._check = validator_for(config.protocol)
+        self._methods = methods_of(config.protocol)
         self._handlers = methods.registry()
         self.timers: set[asyncio.TimerHandle] = set()
         for workspace in config.workspaces:
@@ -118,8 +119,9 @@ class Simulator:
         return self.config.protocol < 22
 
     def supported_methods(self) -> frozenset[str]:
-        """Every wire method of Herdr's protocol 20 (some answered with a refusal)."""
-        return WIRE_METHODS
+        """Every wire method of the simulator's protocol (its reference's methods; some answered
+        with a refusal). Any other method is an unknown method (invalid_request)."""
+        return self._methods
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -237,6 +239,13 @@ class Simulator:
         if runner is not None:
             runner.cancel()
         self.world.close_pane(pane)
+
+    def rekey_pane(self, pane: Pane, new_id: str) -> None:
+        """A pane moved to another workspace gets a new id; its agent runner follows it."""
+        runner = self.runners.pop(pane.pane_id, None)
+        self.world.rekey_pane(pane, new_id)
+        if runner is not None:
+            self.runners[new_id] = runner
 
     def pane_pids(self) -> dict[str, int]:
         """The pid of each pane's shell (for tests checking that processes are reaped)."""
@@ -379,7 +388,7 @@ class Simulator:
         if not line.strip():
             return
         try:
-            request_id, method, params = parse_request(line.strip(), self._check)
+            request_id, method, params = parse_request(line.strip(), self._methods, self._check)
         except BadRequest as bad:
             await send(writer, error_answer("", "invalid_request", str(bad)))
             return
@@ -403,7 +412,8 @@ class Simulator:
     ) -> dict[str, Any]:
         waits = Waits(self.world, self.clock, lambda p: methods.agents.prompt_now(self, p), connection.closed)
         try:
-            return {"id": request_id, "result": await self._handlers[method](self, waits, request_id, params)}
+            handler = self._handlers.get(method, methods.session.not_implemented)
+            return {"id": request_id, "result": await handler(self, waits, request_id, params)}
         except HerdrFailure as failure:
             return error_answer(request_id, failure.code, failure.message)
 

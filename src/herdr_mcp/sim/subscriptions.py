@@ -143,13 +143,30 @@ class OutputMatchedSubscription:
 
 
 class ScrollSubscription:
-    """The simulator's panes never scroll, so this probes and then stays quiet."""
+    """Herdr: ActiveScrollChangedSubscription: probes the pane's PaneInfo.scroll, then sends
+    `pane.scroll_changed` whenever a poll's snapshot of it differs (output growing the history
+    changes max_offset_from_bottom too; pane.scroll at 22 changes offset_from_bottom)."""
 
     def __init__(self, world: World, pane_id: str) -> None:
-        world.pane(pane_id)
+        self.world = world
+        pane = world.pane(pane_id)
+        self.pane_id = pane.pane_id
+        self.last = world.scroll_info(pane)
 
     def poll(self) -> dict[str, Any] | None:
-        return None
+        pane = self.world.panes.get(self.pane_id)
+        if pane is None:
+            return None
+        scroll = self.world.scroll_info(pane)
+        if scroll == self.last:
+            return None
+        self.last = scroll
+        if scroll is None:
+            return None
+        return {
+            "event": "pane.scroll_changed",
+            "data": {"pane_id": pane.pane_id, "workspace_id": pane.workspace_id, "scroll": scroll},
+        }
 
 
 Active = LifecycleSubscription | AgentStatusSubscription | OutputMatchedSubscription | ScrollSubscription

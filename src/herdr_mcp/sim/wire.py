@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
-from herdr_mcp.sim.params import WIRE_METHODS, Invalid
+from herdr_mcp.sim.params import Invalid
 
 
 class BadRequest(Exception):
     """A line Herdr's serde refuses: answered `{"id": "", "error": {"code": "invalid_request"}}`."""
 
 
-def parse_request(line: bytes, check: Callable[[str, Any], None]) -> tuple[str, str, dict[str, Any]]:
+def parse_request(
+    line: bytes, methods: Collection[str], check: Callable[[str, Any], None]
+) -> tuple[str, str, dict[str, Any]]:
+    """The (id, method, params) of a request line of a protocol with `methods`, checked by `check`."""
     try:
         request = json.loads(line)
     except (ValueError, RecursionError):
@@ -32,7 +35,7 @@ def parse_request(line: bytes, check: Callable[[str, Any], None]) -> tuple[str, 
         raise BadRequest("invalid request: missing field `id`")
     if not isinstance(method, str):
         raise BadRequest("invalid request: missing field `method`")
-    if method not in WIRE_METHODS:
+    if method not in methods:
         raise BadRequest(f"invalid request: unknown method {method!r}")
     if "params" not in request:
         raise BadRequest("invalid request: missing field `params`")

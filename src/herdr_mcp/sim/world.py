@@ -42,6 +42,9 @@ class World:
         """Whether panes get real shells (set by the simulator once it listens)."""
         self._next_workspace = 1
         self._state_change_seq = 0
+        self.aliases: dict[str, str] = {}
+        """Old public id -> current id of a pane moved to another workspace (Herdr:
+        src/app/state.rs public_pane_id_aliases, set by src/app/api/panes.rs handle_pane_move)."""
 
     def emit(self, event: str, data: dict[str, Any]) -> None:
         self.hub.push(event, data)
@@ -50,12 +53,16 @@ class World:
 
     def new_workspace(self, cwd: Path, label: str | None) -> Workspace:
         directory = real_directory(cwd)
-        workspace = Workspace(workspace_id_for(self._next_workspace), label, directory)
-        self._next_workspace += 1
+        workspace = Workspace(self.next_workspace_id(), label, directory)
         self.workspaces[workspace.workspace_id] = workspace
         if self.active_workspace_id is None:
             self.active_workspace_id = workspace.workspace_id
         return workspace
+
+    def next_workspace_id(self) -> str:
+        workspace_id = workspace_id_for(self._next_workspace)
+        self._next_workspace += 1
+        return workspace_id
 
     def new_tab(self, workspace: Workspace, label: str | None, pane: dict[str, Any] | None = None) -> Tab:
         """A tab with one root pane (`pane`: keyword arguments of `new_pane`)."""
@@ -84,6 +91,7 @@ class World:
         workspace.pane_numbers += 1
         pane = Pane(pane_id, new_terminal_id(), workspace.workspace_id, tab_id, directory, label)
         pane.env = dict(env or {})
+        self.aliases.pop(pane_id, None)  # Herdr: remove_alias_shadowed_by_new_pane
         if agent is not None:
             pane.agent = Agent(agent.kind, agent.script, agent.status, name=agent.name)
         self.panes[pane_id] = pane
@@ -208,10 +216,10 @@ class World:
         remaining = layout.remove_leaf(tab.root, pane.pane_id)
         self.emit("pane_closed", {"pane_id": pane.pane_id, "workspace_id": pane.workspace_id})
         if last:
-            self._drop_workspace(workspace)
+            self.drop_workspace(workspace)
             self.emit("workspace_closed", {"workspace_id": workspace.workspace_id, "workspace": snapshot})
         elif remaining is None:
-            self._drop_tab(workspace, tab)
+            self.drop_tab(workspace, tab)
         else:
             tab.root = remaining
             if tab.focused_pane_id == pane.pane_id:
@@ -230,7 +238,7 @@ class World:
             return
         for pane_id in layout.pane_ids(tab.root):
             self._drop_pane(self.panes[pane_id])
-        self._drop_tab(workspace, tab)
+        self.drop_tab(workspace, tab)
         self.emit("tab_closed", {"tab_id": tab.tab_id, "workspace_id": workspace.workspace_id})
         self.focus_changed(before)
 
@@ -240,12 +248,13 @@ class World:
         before = self.focused_pane_id()
         for pane_id in self._workspace_pane_ids(workspace):
             self._drop_pane(self.panes[pane_id])
-        self._drop_workspace(workspace)
+        self.drop_workspace(workspace)
         self.emit("workspace_closed", {"workspace_id": workspace.workspace_id, "workspace": snapshot})
         self.focus_changed(before)
 
     def _drop_pane(self, pane: Pane) -> None:
         del self.panes[pane.pane_id]
+        self.aliases = {old: new for old, new in self.aliases.items() if new != pane.pane_id}
         self.workspaces[pane.workspace_id].pane_numbers -= 1
         if pane.process is not None:
             pane.process.close()
@@ -253,19 +262,25 @@ class World:
             for listener in list(pane.agent.listeners):
                 listener(pane)
 
-    def _drop_tab(self, workspace: Workspace, tab: Tab) -> None:
+    def drop_tab(self, workspace: Workspace, tab: Tab) -> None:
         index = workspace.tabs.index(tab)
         workspace.tabs.remove(tab)
         if workspace.active_tab >= len(workspace.tabs) or (index < workspace.active_tab):
             workspace.active_tab = max(0, workspace.active_tab - 1)
 
-    def _drop_workspace(self, workspace: Workspace) -> None:
+    def drop_workspace(self, workspace: Workspace) -> None:
         order = list(self.workspaces)
         index = order.index(workspace.workspace_id)
         del self.workspaces[workspace.workspace_id]
         if self.active_workspace_id == workspace.workspace_id:
             rest = list(self.workspaces)
             self.active_workspace_id = rest[min(index, len(rest) - 1)] if rest else None
+
+    def rekey_pane(self, pane: Pane, new_id: str) -> None:
+        """Give a pane a new public id (a move to another workspace)."""
+        del self.panes[pane.pane_id]
+        pane.pane_id = new_id
+        self.panes[new_id] = pane
 
     def stop_processes(self) -> None:
         self.live = False
@@ -277,8 +292,10 @@ class World:
     # -- lookups (Herdr's not-found messages) --------------------------------------------
 
     def pane(self, pane_id: str) -> Pane:
+        """A pane by its id, or by the id it had before moving to another workspace (Herdr:
+        src/app/ids.rs parse_pane_id looks up public_pane_id_aliases first)."""
         try:
-            return self.panes[pane_id]
+            return self.panes[self.aliases.get(pane_id, pane_id)]
         except KeyError:
             raise HerdrFailure("pane_not_found", f"pane {pane_id} not found") from None
 
@@ -395,8 +412,29 @@ class World:
         info["agent_status"] = pane.status
         if pane.tokens:
             info["tokens"] = dict(pane.tokens)
+        scroll = self.scroll_info(pane)
+        if scroll is not None:
+            info["scroll"] = scroll
         info["revision"] = pane.revision
         return info
+
+    def text_rows(self, pane: Pane) -> list[str]:
+        """The pane's retained text as screen rows (wrapped at the screen width, ANSI stripped),
+        row 0 the oldest: the coordinates of PaneTextPoint.row."""
+        logical = [ANSI_ESCAPE.sub("", line) for line in pane.scrollback.logical_lines()]
+        return [row for line in logical for row in wrap(line)]
+
+    def scroll_info(self, pane: Pane) -> dict[str, int] | None:
+        """Herdr: src/app/creation.rs pane_info (PaneInfo.scroll from the terminal runtime's
+        scroll_metrics; none without a running terminal)."""
+        if pane.process is None:
+            return None
+        most = max(0, len(self.text_rows(pane)) - SCREEN_ROWS)
+        return {
+            "offset_from_bottom": min(pane.scroll_offset, most),
+            "max_offset_from_bottom": most,
+            "viewport_rows": SCREEN_ROWS,
+        }
 
     def agent_info(self, pane: Pane) -> dict[str, Any]:
         """Herdr: src/app/agents.rs agent_info; `name` only when the agent is named, false
@@ -462,12 +500,15 @@ class World:
         if params.get("strip_ansi", True) is not False and format_ == "text":
             logical = [ANSI_ESCAPE.sub("", line) for line in logical]
         rows = logical if source == "recent_unwrapped" else [row for line in logical for row in wrap(line)]
+        if source == "visible" and pane.scroll_offset:
+            offset = min(pane.scroll_offset, max(0, len(rows) - SCREEN_ROWS))
+            rows = rows[max(0, len(rows) - SCREEN_ROWS - offset) : len(rows) - offset]
         if source in ("visible", "detection"):
             rows = rows[-SCREEN_ROWS:]
             wanted = len(rows) if limit is None else limit
         else:
             wanted = DEFAULT_RECENT_LINES if limit is None else limit
-        shown = rows[len(rows) - wanted :] if wanted else []
+        shown = rows[max(0, len(rows) - wanted) :] if wanted else []
         return {
             "pane_id": pane.pane_id,
             "workspace_id": pane.workspace_id,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from herdr_mcp.sim.methods import agents, layouts, panes, session, workspaces, worktrees
+from herdr_mcp.sim.methods import agents, layouts, panes, session, viewport, workspaces, worktrees
 
 if TYPE_CHECKING:
     from herdr_mcp.sim.server import Simulator
@@ -17,9 +17,19 @@ Handler = Callable[["Simulator", "Waits", str, dict[str, Any]], Awaitable[dict[s
 
 def registry() -> dict[str, Handler]:
     table: dict[str, Handler] = {}
-    for module in (session, workspaces, panes, agents, layouts, worktrees):
+    for module in (session, workspaces, panes, agents, layouts, worktrees, viewport):
         table.update(module.HANDLERS)
     return table
 
 
-__all__ = ["Handler", "agents", "layouts", "panes", "registry", "session", "workspaces", "worktrees"]
+__all__ = [
+    "Handler",
+    "agents",
+    "layouts",
+    "panes",
+    "registry",
+    "session",
+    "viewport",
+    "workspaces",
+    "worktrees",
+]

@@ -1,5 +1,7 @@
 """Layouts: pane.layout/zoom/resize/swap/move/neighbor/edges/focus_direction and layout.*.
 
+pane.move follows src/app/api/panes.rs handle_pane_move (see `pane_move`).
+
 Herdr: src/app/api/panes.rs (each answers with the tab's PaneLayoutSnapshot; a change emits
 layout_updated; zoom toggles `zoomed`, a single pane cannot zoom: reason single_pane) and
 src/app/api/layouts.rs (export gives a LayoutDescription; apply builds a new tab from a LayoutNode
@@ -14,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from herdr_mcp.sim import layout
 from herdr_mcp.sim.config import PaneConfig, TabConfig
+from herdr_mcp.sim.ids import pane_id_for, tab_id_for
 from herdr_mcp.sim.methods.panes import target_pane
-from herdr_mcp.sim.model import HerdrFailure, Tab
+from herdr_mcp.sim.model import HerdrFailure, Tab, Workspace
 
 if TYPE_CHECKING:
     from herdr_mcp.sim.server import Simulator
@@ -192,8 +195,183 @@ async def pane_focus_direction(sim: Simulator, waits: Waits, rid: str, params: P
     return {"type": "pane_focus_direction", "focus": result}
 
 
+def _move_result(
+    pane: dict[str, Any], previous: tuple[str, str, str], target_layout: dict[str, Any], **rest: Any
+) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "changed": rest.pop("changed", True),
+        "previous_pane_id": previous[0],
+        "previous_workspace_id": previous[1],
+        "previous_tab_id": previous[2],
+        "pane": pane,
+        "target_layout": target_layout,
+        "focused_pane_id": target_layout["focused_pane_id"],
+    }
+    result.update({key: value for key, value in rest.items() if value is not None})
+    return {"type": "pane_move", "move_result": result}
+
+
 async def pane_move(sim: Simulator, waits: Waits, rid: str, params: Params) -> dict[str, Any]:
-    raise HerdrFailure("pane_move_failed", "the Herdr simulator does not move panes between tabs")
+    """Herdr: src/app/api/panes.rs handle_pane_move (src/workspace.rs take_pane_for_move,
+    insert_moved_pane_into_tab, create_tab_from_existing_pane, from_existing_pane).
+
+    A zoomed source tab, or the pane's own tab as destination, answers unchanged with reason
+    zoomed_tab / same_tab, as does a zoomed destination tab. Otherwise the pane leaves its tab
+    (a tab left empty closes: tab_closed) and joins the destination: split next to
+    `target_pane_id` (default the tab's focused pane; `target_pane_not_found` when it is not in
+    that tab) at `ratio` (default 0.5), or alone in a new tab of a workspace (default its own),
+    or in a new workspace. Within its workspace the pane keeps its id; moved to another one it
+    gets the next pane number there, and its old id stays an alias of it. A workspace left empty
+    by a move elsewhere closes (workspace_closed without a workspace). Events in Herdr's order:
+    tab_closed, workspace_closed, workspace_created, tab_created, pane_moved, layout_updated of
+    the source tab (when it remains) and of the target; `focus` (or no active workspace left)
+    focuses the moved pane."""
+    world = sim.world
+    pane = world.pane(params["pane_id"])
+    source_ws = world.workspaces[pane.workspace_id]
+    source_tab = world.tab(pane.tab_id)
+    previous = (pane.pane_id, pane.workspace_id, pane.tab_id)
+    focus = params.get("focus", False)
+
+    def unchanged(reason: str, source: Tab, target: Tab) -> dict[str, Any]:
+        return _move_result(
+            world.pane_info(pane),
+            previous,
+            world.layout_snapshot(target),
+            changed=False,
+            reason=reason,
+            source_layout=world.layout_snapshot(source),
+        )
+
+    if source_tab.zoomed:
+        return unchanged("zoomed_tab", source_tab, source_tab)
+    destination = params["destination"]
+    kind = destination["type"]
+    target_tab: Tab | None = None
+    target_ws: Workspace | None = None
+    anchor = ""
+    if kind == "tab":
+        target_tab = world.tab(destination["tab_id"])
+        if target_tab is source_tab:
+            return unchanged("same_tab", source_tab, source_tab)
+        if target_tab.zoomed:
+            return unchanged("zoomed_tab", source_tab, target_tab)
+        raw = destination.get("target_pane_id")
+        if raw is None:
+            anchor = target_tab.focused_pane_id
+        else:
+            found = world.panes.get(world.aliases.get(raw, raw))
+            if found is None:
+                raise HerdrFailure("target_pane_not_found", f"target pane {raw} not found")
+            if found.tab_id != target_tab.tab_id:
+                raise HerdrFailure(
+                    "target_pane_not_found", f"target pane {raw} is not in tab {destination['tab_id']}"
+                )
+            anchor = found.pane_id
+        target_ws = world.workspaces[target_tab.workspace_id]
+    elif kind == "new_tab":
+        target_ws = (
+            world.workspace(destination["workspace_id"])
+            if destination.get("workspace_id") is not None
+            else source_ws
+        )
+    cross = target_ws is not source_ws
+
+    before = world.focused_pane_id()
+    # take_pane_for_move: the last pane of a tab takes its tab with it.
+    closed_tab_id = closed_workspace_id = None
+    remaining = layout.remove_leaf(source_tab.root, pane.pane_id)
+    if remaining is None:
+        world.drop_tab(source_ws, source_tab)
+        closed_tab_id = source_tab.tab_id
+    else:
+        source_tab.root = remaining
+        if source_tab.focused_pane_id == pane.pane_id:
+            source_tab.focused_pane_id = layout.pane_ids(remaining)[0]
+    source_tab.zoomed = False
+    if cross and not source_ws.tabs:
+        world.drop_workspace(source_ws)
+        closed_workspace_id = source_ws.workspace_id
+
+    created_ws: Workspace | None = None
+    if kind == "new_workspace":
+        created_ws = target_ws = Workspace(world.next_workspace_id(), destination.get("label"), pane.cwd)
+        world.workspaces[target_ws.workspace_id] = target_ws
+    assert target_ws is not None
+    if cross:
+        source_ws.pane_numbers -= 1
+        new_id = pane_id_for(target_ws.workspace_id, target_ws.next_pane_number)
+        target_ws.next_pane_number += 1
+        target_ws.pane_numbers += 1
+        sim.rekey_pane(pane, new_id)
+        world.aliases[previous[0]] = new_id
+        pane.workspace_id = target_ws.workspace_id
+    created_tab: Tab | None = None
+    if target_tab is not None:
+        ratio = destination.get("ratio")
+        ratio = layout.DEFAULT_RATIO if ratio is None or not 0 < ratio < 1 else ratio
+        target_tab.root = layout.split_leaf(
+            target_tab.root, anchor, pane.pane_id, destination["split"], ratio
+        )
+        target_tab.zoomed = False
+        if focus:
+            target_tab.focused_pane_id = pane.pane_id
+    else:
+        number = target_ws.next_tab_number
+        target_ws.next_tab_number += 1
+        label = destination.get("tab_label") if kind == "new_workspace" else destination.get("label")
+        created_tab = target_tab = Tab.with_root(
+            tab_id_for(target_ws.workspace_id, number), target_ws.workspace_id, number, label, pane.pane_id
+        )
+        target_ws.tabs.append(target_tab)
+    pane.tab_id = target_tab.tab_id
+    if world.active_workspace_id is None:
+        world.active_workspace_id = target_ws.workspace_id
+        focus = True
+
+    pane_info = world.pane_info(pane)
+    source_layout = (
+        world.layout_snapshot(source_tab) if closed_tab_id is None and closed_workspace_id is None else None
+    )
+    changes: dict[str, Any] = {
+        "created_workspace": world.workspace_info(created_ws) if created_ws is not None else None,
+        "created_tab": world.tab_info(created_tab) if created_tab is not None else None,
+        "closed_workspace_id": closed_workspace_id,
+        "closed_tab_id": closed_tab_id,
+    }
+    if closed_tab_id is not None:
+        world.emit("tab_closed", {"tab_id": closed_tab_id, "workspace_id": previous[1]})
+    if closed_workspace_id is not None:
+        world.emit("workspace_closed", {"workspace_id": closed_workspace_id})
+    if changes["created_workspace"] is not None:
+        world.emit("workspace_created", {"workspace": changes["created_workspace"]})
+    if changes["created_tab"] is not None:
+        world.emit("tab_created", {"tab": changes["created_tab"]})
+    world.emit(
+        "pane_moved",
+        {
+            "previous_pane_id": previous[0],
+            "previous_workspace_id": previous[1],
+            "previous_tab_id": previous[2],
+            "pane": pane_info,
+            **{key: value for key, value in changes.items() if value is not None},
+        },
+    )
+    if source_layout is not None:
+        world.emit("layout_updated", {"layout": source_layout})
+    target_layout = world.layout_snapshot(target_tab)
+    world.emit("layout_updated", {"layout": target_layout})
+    if focus:
+        world.focus_pane(pane)
+    else:
+        world.focus_changed(before)
+    return _move_result(
+        world.pane_info(pane),
+        previous,
+        world.layout_snapshot(target_tab),
+        source_layout=source_layout,
+        **changes,
+    )
 
 
 async def layout_export(sim: Simulator, waits: Waits, rid: str, params: Params) -> dict[str, Any]:

@@ -167,7 +167,7 @@ async def pane_process_info(sim: Simulator, waits: Waits, rid: str, params: Para
 async def pane_input_set(sim: Simulator, waits: Waits, rid: str, params: Params) -> dict[str, Any]:
     pane = sim.world.pane(params["pane_id"])
     pane.right_click = str(params["right_click"])
-    return {"type": "pane_info", "pane": sim.world.pane_info(pane)}
+    return {"type": "ok"}  # Herdr: src/app/api/panes.rs handle_pane_input_set
 
 
 async def pane_report_agent(sim: Simulator, waits: Waits, rid: str, params: Params) -> dict[str, Any]:

@@ -2,8 +2,13 @@
 
 Herdr: src/api/server.rs handle_request (ping's pong with version, protocol, capabilities);
 src/app/api/session.rs; src/app/api.rs (notification.show, client.window_title.*, popup.close).
-`server.*`, `integration.*` and the plugin mutations are refused with `not_supported`: a
-simulator has no server to stop, no integrations to install and no plugins to link.
+What the simulator has nothing to simulate for is answered as Herdr answers a method it has no
+handler for: `not_implemented` (src/app/api.rs, the fallback arm of
+handle_api_request_after_internal_events_drained) — server.* but live handoff (no server to stop
+or reload), integration.install/uninstall, plugin mutations, agent views, graphics streams, and
+protocol 22's client-UI gestures that need an attached client. `server.live_handoff` is
+`unsupported_in_app_mode`, as in Herdr's app mode (src/app/api.rs); `client_shell.surface.set`
+is `connection_local_only` (herdr_python_sdk's README: the normal socket server rejects it).
 """
 
 from __future__ import annotations
@@ -64,8 +69,16 @@ async def plugin_missing(sim: Simulator, waits: Waits, request_id: str, params: 
     )
 
 
-async def not_supported(sim: Simulator, waits: Waits, request_id: str, params: Params) -> dict[str, Any]:
-    raise HerdrFailure("not_supported", "the Herdr simulator does not simulate this method")
+async def not_implemented(sim: Simulator, waits: Waits, request_id: str, params: Params) -> dict[str, Any]:
+    raise HerdrFailure("not_implemented", "the Herdr simulator does not simulate this method")
+
+
+async def live_handoff(sim: Simulator, waits: Waits, request_id: str, params: Params) -> dict[str, Any]:
+    raise HerdrFailure("unsupported_in_app_mode", "the simulator is not a headless server")
+
+
+async def local_only(sim: Simulator, waits: Waits, request_id: str, params: Params) -> dict[str, Any]:
+    raise HerdrFailure("connection_local_only", "only the attached client's own connection may do this")
 
 
 HANDLERS = {
@@ -82,11 +95,12 @@ HANDLERS = {
     "plugin.pane.open": plugin_missing,
     "plugin.pane.focus": plugin_missing,
     "plugin.pane.close": plugin_missing,
+    "server.live_handoff": live_handoff,
+    "client_shell.surface.set": local_only,
     **{
-        name: not_supported
+        name: not_implemented
         for name in (
             "server.stop",
-            "server.live_handoff",
             "server.reload_config",
             "server.agent_manifests",
             "server.reload_agent_manifests",
@@ -99,6 +113,11 @@ HANDLERS = {
             "agent.view.set",
             "agent.view.clear",
             "pane.graphics.stream",
+            "product_announcement.dismiss",
+            "release_notes.dismiss",
+            "command.invoke",
+            "pane.edit_scrollback",
+            "pane.link.activate",
         )
     },
 }

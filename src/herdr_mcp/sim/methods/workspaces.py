@@ -1,7 +1,8 @@
 """workspace.* and tab.*.
 
 Herdr: src/app/api/workspaces.rs and src/app/api/tabs.rs (results workspace_created {workspace,
-tab, root_pane}, tab_created {tab, root_pane}; events workspace_created/tab_created/pane_created/
+tab, root_pane}, tab_created {tab, root_pane}; workspace.move and tab.move answer the whole
+list; events workspace_created/tab_created/pane_created/
 layout_updated on creation (src/app/creation.rs), workspace_renamed, workspace_moved,
 workspace_reordered, tab_renamed, tab_moved, tab_closed, workspace_closed; focus changes emit
 workspace_focused, tab_focused, pane_focused). `focus` defaults to false.
@@ -116,9 +117,13 @@ def _reorder(sim: Simulator, order: list[str]) -> None:
 
 
 async def workspace_move(sim: Simulator, waits: Waits, rid: str, params: Params) -> dict[str, Any]:
+    """Herdr: handle_workspace_move: an insert_index past the end is `workspace_move_failed`;
+    answers the workspace list (workspace_moved only when the order changed)."""
     world = sim.world
     workspace = world.workspace(params["workspace_id"])
     order = list(world.workspaces)
+    if params["insert_index"] > len(order):
+        raise HerdrFailure("workspace_move_failed", f"insert_index {params['insert_index']} is out of bounds")
     index = min(params["insert_index"], len(order) - 1)
     if order.index(workspace.workspace_id) != index:
         order.remove(workspace.workspace_id)
@@ -128,11 +133,14 @@ async def workspace_move(sim: Simulator, waits: Waits, rid: str, params: Params)
             "workspace_moved",
             {
                 "workspace_id": workspace.workspace_id,
-                "insert_index": index,
+                "insert_index": params["insert_index"],
                 "workspaces": [world.workspace_info(w) for w in world.workspaces.values()],
             },
         )
-    return {"type": "workspace_info", "workspace": world.workspace_info(workspace)}
+    return {
+        "type": "workspace_list",
+        "workspaces": [world.workspace_info(w) for w in world.workspaces.values()],
+    }
 
 
 async def workspace_move_block(sim: Simulator, waits: Waits, rid: str, params: Params) -> dict[str, Any]:
@@ -236,9 +244,13 @@ async def tab_rename(sim: Simulator, waits: Waits, rid: str, params: Params) -> 
 
 
 async def tab_move(sim: Simulator, waits: Waits, rid: str, params: Params) -> dict[str, Any]:
+    """Herdr: src/app/api/tabs.rs handle_tab_move: an insert_index past the end is
+    `tab_move_failed`; answers the workspace's tab list (tab_moved only when the order changed)."""
     world = sim.world
     tab: Tab = world.tab(params["tab_id"])
     workspace = world.workspaces[tab.workspace_id]
+    if params["insert_index"] > len(workspace.tabs):
+        raise HerdrFailure("tab_move_failed", f"insert_index {params['insert_index']} is out of bounds")
     active = workspace.tabs[workspace.active_tab]
     index = min(params["insert_index"], len(workspace.tabs) - 1)
     if workspace.tabs.index(tab) != index:
@@ -250,11 +262,11 @@ async def tab_move(sim: Simulator, waits: Waits, rid: str, params: Params) -> di
             {
                 "tab_id": tab.tab_id,
                 "workspace_id": tab.workspace_id,
-                "insert_index": index,
+                "insert_index": params["insert_index"],
                 "tabs": [world.tab_info(t) for t in workspace.tabs],
             },
         )
-    return {"type": "tab_info", "tab": world.tab_info(tab)}
+    return {"type": "tab_list", "tabs": [world.tab_info(t) for t in workspace.tabs]}
 
 
 async def tab_close(sim: Simulator, waits: Waits, rid: str, params: Params) -> dict[str, Any]:
