@@ -2,7 +2,10 @@
 
 The runtime (in process) talks to the simulator through a recording proxy (tests/herdr_wire.py)
 for a realistic session: herdr_inspect, herdr_since, herdr_prompt with wait, herdr_since again,
-with the runtime's event feed subscribed all along; then HerdrClient calls, through the same proxy,
+with the runtime's event feed subscribed all along; then a second runtime on the same state (its
+feed subscribes again: at protocol 20 Herdr replays retained lifecycle events, counted as replayed)
+driving the long tail through herdr_call (workspace.create ... workspace.close); then HerdrClient
+calls, through the same proxy,
 the methods the runtime does not make itself. Every recorded request line, answer and pushed event
 is checked against herdr_mcp.herdr.reference for the simulator's protocol (strict: no undeclared
 property, no null optional). A failure names the line and the problem: it is the simulator (or the
@@ -13,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -50,6 +55,75 @@ async def _runtime_session(proxy: RecordingProxy, config_dir: Path) -> None:
         )
         assert prompt["wait"]["reached"] is True, prompt
         await ok("herdr_since", {"cursor": since["next_cursor"]})
+
+
+async def _long_tail(proxy: RecordingProxy, config_dir: Path, base: Path) -> None:
+    """A second runtime on the same state (its event feed subscribes again: at protocol 20 Herdr
+    replays its retained lifecycle history on the wire), then the long tail through herdr_call."""
+    async with in_process_runtime(proxy.socket_path, config_dir) as runtime, runtime.client() as client:
+
+        async def native(method: str, params: dict[str, Any]) -> dict[str, Any]:
+            answer = await call_tool(client, "herdr_call", {"method": method, "params": params})
+            assert "result" in answer, (method, answer)
+            result: dict[str, Any] = answer["result"]
+            return result
+
+        await call_tool(client, "herdr_inspect", {})
+        made = await native("workspace.create", {"cwd": str(base / "api"), "label": "tail"})
+        workspace = made["workspace"]["workspace_id"]
+        root = made["root_pane"]["pane_id"]
+        await native("tab.create", {"workspace_id": workspace, "label": "second"})
+        shell = (await native("pane.split", {"target_pane_id": root, "direction": "right"}))["pane"][
+            "pane_id"
+        ]
+        await native("pane.send_text", {"pane_id": shell, "text": "echo tail-$((40+2))"})
+        await native("pane.send_keys", {"pane_id": shell, "keys": ["Enter"]})
+        await native(
+            "pane.wait_for_output",
+            {
+                "pane_id": shell,
+                "source": "recent",
+                "match": {"type": "substring", "value": "tail-42"},
+                "timeout_ms": 10000,
+            },
+        )
+        await native("pane.read", {"pane_id": shell, "source": "recent", "lines": 20})
+        await native("agent.start", {"pane_id": root, "kind": "claude", "name": "tail-agent"})
+        await native("agent.list", {})
+        await native("layout.export", {"pane_id": shell})
+        await native("pane.zoom", {"pane_id": shell, "mode": "toggle"})
+        await native("worktree.list", {"workspace_id": "w1"})
+        waited = await call_tool(
+            client,
+            "herdr_call",
+            {
+                "method": "events.wait",
+                "params": {
+                    "match_event": {
+                        "event": "pane_agent_status_changed",
+                        "pane_id": "w1:p2",
+                        "agent_status": "blocked",
+                    },
+                    "timeout_ms": 200,
+                },
+            },
+        )
+        assert "error" in json.dumps(waited), waited  # Herdr's timeout, answered as an error
+        await native("pane.close", {"pane_id": shell})
+        await native("workspace.close", {"workspace_id": workspace})
+
+
+def _replayed(proxy: RecordingProxy) -> int:
+    """Lifecycle events a later events.subscribe connection got that an earlier one had got."""
+    seen: set[str] = set()
+    replayed = 0
+    for connection in proxy.connections:
+        if connection.method != "events.subscribe":
+            continue
+        lines = [json.dumps(e, sort_keys=True) for e in connection.events if "." not in e["event"]]
+        replayed += sum(1 for line in lines if line in seen)
+        seen.update(lines)
+    return replayed
 
 
 async def _direct_calls(proxy: RecordingProxy) -> None:
@@ -94,6 +168,13 @@ async def _direct_calls(proxy: RecordingProxy) -> None:
 @pytest.mark.parametrize("protocol", [20, 22])
 def test_every_line_of_a_session_is_what_real_herdr_speaks(tmp_short: Path, protocol: int) -> None:
     reference = load(protocol)
+    repo = tmp_short / "api"
+    repo.mkdir(parents=True)
+    for args in (
+        ["init", "-q", "-b", "main"],
+        ["-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "--allow-empty", "-m", "x"],
+    ):
+        subprocess.run(["git", "-C", str(repo), *args], check=True)
 
     async def body() -> RecordingProxy:
         simulator = Simulator(
@@ -103,6 +184,7 @@ def test_every_line_of_a_session_is_what_real_herdr_speaks(tmp_short: Path, prot
         try:
             async with RecordingProxy(simulator.socket_path, tmp_short / "proxy.sock") as proxy:
                 await _runtime_session(proxy, tmp_short / "config")
+                await _long_tail(proxy, tmp_short / "config", tmp_short)
                 await _direct_calls(proxy)
             return proxy
         finally:
@@ -127,11 +209,23 @@ def test_every_line_of_a_session_is_what_real_herdr_speaks(tmp_short: Path, prot
         for event in connection.events:
             problems += [f"event {event}: {p}" for p in reference.event_problems(event)]
     requests, answers, events = len(proxy.requests()), len(proxy.answers()), len(proxy.events())
+    replayed = _replayed(proxy)
     print(
-        f"protocol {protocol}: {requests} requests, {answers} answers, {events} events, "
+        f"protocol {protocol}: {requests} requests, {answers} answers, {events} events "
+        f"({replayed} replayed lifecycle events), "
         + ("all valid" if not problems else f"{len(problems)} problems")
     )
     methods = sorted({c.method for c in proxy.connections})
     print(f"protocol {protocol}: methods seen {methods}")
-    assert requests and answers and events
+    assert requests >= 40 and answers >= 40 and events >= 10, (requests, answers, events)
+    assert (replayed > 0) == reference.lifecycle_replay, replayed
+    for method in (
+        "workspace.create",
+        "tab.create",
+        "pane.split",
+        "agent.start",
+        "events.wait",
+        "worktree.list",
+    ):
+        assert method in methods, method
     assert not problems, "\n".join(problems[:40])
