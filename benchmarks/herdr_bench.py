@@ -32,7 +32,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.runtime_harness import call_tool, in_process_runtime
-from tests.sim_helpers import running_sim, short_tmp_dir
+from tests.sim_helpers import one_workspace_config, running_sim, short_tmp_dir
 
 from benchmarks.timing import interleaved, percentile
 from herdr_mcp.herdr import HerdrClient
@@ -41,18 +41,9 @@ from herdr_mcp.sim import (
     AgentScript,
     PaneConfig,
     ScriptStep,
-    SimConfig,
-    TabConfig,
-    WorkspaceConfig,
 )
 
 TURN = AgentScript((ScriptStep(after_ms=20, state="working"), ScriptStep(after_ms=60, state="done")))
-
-
-def _config(base: Path) -> SimConfig:
-    (base / "repo").mkdir(exist_ok=True)
-    panes = (PaneConfig(label="shell"), PaneConfig(agent=AgentConfig("coder", "claude", script=TURN)))
-    return SimConfig((WorkspaceConfig(cwd=base / "repo", tabs=(TabConfig(panes=panes),)),))
 
 
 def _figures(label: str, samples: list[float]) -> str:
@@ -64,7 +55,12 @@ def _figures(label: str, samples: list[float]) -> str:
 
 async def main(rounds: int) -> None:
     with short_tmp_dir() as base:
-        async with running_sim(base, _config(base)) as (sim, _client):
+        async with running_sim(
+            base,
+            one_workspace_config(
+                base, PaneConfig(label="shell"), PaneConfig(agent=AgentConfig("coder", "claude", script=TURN))
+            ),
+        ) as (sim, _client):
             settled: list[float] = []
             agent = sim.world.panes["w1:p2"].agent  # the simulator's own state, stamped as it changes
             assert agent is not None

@@ -120,6 +120,20 @@ def two_project_config(
     )
 
 
+def one_workspace_config(
+    base: Path, *panes: PaneConfig, protocol: int = 22, time_scale: float = 1.0
+) -> SimConfig:
+    """Workspace w1 in `base/repo` with `panes` (default: a shell w1:p1 and agent `coder` w1:p2)
+    in one tab, at real timing unless `time_scale` says otherwise."""
+    (base / "repo").mkdir(parents=True, exist_ok=True)
+    panes = panes or (PaneConfig(label="shell"), PaneConfig(agent=AgentConfig("coder", "claude")))
+    return SimConfig(
+        (WorkspaceConfig(cwd=base / "repo", tabs=(TabConfig(panes=panes),)),),
+        protocol=protocol,
+        time_scale=time_scale,
+    )
+
+
 @contextlib.asynccontextmanager
 async def running_sim(
     base: Path, config: SimConfig | None = None, *, timeout: float = 5.0

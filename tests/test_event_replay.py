@@ -22,11 +22,11 @@ import pytest
 from herdr_mcp.herdr import HerdrClient
 from herdr_mcp.runtime.events import EventFeed
 from herdr_mcp.runtime.replay import STALE_SECONDS, KindAligner
-from herdr_mcp.sim import AgentConfig, PaneConfig, SimConfig, Simulator, TabConfig, WorkspaceConfig
+from herdr_mcp.sim import Simulator
 from herdr_mcp.state.event_log import EventLog
 from herdr_mcp.state.leases import Lease
 from herdr_mcp.state.store import StateStore
-from tests.sim_helpers import run, short_tmp_dir
+from tests.sim_helpers import one_workspace_config, run, short_tmp_dir
 from tests.waiting import wait_until_async
 
 # -- the aligner on its own -------------------------------------------------------------------
@@ -97,17 +97,6 @@ def tmp_short() -> Iterator[Path]:
         yield path
 
 
-def _config(base: Path, protocol: int) -> SimConfig:
-    (base / "repo").mkdir(exist_ok=True)
-    version = "0.8.2" if protocol == 20 else "0.9.2"
-    panes = (PaneConfig(label="shell"), PaneConfig(agent=AgentConfig("coder", "claude")))
-    return SimConfig(
-        (WorkspaceConfig(cwd=base / "repo", tabs=(TabConfig(panes=panes),)),),
-        version=version,
-        protocol=protocol,
-    )
-
-
 @contextlib.asynccontextmanager
 async def _following(feed: EventFeed) -> AsyncIterator[None]:
     task = asyncio.create_task(feed.run())
@@ -131,7 +120,7 @@ def test_reconnects_never_record_an_event_twice(tmp_short: Path, protocol: int) 
     added the whole retained history again)."""
 
     async def body() -> None:
-        simulator = Simulator(_config(tmp_short, protocol), tmp_short / "herdr.sock")
+        simulator = Simulator(one_workspace_config(tmp_short, protocol=protocol), tmp_short / "herdr.sock")
         await simulator.start()
         state = StateStore.open(tmp_short / "state.db")
         log = EventLog(state)
@@ -174,7 +163,7 @@ def test_reconnects_never_record_an_event_twice(tmp_short: Path, protocol: int) 
 
 def test_two_runtimes_sharing_a_log_record_each_event_once(tmp_short: Path) -> None:
     async def body() -> None:
-        simulator = Simulator(_config(tmp_short, 22), tmp_short / "herdr.sock")
+        simulator = Simulator(one_workspace_config(tmp_short), tmp_short / "herdr.sock")
         await simulator.start()
         state_a = StateStore.open(tmp_short / "state.db")
         state_b = StateStore.open(tmp_short / "state.db")
@@ -210,7 +199,7 @@ def test_two_runtimes_sharing_a_log_record_each_event_once(tmp_short: Path) -> N
 
 def test_a_gone_pane_costs_the_other_panes_their_status_events_nothing(tmp_short: Path) -> None:
     async def body() -> None:
-        simulator = Simulator(_config(tmp_short, 22), tmp_short / "herdr.sock")
+        simulator = Simulator(one_workspace_config(tmp_short), tmp_short / "herdr.sock")
         await simulator.start()
         state = StateStore.open(tmp_short / "state.db")
         log = EventLog(state)

@@ -18,29 +18,10 @@ from jsonschema import Draft202012Validator
 
 from herdr_mcp.herdr import reference
 from herdr_mcp.herdr.reference import METHOD_CLASSES, SUPPORTED_PROTOCOLS, from_schema_document, load, nearest
+from herdr_mcp.runtime.native import RUNTIME_METHODS
 
 MANIFESTS = Path(__file__).resolve().parent.parent / "manifests" / "herdr"
 FILES = ("README.md", "methods.json", "protocol-20.schema.json", "protocol-22.schema.json")
-
-# The params herdr-mcp sends (herdr_mcp.herdr.methods and the runtime's calls).
-USED_METHODS = (
-    "ping",
-    "session.snapshot",
-    "workspace.list",
-    "workspace.get",
-    "tab.list",
-    "tab.get",
-    "pane.list",
-    "pane.get",
-    "pane.read",
-    "pane.send_input",
-    "agent.list",
-    "agent.get",
-    "agent.read",
-    "agent.prompt",
-    "agent.wait",
-    "events.subscribe",
-)
 
 WORKSPACE = {
     "workspace_id": "w1",
@@ -143,7 +124,7 @@ def test_protocol_22_keeps_every_protocol_20_method_and_the_shapes_herdr_mcp_use
     old, new = load(20), load(22)
     assert set(old.methods) <= set(new.methods)
     print("protocol 22 adds methods:", sorted(set(new.methods) - set(old.methods)))
-    for name in USED_METHODS:
+    for name in sorted(RUNTIME_METHODS):  # the methods the runtime sends on its own
         before, after = old.methods[name].params_schema, new.methods[name].params_schema
         assert set(after.get("required", [])) == set(before.get("required", [])), name
         assert set(before.get("properties", {})) <= set(after.get("properties", {})), name

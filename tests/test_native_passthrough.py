@@ -34,29 +34,15 @@ from herdr_mcp.sim import (
     AgentScript,
     PaneConfig,
     ScriptStep,
-    SimConfig,
-    TabConfig,
-    WorkspaceConfig,
 )
 from tests.runtime_harness import call_tool, in_process_runtime
-from tests.sim_helpers import run, running_sim, short_tmp_dir
+from tests.sim_helpers import one_workspace_config, run, running_sim, short_tmp_dir
 
 
 @pytest.fixture
 def tmp_short() -> Iterator[Path]:
     with short_tmp_dir() as path:
         yield path
-
-
-def _config(base: Path, protocol: int = 22) -> SimConfig:
-    (base / "repo").mkdir(exist_ok=True)
-    panes = (PaneConfig(label="shell"), PaneConfig(agent=AgentConfig("coder", "claude")))
-    version = {20: "0.8.2", 22: "0.9.2"}.get(protocol, "0.8.9")
-    return SimConfig(
-        (WorkspaceConfig(cwd=base / "repo", tabs=(TabConfig(panes=panes),)),),
-        version=version,
-        protocol=protocol,
-    )
 
 
 async def _call(client: Any, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -67,7 +53,7 @@ async def _call(client: Any, method: str, params: dict[str, Any] | None = None) 
 def test_herdr_methods_lists_the_whole_surface_with_classes(tmp_short: Path, protocol: int) -> None:
     async def body() -> dict[str, Any]:
         async with (
-            running_sim(tmp_short, _config(tmp_short, protocol)) as (sim, _client),
+            running_sim(tmp_short, one_workspace_config(tmp_short, protocol=protocol)) as (sim, _client),
             in_process_runtime(sim.socket_path, tmp_short / "config") as runtime,
             runtime.client() as client,
         ):
@@ -93,7 +79,7 @@ def test_herdr_methods_lists_the_whole_surface_with_classes(tmp_short: Path, pro
 def test_herdr_call_reaches_the_long_tail(tmp_short: Path) -> None:
     async def body() -> tuple[dict[str, Any], ...]:
         async with (
-            running_sim(tmp_short, _config(tmp_short)) as (sim, _client),
+            running_sim(tmp_short, one_workspace_config(tmp_short)) as (sim, _client),
             in_process_runtime(sim.socket_path, tmp_short / "config") as runtime,
             runtime.client() as client,
         ):
@@ -138,7 +124,7 @@ def test_refusals_each_with_its_code(tmp_short: Path) -> None:
     async def body() -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
         async with (
-            running_sim(tmp_short, _config(tmp_short)) as (sim, _client),
+            running_sim(tmp_short, one_workspace_config(tmp_short)) as (sim, _client),
             in_process_runtime(sim.socket_path, tmp_short / "config", read_only=True) as runtime,
             runtime.client() as client,
         ):
@@ -176,7 +162,7 @@ def test_refusals_each_with_its_code(tmp_short: Path) -> None:
 def test_events_wait_ends_at_its_bound(tmp_short: Path) -> None:
     async def body() -> tuple[dict[str, Any], float]:
         async with (
-            running_sim(tmp_short, _config(tmp_short)) as (sim, _client),
+            running_sim(tmp_short, one_workspace_config(tmp_short)) as (sim, _client),
             in_process_runtime(sim.socket_path, tmp_short / "config") as runtime,
             runtime.client() as client,
         ):
@@ -206,7 +192,7 @@ def test_server_control_runs_when_allowed(tmp_short: Path) -> None:
     async def body() -> dict[str, Any]:
         allowed = frozenset({"server_control"})
         async with (
-            running_sim(tmp_short, _config(tmp_short)) as (sim, _client),
+            running_sim(tmp_short, one_workspace_config(tmp_short)) as (sim, _client),
             in_process_runtime(sim.socket_path, tmp_short / "config", allow_herdr_classes=allowed) as runtime,
             runtime.client() as client,
         ):
@@ -239,7 +225,7 @@ def test_a_herdr_cli_schema_is_used_only_when_its_protocol_matches_ping(
 
     async def body() -> dict[str, Any]:
         async with (
-            running_sim(tmp_short, _config(tmp_short, 20)) as (sim, _client),
+            running_sim(tmp_short, one_workspace_config(tmp_short, protocol=20)) as (sim, _client),
             in_process_runtime(sim.socket_path, tmp_short / "config") as runtime,
             runtime.client() as client,
         ):
@@ -292,7 +278,7 @@ def test_health_names_herdr_and_warns_for_an_unsupported_protocol(tmp_short: Pat
         base = tmp_short / str(protocol)
         base.mkdir()
         async with (
-            running_sim(base, _config(base)) as (sim, _client),
+            running_sim(base, one_workspace_config(base)) as (sim, _client),
             _reporting_protocol(sim.socket_path, base / "relay.sock", protocol) as herdr_socket,
             in_process_runtime(herdr_socket, base / "config") as runtime,
         ):
@@ -322,9 +308,9 @@ def test_herdr_call_budget_follows_the_wait_inside_its_params(
     turn = AgentScript((ScriptStep(after_ms=20, state="working"), ScriptStep(after_ms=1800, state="done")))
 
     async def body() -> dict[str, Any]:
-        (tmp_short / "repo").mkdir()
-        agent = PaneConfig(agent=AgentConfig("coder", "claude", script=turn))
-        config = SimConfig((WorkspaceConfig(cwd=tmp_short / "repo", tabs=(TabConfig(panes=(agent,)),)),))
+        config = one_workspace_config(
+            tmp_short, PaneConfig(agent=AgentConfig("coder", "claude", script=turn))
+        )
         async with (
             running_sim(tmp_short, config) as (sim, _client),
             in_process_runtime(sim.socket_path, tmp_short / "config") as runtime,

@@ -25,13 +25,12 @@ from herdr_mcp.sim import (
     PaneConfig,
     ScriptStep,
     SimConfig,
-    TabConfig,
     WorkspaceConfig,
 )
 from herdr_mcp.state.store import StateStore
 from herdr_mcp.state.tasks import TaskStore
 from tests.runtime_harness import call_tool, in_process_runtime
-from tests.sim_helpers import run, running_sim, short_tmp_dir
+from tests.sim_helpers import one_workspace_config, run, running_sim, short_tmp_dir
 
 
 @pytest.fixture
@@ -49,10 +48,7 @@ def _late_starter(start_ms: int, work_ms: int) -> AgentScript:
 
 def _config(base: Path, *agents: tuple[str, AgentScript], extra_pane: bool = False) -> SimConfig:
     panes = tuple(PaneConfig(agent=AgentConfig(name, "claude", script=script)) for name, script in agents)
-    if extra_pane:
-        panes = (PaneConfig(label="shell"), *panes)
-    (base / "repo").mkdir(exist_ok=True)
-    return SimConfig((WorkspaceConfig(cwd=base / "repo", tabs=(TabConfig(panes=panes),)),))
+    return one_workspace_config(base, *((PaneConfig(label="shell"),) if extra_pane else ()), *panes)
 
 
 def _tracker(base: Path, sim_socket: Path, **options: Any) -> tuple[TaskTracker, StateStore]:
