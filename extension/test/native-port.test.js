@@ -120,3 +120,50 @@ test("a lost host rejects what waits, ends streams, and reconnects with growing 
   mock.timers.tick(1);
   assert.equal(ports.length, 3, "then after 2 s");
 });
+
+test("a burst beyond the host's cap waits in order; each answer lets the next one go", async () => {
+  const { MAX_IN_FLIGHT } = await import("../src/background/native-port.js");
+  const answers = Array.from({ length: 200 }, (_, n) => client.call("/browser/binding.get", { scope: `chatgpt:conv:c${n}` }));
+  const port = ports[0];
+  assert.equal(port.posted.length, MAX_IN_FLIGHT, "only the cap is sent at first");
+  let answered = 0;
+  while (answered < 200) {
+    const frame = port.posted[answered];
+    assert.ok(frame, `request ${answered} was sent`);
+    port.deliver({ id: frame.id, status: 200, body: { n: frame.body.scope } });
+    answered += 1;
+    assert.ok(port.posted.length - answered <= MAX_IN_FLIGHT, "never more than the cap in flight");
+  }
+  const bodies = await Promise.all(answers);
+  assert.deepEqual(
+    bodies.map((body) => body.n),
+    Array.from({ length: 200 }, (_, n) => `chatgpt:conv:c${n}`),
+  );
+  assert.deepEqual(
+    port.posted.map((frame) => frame.body.scope),
+    Array.from({ length: 200 }, (_, n) => `chatgpt:conv:c${n}`),
+    "sent in the order asked",
+  );
+});
+
+test("the host's refusal for its cap puts the request back; it is sent again and answered", async () => {
+  const answer = client.call("/browser/binding.list", {});
+  const port = ports[0];
+  const [first] = port.posted;
+  port.deliver({ id: first.id, error: { code: "invalid_request", message: "64 requests are in flight" } });
+  assert.equal(port.posted.length, 1, "not sent again at once");
+  mock.timers.tick(200);
+  assert.equal(port.posted.length, 2, "sent again after the short wait");
+  assert.equal(port.posted[1].id, first.id);
+  port.deliver({ id: first.id, status: 200, body: { bindings: [] } });
+  assert.deepEqual(await answer, { bindings: [] });
+});
+
+test("other invalid_request refusals are errors, not retried", async () => {
+  const answer = client.call("/browser/binding.list", {});
+  const port = ports[0];
+  port.deliver({ id: port.posted[0].id, error: { code: "invalid_request", message: "request r1 is still in flight" } });
+  await assert.rejects(answer, (error) => error.code === "invalid_request");
+  mock.timers.tick(1_000);
+  assert.equal(port.posted.length, 1);
+});

@@ -81,3 +81,24 @@ test("z.ai and DeepSeek pages: a conversation scope per chat id, a tab-local roo
   assert.equal(newConversationUrl("deepseek"), "https://chat.deepseek.com/");
   assert.equal(newConversationUrl("chatgpt"), "https://chatgpt.com/");
 });
+
+test("a custom GPT's conversation is a conversation scope, like /c/<id>; the GPT itself is none", () => {
+  const page = pageScope("https://chatgpt.com/g/g-abc123XYZ-code-helper/c/6790ab-12cd", "tab-3");
+  assert.deepEqual(
+    { kind: page.kind, scope: page.scope, convKey: page.convKey, projectId: page.projectId },
+    { kind: "conv", scope: "chatgpt:conv:6790ab-12cd", convKey: "6790ab-12cd", projectId: null },
+  );
+  assert.equal(conversationUrl(page), "https://chatgpt.com/g/g-abc123XYZ-code-helper/c/6790ab-12cd");
+  assert.equal(wakeTarget(page.scope, null), "6790ab-12cd");
+  assert.equal(pageScope("https://chatgpt.com/g/g-abc123XYZ/c/6790ab-12cd").scope, "chatgpt:conv:6790ab-12cd", "a GPT without a slug");
+  for (const url of [
+    "https://chatgpt.com/g/g-abc123XYZ-code-helper", // the GPT's home: no conversation yet
+    "https://chatgpt.com/g/g-abc123XYZ-code-helper/c/",
+    "https://chatgpt.com/g/g-abc123XYZ-code-helper/c/bad$id",
+    "https://chatgpt.com/g/g-/c/6790ab",
+  ]) {
+    assert.equal(pageScope(url, "tab-3"), null, url);
+  }
+  // A Project (g-p-<hex>) is still the Project's scope.
+  assert.equal(pageScope("https://chatgpt.com/g/g-p-0a1b-notes/c/x1").scope, "chatgpt:project:g-p-0a1b");
+});

@@ -1,6 +1,10 @@
 // Follows `GET /push/events` through the native port: resumes after the highest seq it handled
 // (persisted), so settles that happened while the browser was closed are replayed once; a seq
 // is recorded only after its handler finished. Reopens the stream with backoff when it ends.
+// At most one stream at a time: the backoff timer, the native port coming back and a reopen
+// that reconnects the port itself (post -> connect -> onConnection -> reconnected) all meet in
+// `open`, which does nothing while a stream is open or being opened (after a native-host
+// restart the worker used to hold two, and every progress line came twice).
 
 import * as store from "./store.js";
 
@@ -17,6 +21,8 @@ export class PushFollower {
     this.timer = null;
     this.chain = Promise.resolve();
     this.running = false;
+    this.opening = false;
+    this.opened = 0; // streams opened, for tests and the console
   }
 
   async start() {
@@ -30,14 +36,30 @@ export class PushFollower {
   async open() {
     clearTimeout(this.timer);
     this.timer = null;
-    const lastSeq = await store.get("push:lastSeq", null);
-    const query = lastSeq === null ? {} : { after: String(lastSeq) };
-    this.cancel = this.native.stream(
-      "/push/events",
-      query,
-      (type, data) => this.enqueue(type, data),
-      (error) => this.ended(error),
-    );
+    if (this.opening || this.cancel || !this.running) {
+      return; // one stream: already open, or being opened
+    }
+    this.opening = true;
+    try {
+      const lastSeq = await store.get("push:lastSeq", null);
+      let ended = false;
+      const cancel = this.native.stream(
+        "/push/events",
+        query(lastSeq),
+        (type, data) => this.enqueue(type, data),
+        (error) => {
+          ended = true;
+          if (this.cancel === cancel || this.cancel === null) {
+            this.ended(error);
+          }
+        },
+      );
+      this.opened += 1;
+      // A stream that failed at once (no port) has ended already: leave it closed for the retry.
+      this.cancel = ended ? null : cancel;
+    } finally {
+      this.opening = false;
+    }
   }
 
   enqueue(type, data) {
@@ -73,7 +95,7 @@ export class PushFollower {
 
   ended(error) {
     this.cancel = null;
-    if (!this.running) {
+    if (!this.running || this.timer) {
       return;
     }
     if (error) {
@@ -86,8 +108,12 @@ export class PushFollower {
 
   /** The native port came back: reopen at once rather than after the backoff. */
   reconnected() {
-    if (this.running && !this.cancel) {
+    if (this.running && !this.cancel && !this.opening) {
       this.open();
     }
   }
+}
+
+function query(lastSeq) {
+  return lastSeq === null ? {} : { after: String(lastSeq) };
 }

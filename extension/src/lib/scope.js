@@ -5,6 +5,9 @@ export const SCOPE_PATTERN = /^(chatgpt|zai|deepseek):(project|conv|root):[A-Za-
 const CONVERSATION_ID = /^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$/;
 // ChatGPT appends a name slug to a project id (`g-p-<hex>-my-project`); the id is the prefix.
 const CHATGPT_PROJECT = /^(g-p-[0-9a-f]+)(?:-.*)?$/;
+// A custom GPT's path segment (`g-<id>-<slug>`, never `g-p-`): the GPT is not a scope of its own
+// (many unrelated conversations use one GPT), so its conversations are conversation scopes.
+const CHATGPT_GPT = /^g-(?!p-)[A-Za-z0-9]+(?:-.*)?$/;
 const TAB_ID = /^[A-Za-z0-9._-]{1,64}$/;
 
 export function isScope(value) {
@@ -17,6 +20,8 @@ export function isScope(value) {
  * - `{kind: "project", scope: "chatgpt:project:<p>", convKey: <id>, projectId: <p>}` for
  *   /g/<p>/c/<id> (a conversation inside a Project: the Project is the scope);
  * - `{kind: "project", ..., convKey: null}` for the Project's home /g/<p>/project;
+ * - `{kind: "conv", scope: "chatgpt:conv:<id>", convKey: <id>, projectId: null}` for a custom
+ *   GPT's conversation /g/g-<gpt id>-<slug>/c/<id> (the conversation is the scope, as for /c/<id>);
  * - `{kind: "root", scope: "chatgpt:root:<tabId>", convKey: null}` for the root page, when a
  *   tab-local id is given (a pending binding lives there until the tab lands on a conversation);
  * - `null` for anything else (settings, GPTs, unknown shapes).
@@ -47,6 +52,9 @@ export function pageScope(href, tabId = null) {
   }
   if (path.length === 2 && path[0] === "c" && CONVERSATION_ID.test(path[1])) {
     return { site: "chatgpt", kind: "conv", scope: `chatgpt:conv:${path[1]}`, convKey: path[1], projectId: null };
+  }
+  if (path[0] === "g" && path.length === 4 && CHATGPT_GPT.test(path[1]) && path[2] === "c" && CONVERSATION_ID.test(path[3])) {
+    return { site: "chatgpt", kind: "conv", scope: `chatgpt:conv:${path[3]}`, convKey: path[3], projectId: null, gpt: path[1] };
   }
   if (path[0] === "g" && path.length >= 3) {
     const match = CHATGPT_PROJECT.exec(path[1]);
@@ -98,6 +106,9 @@ export function conversationUrl(page) {
   }
   if (page.projectId) {
     return `https://chatgpt.com/g/${page.projectId}/c/${page.convKey}`;
+  }
+  if (page.gpt) {
+    return `https://chatgpt.com/g/${page.gpt}/c/${page.convKey}`;
   }
   return `https://chatgpt.com/c/${page.convKey}`;
 }
