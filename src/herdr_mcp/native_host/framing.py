@@ -15,9 +15,10 @@ Limits (docs/browser-protocol.md section 4):
 
 from __future__ import annotations
 
-import json
 import struct
 from typing import Any
+
+from herdr_mcp import text as texts
 
 #: The length prefix: native byte order, standard 4-byte size ("=" keeps both), as Chrome writes it.
 LENGTH = struct.Struct("=I")
@@ -46,7 +47,8 @@ def announced_length(header: bytes) -> int:
 
 
 def _text(message: dict[str, Any], *, ascii_only: bool) -> str:
-    return json.dumps(message, ensure_ascii=ascii_only, separators=(",", ":"), allow_nan=False)
+    # `texts.dumps`: a lone surrogate anywhere in `message` cannot make the frame unencodable.
+    return texts.dumps(message, ensure_ascii=ascii_only, separators=(",", ":"), allow_nan=False)
 
 
 def _frame(payload: bytes) -> bytes:

@@ -42,6 +42,7 @@ from herdr_mcp.native_host.protocol import Cancel, Forward, Refused, parse
 from herdr_mcp.native_host.target import RuntimeTarget, active_target
 from herdr_mcp.strict_json import unique_keys
 from herdr_mcp.terminal import error_line
+from herdr_mcp.text import clean_json, decode
 from herdr_mcp.tokens import TokenFileError, read_token
 
 #: Section 4: the host exits after 10 minutes with no request and no open stream.
@@ -152,7 +153,13 @@ class NativeHost:
             except asyncio.IncompleteReadError:
                 self._log.info("stdin closed inside a frame: the browser went away")
                 return EXIT_OK
-            await self._dispatch(payload)
+            try:
+                await self._dispatch(payload)
+            except Exception:
+                # A bug in reading one frame must not end every open request and stream with it.
+                self._log.exception("a frame could not be dispatched")
+                message = "the native host failed on this frame; see its log"
+                await self._emit({"id": None, "error": {"code": "internal_error", "message": message}})
 
     async def _dispatch(self, payload: bytes) -> None:
         try:
@@ -364,14 +371,15 @@ async def _read_capped(response: httpx2.Response, cap: int) -> bytes:
 
 
 def _body(data: bytes | str) -> Any:
-    """A runtime body as JSON when it is JSON (the protocol's bodies are), else its text."""
-    text = data.decode("utf-8", errors="replace") if isinstance(data, bytes) else data
+    """A runtime body as JSON when it is JSON (the protocol's bodies are), else its text; with the
+    frames' text rule (bytes not UTF-8 and lone surrogates read as U+FFFD, section 4 "Text")."""
+    text = decode(data) if isinstance(data, bytes) else data
     if not text:
         return None
     try:
-        return json.loads(text, object_pairs_hook=unique_keys, parse_constant=_no_constant)
-    except ValueError:
-        return text
+        return clean_json(json.loads(text, object_pairs_hook=unique_keys, parse_constant=_no_constant))
+    except (ValueError, RecursionError):
+        return clean_json(text)
 
 
 def _no_constant(name: str) -> object:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from herdr_mcp.strict_json import unique_keys
+from herdr_mcp.text import clean_json, decode
 
 #: A request id: what the extension correlates replies with. Bounded so a frame cannot make every
 #: reply to it large.
@@ -104,12 +105,19 @@ class Cancel:
 
 
 def parse(payload: bytes) -> Forward | Cancel:
-    """The request or cancel in one frame body; raises `Refused`."""
+    """The request or cancel in one frame body; raises `Refused`.
+
+    Text (section 4, "Text"): bytes that are not UTF-8 are read as U+FFFD, and every lone
+    surrogate the JSON spells (`"\\ud800"`, which Chrome passes through) becomes U+FFFD, so
+    what is forwarded always encodes. JSON nested too deep for the parser is `invalid_request`.
+    """
     try:
-        text = payload.decode("utf-8")
-        message = json.loads(text, object_pairs_hook=unique_keys, parse_constant=_no_constant)
-    except (UnicodeDecodeError, ValueError) as exc:
+        message = json.loads(decode(payload), object_pairs_hook=unique_keys, parse_constant=_no_constant)
+    except RecursionError:
+        raise Refused("invalid_request", "a frame must be one JSON object: it is nested too deeply") from None
+    except ValueError as exc:
         raise Refused("invalid_request", f"a frame must be one UTF-8 JSON object: {exc}") from None
+    message = clean_json(message)
     if not isinstance(message, dict):
         raise Refused("invalid_request", "a frame must be a JSON object")
     request_id = _request_id(message.get("id"))
