@@ -162,7 +162,7 @@ def test_seed_marker_never_shown_is_uncertain_and_resume_cuts_over_later(base: P
             assert (await station.binding(PROJECT_SCOPE) or {})["active_conv_key"] == f"/c/{SOURCE}", (
                 "source stays"
             )
-            await wait_hud(source, "seed_uncertain")
+            await wait_hud(source, "Handoff not confirmed yet")
             handoff = source.locator("herdr-mcp-hud .handoff")
             await handoff.filter(has_text="Resume handoff").wait_for()
             assert not await source.locator("herdr-mcp-hud .copy.shown").count(), "no copy prompt"

@@ -238,7 +238,7 @@ def test_zai_seed_marker_never_shown_is_uncertain_and_resume_cuts_over_later(bas
                 assert await station.binding(f"zai:conv:{target}") is None, "the source stays"
                 handoff = source.locator("herdr-bridge-hud .handoff")
                 await handoff.filter(has_text="Resume handoff").wait_for()
-                await wait_status(source, "seed_uncertain")
+                await wait_status(source, "Handoff not confirmed yet")
                 assert [chat for chat, _ in zai.seeds()] == [target]
                 # The page showed the seed without its marker; its reply's call line still ran nothing.
                 await seed_reply_ran_nothing(browser, zai, target)

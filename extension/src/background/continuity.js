@@ -6,12 +6,22 @@
 // unconfirmed or ChatGPT answered 429. `tabs` spans ChatGPT's pages and the bridge's z.ai and
 // DeepSeek pages (a TabGroup): a conversation bound on any of the three sites is woken alike.
 
-import { fallbackText, progressText, wakeText, continueText } from "../lib/messages.js";
+import { t } from "../lib/i18n.js";
+import { checkText, continueText, fallbackText, progressText, wakeText } from "../lib/messages.js";
 import { addOutput, initialProgress, normalizeOptions, startTurn, tick } from "../lib/progress.js";
 import { nextBatch, removeSent } from "../lib/queue.js";
 import { wakeTarget } from "../lib/scope.js";
 import { initialWake, initialWorkspace, onSettled, onWorking, reconcile, wakeFor, woke } from "../lib/settle.js";
 import * as store from "./store.js";
+
+/** Why Check Herdr sent nothing, as the HUD flashes it (catalog names). */
+const CHECK_REFUSED = {
+  auto: "hudCheckRefusedAuto",
+  unbound: "hudCheckRefusedUnbound",
+  busy: "hudCheckRefusedBusy",
+  paused: "hudCheckRefusedBusy",
+  handoff: "hudCheckRefusedBusy",
+};
 
 export class Continuity {
   constructor({ native, bindings, tabs, rateLimit, now = () => Date.now(), log = console }) {
@@ -39,7 +49,7 @@ export class Continuity {
       if (after !== before) {
         for (const binding of this.bindings.scopesOf(workspaceId)) {
           await store.update(`progress:${binding.scope}`, initialProgress(), (value) => startTurn(value, this.now()));
-          this.note(binding.scope, "working");
+          this.note(binding.scope, t("noteWorking"));
         }
       }
     } else if (type === "agent_output") {
@@ -65,7 +75,7 @@ export class Continuity {
       const { created } = await this.addWake(binding.scope, turn, seq);
       if (created) {
         await store.remove(`outbox:${binding.scope}`); // progress of the ended turn is stale
-        this.note(binding.scope, "settled: wake pending");
+        this.note(binding.scope, t("noteWakePending"));
         this.pumpScope(binding.scope);
       }
     }
@@ -116,7 +126,7 @@ export class Continuity {
         if (items.length > 0) {
           const { created } = await this.addWake(binding.scope, `inbox${items[items.length - 1].inbox_id}`, seq);
           if (created) {
-            this.note(binding.scope, "task finished: wake pending");
+            this.note(binding.scope, t("noteTaskFinished"));
           }
         }
       } catch (error) {
@@ -166,7 +176,7 @@ export class Continuity {
       const names = { label: binding.label, workspaceId: binding.workspace_id };
       const text = send.kind === "progress" ? progressText({ ...names, summary: send.summary }) : fallbackText({ ...names, quietSec: send.quietSec });
       await store.set(`outbox:${binding.scope}`, { text, at: this.now() });
-      this.note(binding.scope, send.kind === "progress" ? `progress: ${send.summary.split("\n").pop()}` : "still working (no new output)");
+      this.note(binding.scope, send.kind === "progress" ? t("noteProgress", send.summary.split("\n").pop()) : t("noteQuiet"));
       this.pumpScope(binding.scope);
     }
     this.broadcast();
@@ -225,7 +235,7 @@ export class Continuity {
       const sent = await this.send(tab, convKey, await this.primer());
       if (sent) {
         await store.remove(`prime:${convKey}`);
-        this.note(tab.page.scope, "protocol prompt sent to the new conversation");
+        this.note(tab.page.scope, t("notePrimed"));
       }
       this.broadcast();
       return sent ? "prime" : "failed";
@@ -236,7 +246,7 @@ export class Continuity {
       const sent = await this.send(tab, convKey, batch.text);
       if (sent) {
         await store.update(`queue:${convKey}`, [], (value) => removeSent(value, batch.ids));
-        this.note(tab.page.scope, "queued message sent");
+        this.note(tab.page.scope, t("noteQueueSent"));
       }
       this.broadcast();
       return sent ? "queue" : "failed";
@@ -246,7 +256,8 @@ export class Continuity {
     const binding = this.bindings.get(scope);
     if (!binding || wakeTarget(scope, binding) !== convKey) {
       if (manual) {
-        return (await this.send(tab, convKey, continueText({ bridged }))) ? "continue" : "failed";
+        // No workspace to name: Continue only asks the conversation to go on.
+        return this.sendContinue(tab, convKey, continueText({ bridged }));
       }
       return "unbound";
     }
@@ -272,7 +283,7 @@ export class Continuity {
         // Acknowledged only now that the wake is confirmed sent.
         await this.native.call("/browser/inbox.ack", { scope, inbox_ids: inbox.map((item) => item.inbox_id) });
       }
-      this.note(scope, "woke the conversation");
+      this.note(scope, t("noteWoke"));
       this.broadcast();
       return "wake";
     }
@@ -281,15 +292,96 @@ export class Continuity {
       const sent = await this.send(tab, convKey, outbox.text);
       if (sent) {
         await store.remove(`outbox:${scope}`);
-        this.note(scope, "progress sent");
+        this.note(scope, t("noteProgressSent"));
       }
       this.broadcast();
       return sent ? "progress" : "failed";
     }
     if (manual) {
-      return (await this.send(tab, convKey, continueText({ ...names, bridged }))) ? "continue" : "failed";
+      return this.sendContinue(tab, convKey, continueText({ ...names, bridged }));
     }
     return "nothing";
+  }
+
+  async sendContinue(tab, convKey, text) {
+    const sent = await this.send(tab, convKey, text);
+    if (sent) {
+      this.note(tab.page.scope, t("noteContinued"));
+    }
+    return sent ? "continue" : "failed";
+  }
+
+  /**
+   * The HUD's "Check Herdr" (seed 000, "herdr监控"): read the bound workspace's live state now
+   * (`/push/state` through bindings.refreshState, and the scope's task inbox, read and left
+   * unacknowledged) and send it into conversation `convKey`'s tab, as Continue sends, in the same
+   * per-conversation order. Refused (nothing sent) while Auto is on for the scope, like Continue,
+   * and on a page bound to nothing: there is no workspace to read. Answers what happened: `check`,
+   * or why not (`auto`, `unbound`, `busy`, `paused`, `handoff`, `no_tab`, `failed`).
+   */
+  check(convKey) {
+    const previous = this.pumping.get(convKey) ?? Promise.resolve();
+    const next = previous.then(async () => {
+      const outcome = await this.checkOnce(convKey);
+      const why = CHECK_REFUSED[outcome];
+      const tab = this.tabs.forConv(convKey);
+      if (why && tab) {
+        this.tabs.post(tab, { type: "error", code: `check_${outcome}`, message: t(why) });
+      }
+      return outcome;
+    });
+    this.pumping.set(
+      convKey,
+      next.catch((error) => this.log.warn("herdr-mcp: Check Herdr failed", convKey, error.message)),
+    );
+    return next;
+  }
+
+  async checkOnce(convKey) {
+    const tab = this.tabs.forConv(convKey);
+    if (!tab) {
+      return "no_tab";
+    }
+    const scope = tab.page.scope;
+    const binding = this.bindings.get(scope);
+    if (!binding) {
+      return "unbound";
+    }
+    if ((await store.get(`auto:${scope}`, false)) === true) {
+      return "auto";
+    }
+    if (this.holds?.(convKey)) {
+      return "handoff";
+    }
+    if ((await this.rateLimit.remaining(tab.page?.site)) > 0) {
+      return "paused";
+    }
+    if (!tab.idle) {
+      return "busy";
+    }
+    const state = await this.bindings.refreshState();
+    const workspace = state.workspaces.find((item) => item.workspace_id === binding.workspace_id) ?? null;
+    let inbox = [];
+    if (!scope.includes(":root:")) {
+      try {
+        inbox = (await this.native.call("/browser/inbox.read", { scope })).items;
+      } catch (error) {
+        this.log.warn("herdr-mcp: inbox.read failed", error.message);
+      }
+    }
+    const text = checkText({
+      label: binding.label,
+      workspaceId: binding.workspace_id,
+      workspace,
+      inbox,
+      bridged: tab.page.site !== "chatgpt",
+    });
+    const sent = await this.send(tab, convKey, text);
+    if (sent) {
+      this.note(scope, t("noteChecked"));
+    }
+    this.broadcast();
+    return sent ? "check" : "failed";
   }
 
   async send(tab, convKey, text) {
@@ -302,7 +394,7 @@ export class Continuity {
     if (result.reason === "unconfirmed") {
       // Maybe sent, maybe not: nothing automatic until the person looks (manual continue clears it).
       await store.set(`uncertain:${convKey}`, true);
-      this.note(tab.page?.scope, "a send was not confirmed: automation paused");
+      this.note(tab.page?.scope, t("noteUnconfirmed"));
     }
     this.broadcast();
     return false;

@@ -162,6 +162,11 @@ async function pageMessage(tab, message) {
           await continuity.pump(page.convKey, { manual: true });
         }
         break;
+      case "check": // the HUD's Check Herdr (continuity.js)
+        if (page?.convKey) {
+          await continuity.check(page.convKey);
+        }
+        break;
       case "handoff.start":
         await handoff.begin(tab);
         break;

@@ -75,6 +75,7 @@ export async function start() {
   hud = new Hud({
     tag: "herdr-bridge-hud",
     onContinue: () => postPage({ type: "continue" }),
+    onCheck: () => postPage({ type: "check" }),
     onAuto: (on) => postPage({ type: "auto.set", on }),
     onQueue: () => queueComposer(),
     onClearQueue: () => postPage({ type: "queue.clear" }),

@@ -3,18 +3,27 @@
 // queue button with its count (right click clears the queue), and the handoff entry. The same
 // HUD serves ChatGPT (content/main.js, element <herdr-mcp-hud>) and the bridge's z.ai and
 // DeepSeek pages (content/bridge-main.js, element <herdr-bridge-hud>), which add a row of their
-// own: the bridge's last action and its "Start Herdr tools" button.
+// own: the bridge's last action and its "Start Herdr tools" button. Every word it shows comes
+// from the extension's catalogs in the browser's language (lib/i18n.js, _locales/).
+//
+// Placement: the top right corner, below the sites' header, and never taller than the viewport
+// less the band the sites' composers take at the bottom (COMPOSER_BAND_PX; ChatGPT's grows with
+// its text), so however much the HUD shows it never covers the composer; what does not fit
+// scrolls inside the HUD.
+
+import { t } from "../lib/i18n.js";
 
 const STYLE = `
   :host { all: initial; }
-  .hud { position: fixed; right: 16px; bottom: 96px; z-index: 2147483647; width: 300px;
+  .hud { position: fixed; right: 16px; top: 64px; z-index: 2147483647; width: 300px;
+    max-height: calc(100vh - 64px - 220px); overflow-y: auto; box-sizing: border-box;
     font: 13px/1.4 system-ui, sans-serif; color: #f5f5f5; background: #1f2430; border: 1px solid #3b4252;
     border-radius: 10px; padding: 10px 12px; box-shadow: 0 4px 16px rgba(0,0,0,.35); }
   .title { font-weight: 600; margin-bottom: 4px; display: flex; justify-content: space-between; }
   .dot { display: inline-block; width: 8px; height: 8px; border-radius: 50%; margin-right: 6px; background: #bf616a; }
   .dot.on { background: #a3be8c; }
   .line { color: #d8dee9; margin: 4px 0 8px; white-space: pre-wrap; word-break: break-word; }
-  .row { display: flex; gap: 6px; }
+  .row { display: flex; gap: 6px; flex-wrap: wrap; }
   button { font: inherit; color: #eceff4; background: #3b4252; border: 1px solid #4c566a; border-radius: 6px;
     padding: 4px 8px; cursor: pointer; }
   button:disabled { opacity: .45; cursor: default; }
@@ -30,25 +39,29 @@ const STYLE = `
 `;
 
 export class Hud {
-  /** `bridge`: `{onStart}` on the bridge's sites, for their row; `tag`: the HUD's element name. */
-  constructor({ onContinue, onAuto, onQueue, onClearQueue, onHandoff, bridge = null, tag = "herdr-mcp-hud" }) {
+  /**
+   * `onCheck`: "Check Herdr" (the bound workspace's live state into the conversation); `bridge`:
+   * `{onStart}` on the bridge's sites, for their row; `tag`: the HUD's element name.
+   */
+  constructor({ onContinue, onCheck, onAuto, onQueue, onClearQueue, onHandoff, bridge = null, tag = "herdr-mcp-hud" }) {
     this.host = document.createElement(tag);
     const root = this.host.attachShadow({ mode: "open" });
     root.innerHTML = `<style>${STYLE}</style>
       <div class="hud" part="hud">
         <div class="title"><span><span class="dot"></span>herdr-mcp</span><span class="scope"></span></div>
-        <div class="line status">starting…</div>
+        <div class="line status"></div>
         <div class="health"></div>
         <div class="row">
-          <button class="continue" title="Send the pending wake, or ask the planner to continue">Continue</button>
-          <button class="auto" title="Automatic wakes and progress for this scope">Auto: off</button>
-          <button class="queue" title="Queue the composer's text as the next message (right click: clear the queue)">Queue (0)</button>
+          <button class="continue"></button>
+          <button class="check"></button>
+          <button class="auto"></button>
+          <button class="queue"></button>
         </div>
         <div class="row handoff-row">
-          <button class="handoff" title="Hand this conversation off to a new conversation in the same scope">Hand off</button>
+          <button class="handoff"></button>
         </div>
-        <textarea class="copy" readonly title="The handoff prompt: paste it into a new conversation"></textarea>
-        ${bridge ? `<div class="bridge"><span class="bridge-line"></span><button class="start" title="Send the protocol prompt built from the local tools">Start Herdr tools</button></div>` : ""}
+        <textarea class="copy" readonly></textarea>
+        ${bridge ? `<div class="bridge"><span class="bridge-line"></span><button class="start"></button></div>` : ""}
       </div>`;
     this.root = root;
     this.parts = {
@@ -56,6 +69,7 @@ export class Hud {
       scope: root.querySelector(".scope"),
       line: root.querySelector(".line"),
       continue: root.querySelector(".continue"),
+      check: root.querySelector(".check"),
       auto: root.querySelector(".auto"),
       queue: root.querySelector(".queue"),
       handoff: root.querySelector(".handoff"),
@@ -63,9 +77,17 @@ export class Hud {
       health: root.querySelector(".health"),
       bridge: root.querySelector(".bridge-line"),
     };
-    root.querySelector(".start")?.addEventListener("click", () => bridge.onStart());
+    const start = root.querySelector(".start");
+    if (start) {
+      start.textContent = t("hudStartTools");
+      start.title = t("hudStartToolsTitle");
+      start.addEventListener("click", () => bridge.onStart());
+    }
+    this.parts.copy.title = t("hudCopyAreaTitle");
     this.state = null;
+    this.render(null, t("hudStarting"));
     this.parts.continue.addEventListener("click", () => onContinue());
+    this.parts.check.addEventListener("click", () => onCheck?.());
     this.parts.auto.addEventListener("click", () => onAuto(!this.state?.auto));
     this.parts.queue.addEventListener("click", () => onQueue());
     this.parts.handoff.addEventListener("click", () => this.handoffClicked(onHandoff));
@@ -89,14 +111,23 @@ export class Hud {
     const { parts } = this;
     const page = state?.page;
     parts.dot.classList.toggle("on", Boolean(state?.connected));
-    parts.scope.textContent = page ? page.kind : "";
-    parts.auto.textContent = `Auto: ${state?.auto ? "on" : "off"}`;
+    parts.scope.textContent = page ? kindName(page.kind) : "";
+    parts.auto.textContent = state?.auto ? t("hudAutoOn") : t("hudAutoOff");
+    parts.auto.title = t("hudAutoTitle");
     parts.auto.classList.toggle("active", Boolean(state?.auto));
     parts.auto.disabled = !page;
-    parts.queue.textContent = `Queue (${state?.queue?.length ?? 0})`;
+    parts.queue.textContent = t("hudQueue", state?.queue?.length ?? 0);
+    parts.queue.title = t("hudQueueTitle");
     parts.queue.disabled = !page?.convKey;
-    // Auto on locks the manual push, so two paths never drive one conversation.
-    parts.continue.disabled = !page?.convKey || Boolean(state?.auto);
+    // Auto on locks the manual pushes (Continue, Check Herdr), so two paths never drive one
+    // conversation. Check Herdr needs a bound workspace to read; Continue works unbound too.
+    const locked = Boolean(state?.auto);
+    parts.continue.textContent = t("hudContinue");
+    parts.continue.title = locked ? t("hudLockedByAuto") : t("hudContinueTitle");
+    parts.continue.disabled = !page?.convKey || locked;
+    parts.check.textContent = t("hudCheck");
+    parts.check.title = locked ? t("hudLockedByAuto") : state?.binding ? t("hudCheckTitle") : t("hudCheckUnbound");
+    parts.check.disabled = !page?.convKey || locked || !state?.binding || !state?.connected;
     this.renderHandoff(state);
     parts.line.textContent = message ?? describe(state);
   }
@@ -105,18 +136,16 @@ export class Hud {
   renderHandoff(state) {
     const { handoff: button, copy } = this.parts;
     const view = state?.handoff;
-    let label = "Hand off";
+    let label = t("hudHandoff");
     if (view?.inFlight) {
-      label = "Handing off…";
+      label = t("hudHandingOff");
     } else if (view?.resumable) {
-      label = "Resume handoff";
+      label = t("hudResumeHandoff");
     } else if (view?.copyPrompt) {
-      label = "Copy prompt";
+      label = t("hudCopyPrompt");
     }
     button.textContent = label;
-    button.title = view?.copyPrompt
-      ? "Copy the handoff prompt (right click: try the automatic handoff again)"
-      : "Hand this conversation off to a new conversation in the same scope";
+    button.title = view?.copyPrompt ? t("hudCopyPromptTitle") : t("hudHandoffTitle");
     button.disabled = !state?.page?.convKey || !state?.connected || Boolean(view?.inFlight);
     const prompt = view?.copyPrompt ?? "";
     if (copy.value !== prompt) {
@@ -130,8 +159,8 @@ export class Hud {
     if (view?.copyPrompt) {
       this.parts.copy.select();
       navigator.clipboard?.writeText(view.copyPrompt).then(
-        () => this.flash("Prompt copied: paste it into a new conversation."),
-        () => this.flash("Copy the selected prompt (Ctrl+C) into a new conversation."),
+        () => this.flash(t("hudCopied")),
+        () => this.flash(t("hudCopyByHand")),
       );
       return;
     }
@@ -155,44 +184,50 @@ export class Hud {
   }
 }
 
+/** The page's kind in words (scope.js's `conv`, `project`, `root`). */
+function kindName(kind) {
+  return { conv: t("kindConversation"), project: t("kindProject"), root: t("kindRoot") }[kind] ?? kind;
+}
+
 function describe(state) {
   if (!state?.page) {
-    return "Not a conversation or Project page.";
+    return t("hudNoPage");
   }
   const lines = [];
   if (!state.connected) {
-    lines.push("Not connected to herdr-mcp (is the runtime running and the native host installed?).");
+    lines.push(t("hudNotConnected"));
   } else if (!state.binding) {
-    lines.push("Not bound: bind this page to a workspace in the side panel.");
+    lines.push(t("hudNotBound"));
   } else {
     const name = state.binding.label || state.binding.workspace_id;
-    lines.push(`Bound to ${name}: ${state.working ? "working" : "not working"}.`);
+    lines.push(state.working ? t("hudBoundWorking", name) : t("hudBoundIdle", name));
     if (state.wakePending) {
-      lines.push(state.auto ? "Settled: waking the conversation." : "Settled: press Continue to wake the conversation.");
+      lines.push(state.auto ? t("hudWakeAuto") : t("hudWakeManual"));
     }
     if (!state.isTarget && state.page.kind === "project") {
-      lines.push("Wakes go to the Project's active conversation.");
+      lines.push(t("hudProjectTarget"));
     }
   }
   if (state.pausedMs > 0) {
-    lines.push(`ChatGPT answered 429: sending paused for ${Math.ceil(state.pausedMs / 1000)} s.`);
+    lines.push(t("hudPaused", Math.ceil(state.pausedMs / 1000)));
   }
   if (state.uncertain) {
-    lines.push("A send was not confirmed: automation paused; press Continue after checking the page.");
+    lines.push(t("hudUncertain"));
   }
   const pressure = state.handoff?.pressure;
   if (pressure?.on) {
-    lines.push(`Context ~${Math.round(pressure.ratio * 100)}% (auto rollover on).`);
+    lines.push(t("hudContext", Math.round(pressure.ratio * 100)));
   }
   if (state.handoff?.phase === "seed_uncertain") {
-    lines.push("Handoff seed_uncertain: this conversation stays active until the seed is confirmed.");
+    lines.push(t("hudHandoffUnconfirmed"));
   } else if (state.handoff?.phase === "unavailable") {
-    lines.push("Browser control unavailable: copy the prompt into a new conversation.");
+    lines.push(t("hudUnavailable"));
   } else if (state.handoff?.phase === "refused") {
-    lines.push(`Handoff refused: ${state.handoff.error?.code}.`);
+    const code = state.handoff.error?.code;
+    lines.push(code === "workspace_working" ? t("hudRefusedWorking") : t("hudRefused", code));
   }
   if (state.note) {
-    lines.push(`Last: ${state.note.line}`);
+    lines.push(t("hudLast", state.note.line));
   }
   return lines.join("\n");
 }

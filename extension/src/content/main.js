@@ -25,6 +25,7 @@ export function start() {
   }
   hud = new Hud({
     onContinue: () => post({ type: "continue" }),
+    onCheck: () => post({ type: "check" }),
     onAuto: (on) => post({ type: "auto.set", on }),
     onQueue: () => queueComposer(),
     onClearQueue: () => post({ type: "queue.clear" }),

@@ -1,9 +1,21 @@
 // The texts the extension types into a conversation. A wake asks the planner to re-inspect the
 // live state; it never says the work is done (a settle proves a state change, not success).
+//
+// Language (extension/README.md, "Language"): the sentences are in the person's language
+// (lib/i18n.js: they appear as the person's own turn, and a model answers in the language it is
+// written to); what a program or the model's protocol reads stays as it is in every language:
+// the `[herdr-mcp]` mark, workspace ids and labels, agent names and Herdr's statuses, task ids and
+// outcomes, and the bridge's call form (BRIDGE_HINT, in the protocol prompt's language).
+
+import { t } from "./i18n.js";
 
 export const MARK = "[herdr-mcp]";
 /** The bridge's sites reach the tools only through JSON lines (content/bridge-main.js). */
 const BRIDGE_HINT = 'Use the Herdr tools as the protocol prompt says: one {"tool": ..., "args": {...}} JSON line per call.';
+
+function agentList(agents) {
+  return agents.map((agent) => `${agent.agent ?? agent.pane_id} ${agent.status}`).join(", ");
+}
 
 /**
  * `bridged`: a z.ai or DeepSeek conversation, whose model reaches the tools only through the
@@ -11,19 +23,14 @@ const BRIDGE_HINT = 'Use the Herdr tools as the protocol prompt says: one {"tool
  */
 export function wakeText({ label, workspaceId, agents = [], inbox = [], bridged = false }) {
   const name = label ? `"${label}" (${workspaceId})` : workspaceId;
-  const lines = [
-    `${MARK} No agent in workspace ${name} is working any more.`,
-  ];
+  const lines = [`${MARK} ${t("wakeSettled", name)}`];
   if (agents.length > 0) {
-    lines.push(`Agents now: ${agents.map((agent) => `${agent.agent ?? agent.pane_id} ${agent.status}`).join(", ")}.`);
+    lines.push(t("wakeAgents", agentList(agents)));
   }
   for (const item of inbox) {
-    lines.push(`Task ${item.task_id}: ${item.outcome}.`);
+    lines.push(t("wakeTask", item.task_id, item.outcome));
   }
-  lines.push(
-    "This is a signal to re-inspect, not a result: read the live Herdr state, the agents' output, " +
-      "Git and the tests before deciding the next step.",
-  );
+  lines.push(t("wakeReinspect"));
   if (bridged) {
     lines.push(BRIDGE_HINT);
   }
@@ -32,16 +39,45 @@ export function wakeText({ label, workspaceId, agents = [], inbox = [], bridged 
 
 export function progressText({ label, workspaceId, summary }) {
   const name = label || workspaceId;
-  return `${MARK} progress in ${name} (agents still working; no action needed yet):\n${summary}`;
+  return `${MARK} ${t("progressIn", name)}\n${summary}`;
 }
 
 export function fallbackText({ label, workspaceId, quietSec }) {
   const name = label || workspaceId;
-  return `${MARK} workspace ${name} is still working; no new output in the last ${quietSec} s.`;
+  return `${MARK} ${t("progressQuiet", name, quietSec)}`;
 }
 
-export function continueText({ label, workspaceId, bridged = false }) {
-  const name = label || workspaceId || "the bound workspace";
-  const text = `${MARK} Continue: re-inspect ${name}'s live state (agents, output, Git, tests) and go on with the next step.`;
+/**
+ * The HUD's Continue. Bound (a workspace named): re-inspect that workspace and go on; on a page
+ * bound to nothing there is no workspace to name, so it only asks the conversation to go on.
+ */
+export function continueText({ label, workspaceId, bridged = false } = {}) {
+  const name = label || workspaceId;
+  const text = name ? `${MARK} ${t("continueBound", name)}` : `${MARK} ${t("continueUnbound")}`;
   return bridged ? `${text}\n${BRIDGE_HINT}` : text;
+}
+
+/**
+ * The HUD's "Check Herdr": the bound workspace's live state as the runtime reads it now
+ * (`/push/state`'s entry: `working`, `agents`), with the scope's unacknowledged task outcomes
+ * (`inbox`, left unacknowledged: only a wake acknowledges them), and the same ask as a wake:
+ * look before deciding; a state is not a result.
+ */
+export function checkText({ label, workspaceId, workspace = null, inbox = [], bridged = false }) {
+  const name = label ? `"${label}" (${workspaceId})` : workspaceId;
+  const lines = [`${MARK} ${t("checkHeader", name)}`];
+  if (!workspace) {
+    lines.push(t("checkGone"));
+  } else {
+    lines.push(workspace.working ? t("checkWorking") : t("checkNotWorking"));
+    lines.push(workspace.agents?.length ? t("wakeAgents", agentList(workspace.agents)) : t("checkNoAgents"));
+  }
+  for (const item of inbox) {
+    lines.push(t("wakeTask", item.task_id, item.outcome));
+  }
+  lines.push(t("wakeReinspect"));
+  if (bridged) {
+    lines.push(BRIDGE_HINT);
+  }
+  return lines.join("\n");
 }

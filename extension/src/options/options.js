@@ -1,9 +1,12 @@
 import { DEFAULT_OPTIONS, normalizeOptions } from "../lib/progress.js";
 import { rolloverOptions } from "../lib/rollover.js";
 import { healthOptions } from "../lib/page-health.js";
+import { localize, t } from "../lib/i18n.js";
 
 const HEALTH_FIELDS = ["staleAfterSec", "stalledAfterSec", "stalledWaitSec"];
 
+localize(document);
+document.title = t("optionsTitle");
 const form = document.getElementById("options");
 const fields = Object.keys(DEFAULT_OPTIONS);
 
@@ -36,5 +39,5 @@ form.addEventListener("submit", async (event) => {
   const health = healthOptions({ ...stored, ...Object.fromEntries(HEALTH_FIELDS.map((name) => [name, document.getElementById(name).value])) });
   const options = { ...stored, ...normalizeOptions(raw), ...rollover, ...health };
   await chrome.storage.local.set({ options });
-  document.getElementById("saved").textContent = `Saved: tick ${options.progressTickSec} s, fallback ${options.progressFallbackSec} s.`;
+  document.getElementById("saved").textContent = t("optSaved");
 });

@@ -9,6 +9,7 @@
 // delivered at most once.
 
 import { keepsPending, newKey, pinDrift, pinFromPane, readLines, sendRequest } from "../lib/control.js";
+import { t } from "../lib/i18n.js";
 
 const PIN_KEY = "control:pinned";
 const PENDING_KEY = "control:pending";
@@ -48,9 +49,20 @@ function element(tag, { className = null, text = null } = {}, ...children) {
 }
 
 function describe(target) {
-  return target.agent
-    ? `agent ${target.agent}${target.agent_kind ? ` (${target.agent_kind})` : ""}`
-    : `terminal ${target.label || target.pane_id}`;
+  if (target.agent) {
+    return target.agent_kind ? t("ccDescribeAgentKind", target.agent, target.agent_kind) : t("ccDescribeAgent", target.agent);
+  }
+  return t("ccDescribeTerminal", target.label || target.pane_id);
+}
+
+const STATUS_NAMES = { working: "statusWorking", idle: "statusIdle", done: "statusDone", blocked: "statusBlocked" };
+
+/** Herdr's agent status in words (an unknown one as it came). */
+function statusName(status) {
+  if (!status) {
+    return t("statusUnknown");
+  }
+  return STATUS_NAMES[status] ? t(STATUS_NAMES[status]) : status;
 }
 
 export class ControlPanel {
@@ -97,7 +109,7 @@ export class ControlPanel {
         this.panes = (await request("pane.list", {})).panes;
         $("cc-status").textContent = "";
       } catch (error) {
-        $("cc-status").textContent = `Panes unavailable: ${error.message}`;
+        $("cc-status").textContent = t("ccPanesUnavailable", error.message);
       }
       this.renderTree();
       this.renderPin();
@@ -121,7 +133,7 @@ export class ControlPanel {
           "div",
           { className: "cc-ws-head" },
           element("strong", { text: workspace?.label || workspaceId }),
-          element("span", { className: `badge ${working ? "working" : "idle"}`, text: working ? "working" : "not working" }),
+          element("span", { className: `badge ${working ? "working" : "idle"}`, text: working ? t("statusWorking") : t("statusNotWorking") }),
           element("span", { className: "mono muted", text: workspaceId }),
         );
         const list = element(
@@ -136,14 +148,14 @@ export class ControlPanel {
 
   paneRow(pane, workspaceLabel) {
     const pinned = this.pin?.pane_id === pane.pane_id;
-    const button = element("button", { className: "cc-pin", text: pinned ? "Pinned" : "Pin" });
+    const button = element("button", { className: "cc-pin", text: pinned ? t("ccPinned") : t("ccPin") });
     button.dataset.pane = pane.pane_id;
     button.disabled = pinned;
     button.addEventListener("click", () => this.setPin(pinFromPane(pane, workspaceLabel)));
     const what = pane.agent
-      ? element("span", { className: "cc-name", text: `${pane.agent}` }, element("span", { className: "muted", text: ` ${pane.agent_kind ?? "agent"}` }))
-      : element("span", { className: "cc-name", text: pane.label || "terminal" }, element("span", { className: "muted", text: " terminal" }));
-    const status = pane.agent ? element("span", { className: `badge ${pane.status ?? "unknown"}`, text: pane.status ?? "unknown" }) : element("span");
+      ? element("span", { className: "cc-name", text: `${pane.agent}` }, element("span", { className: "muted", text: ` ${pane.agent_kind ?? t("ccAgent")}` }))
+      : element("span", { className: "cc-name", text: pane.label || t("ccTerminal") }, element("span", { className: "muted", text: ` ${t("ccTerminal")}` }));
+    const status = pane.agent ? element("span", { className: `badge ${pane.status ?? "unknown"}`, text: statusName(pane.status) }) : element("span");
     const row = element("li", { className: pinned ? "cc-pane pinned" : "cc-pane" }, what, status, element("span", { className: "mono muted", text: pane.pane_id }), button);
     row.dataset.pane = pane.pane_id;
     return row;
@@ -155,10 +167,10 @@ export class ControlPanel {
     $("cc-output").textContent = "";
     if (pin) {
       await chrome.storage.local.set({ [PIN_KEY]: pin });
-      $("cc-message").textContent = `Pinned ${describe(pin)}.`;
+      $("cc-message").textContent = t("ccPinnedMessage", describe(pin));
     } else {
       await chrome.storage.local.remove(PIN_KEY);
-      $("cc-message").textContent = "Unpinned.";
+      $("cc-message").textContent = t("ccUnpinnedMessage");
     }
     this.renderTree();
     this.renderPin();
@@ -173,12 +185,13 @@ export class ControlPanel {
     }
     const live = this.panes.find((pane) => pane.pane_id === pin.pane_id);
     const where = pin.workspace_label ? `${pin.workspace_label} (${pin.workspace_id})` : pin.workspace_id;
-    $("cc-pin-line").textContent = `${describe(pin)} in ${where}, pane ${pin.pane_id}${live?.status ? `, ${live.status}` : ""}`;
+    const line = t("ccPinLine", describe(pin), where, pin.pane_id);
+    $("cc-pin-line").textContent = live?.status ? `${line} · ${statusName(live.status)}` : line;
     const drift = this.panes.length ? pinDrift(pin, this.panes) : null;
-    $("cc-drift").textContent = drift ? `Changed since pinned: ${drift}. Sends are refused until you pin again.` : "";
+    $("cc-drift").textContent = drift ? t("ccDrift", drift) : "";
     $("cc-drift").hidden = !drift;
-    $("cc-text-label").textContent = pin.agent ? `Prompt for ${pin.agent}` : "One line for the terminal (typed, then Enter)";
-    $("cc-send").textContent = pin.agent ? "Send prompt" : "Type + Enter";
+    $("cc-text-label").textContent = pin.agent ? t("ccPromptFor", pin.agent) : t("ccLineForTerminal");
+    $("cc-send").textContent = pin.agent ? t("ccSendPrompt") : t("ccTypeEnter");
   }
 
   async read() {
@@ -190,15 +203,15 @@ export class ControlPanel {
     try {
       const answer = await request("pane.read", { pane_id: this.pin.pane_id, lines });
       this.following = true;
-      $("cc-output").textContent = answer.text || "(no output)";
+      $("cc-output").textContent = answer.text || t("ccNoOutput");
       $("cc-output").scrollTop = $("cc-output").scrollHeight;
-      const notes = [`last ${lines} lines`];
+      const notes = [t("ccLastLines", lines)];
       if (answer.capped) {
-        notes.push(`cut to the newest ${answer.max_chars} characters`);
+        notes.push(t("ccCut", answer.max_chars));
       }
       $("cc-read-note").textContent = notes.join("; ");
     } catch (error) {
-      $("cc-read-note").textContent = `Read failed (${error.code}): ${error.message}`;
+      $("cc-read-note").textContent = t("ccReadFailed", error.code, error.message);
     }
   }
 
@@ -227,30 +240,30 @@ export class ControlPanel {
   async forget() {
     await chrome.storage.local.remove(PENDING_KEY);
     await this.showPending();
-    $("cc-message").textContent = "Forgot the unconfirmed send (it may have been delivered).";
+    $("cc-message").textContent = t("ccForgot");
   }
 
   async deliver(pending) {
     $("cc-send").disabled = true;
     $("cc-retry").disabled = true;
-    const what = pending.method === "agent.prompt" ? `Prompt to ${pending.body.agent}` : `Input to ${pending.body.pane_id}`;
+    const what = pending.method === "agent.prompt" ? t("ccPromptTo", pending.body.agent) : t("ccInputTo", pending.body.pane_id);
     try {
       const answer = await request(pending.method, pending.body);
       await chrome.storage.local.set({ [LAST_KEY]: { ...pending, answered: Date.now() } });
       await chrome.storage.local.remove(PENDING_KEY);
       const key = pending.body.idempotency_key;
       if (answer.idempotent_replay) {
-        $("cc-message").textContent = `${what}: already delivered with key ${key}; not sent again.`;
+        $("cc-message").textContent = t("ccAlreadyDelivered", what, key);
       } else {
-        $("cc-message").textContent = `${what}: delivered (key ${key}).`;
+        $("cc-message").textContent = t("ccDelivered", what, key);
         $("cc-text").value = "";
       }
     } catch (error) {
       if (keepsPending(error.code)) {
-        $("cc-message").textContent = `${what}: not confirmed (${error.code}): ${error.message} Retry sends it with the same key.`;
+        $("cc-message").textContent = t("ccNotConfirmed", what, error.code, error.message);
       } else {
         await chrome.storage.local.remove(PENDING_KEY);
-        $("cc-message").textContent = `${what}: refused (${error.code}): ${error.message}`;
+        $("cc-message").textContent = t("ccRefused", what, error.code, error.message);
       }
     } finally {
       $("cc-send").disabled = false;
@@ -263,8 +276,8 @@ export class ControlPanel {
     const pending = await stored(PENDING_KEY);
     $("cc-pending").hidden = !pending;
     if (pending) {
-      const target = pending.method === "agent.prompt" ? `agent ${pending.body.agent}` : `pane ${pending.body.pane_id}`;
-      $("cc-pending-line").textContent = `Unconfirmed send to ${target}: "${pending.body.text.slice(0, 80)}" (key ${pending.body.idempotency_key}).`;
+      const target = pending.method === "agent.prompt" ? t("ccTargetAgent", pending.body.agent) : t("ccTargetPane", pending.body.pane_id);
+      $("cc-pending-line").textContent = t("ccPendingLine", target, [...pending.body.text].slice(0, 80).join(""), pending.body.idempotency_key);
     }
   }
 }

@@ -1,8 +1,13 @@
-// The side panel: the current ChatGPT page's scope and binding, binding it to a workspace from
-// the runtime's live list (/push/state), and that list with each workspace's state; below it the
-// Control Center (control.js).
+// The side panel: the current page (ChatGPT, z.ai or DeepSeek) and its binding, and binding it to
+// a workspace from the runtime's live list (/push/state); below it the one list of workspaces,
+// each with its state, panes and agents, and the pinned target (control.js). The workspaces were
+// listed twice before: here with their agents and again in the Control Center's tree; the tree
+// holds everything the first list showed, so it is the only one. Texts: lib/i18n.js.
 
+import { localize, t } from "../lib/i18n.js";
 import { ControlPanel } from "./control.js";
+
+localize(document);
 
 const $ = (id) => document.getElementById(id);
 const control = new ControlPanel();
@@ -30,17 +35,21 @@ async function refresh() {
   try {
     state = await ask({ type: "panel.state" });
   } catch (error) {
-    $("connection").textContent = `Error: ${error.message}`;
+    $("connection").textContent = t("panelError", error.message);
     return;
   }
   control.update(state.workspaces);
-  $("connection").textContent = state.connected ? "Connected to the local runtime." : "Not connected to the local runtime.";
+  $("connection").textContent = state.connected ? t("panelConnected") : t("panelNotConnected");
   const page = state.tab?.page;
-  $("scope").textContent = page ? page.scope : "No ChatGPT conversation, Project or home page in this window.";
+  $("scope").textContent = page ? pageName(page) : t("panelNoPage");
+  $("scope").title = page?.scope ?? "";
   const binding = state.tab?.binding;
+  const name = binding ? binding.label || binding.workspace_id : "";
   $("binding").textContent = binding
-    ? `Bound to ${binding.label || binding.workspace_id} (${binding.workspace_id})${binding.active_conv_key ? `, active conversation ${binding.active_conv_key}` : ""}.`
-    : page ? "Not bound." : "";
+    ? binding.active_conv_key
+      ? t("panelBoundActive", name, binding.workspace_id, binding.active_conv_key)
+      : t("panelBound", name, binding.workspace_id)
+    : page ? t("panelNotBound") : "";
   const select = $("workspace");
   const chosen = select.value || binding?.workspace_id || "";
   select.replaceChildren(
@@ -56,28 +65,23 @@ async function refresh() {
   }
   $("bind").disabled = !page || state.workspaces.length === 0;
   $("unbind").disabled = !binding;
-  $("workspaces").replaceChildren(
-    ...state.workspaces.map((workspace) => {
-      const item = document.createElement("li");
-      const agents = workspace.agents.map((agent) => `${agent.agent} ${agent.status}`).join(", ");
-      item.innerHTML = "";
-      const name = document.createElement("span");
-      name.textContent = `${workspace.label}: `;
-      const status = document.createElement("span");
-      status.className = workspace.working ? "working" : "idle";
-      status.textContent = workspace.working ? "working" : "not working";
-      item.append(name, status, document.createTextNode(agents ? ` (${agents})` : ""));
-      return item;
-    }),
-  );
+}
+
+const SITES = { chatgpt: "ChatGPT", zai: "z.ai", deepseek: "DeepSeek" };
+
+/** The page in words: "ChatGPT conversation", "z.ai new chat"... (its scope in the tooltip). */
+function pageName(page) {
+  const site = SITES[page.site] ?? page.site ?? "";
+  const kind = { conv: "panelPageConversation", project: "panelPageProject", root: "panelPageRoot" }[page.kind];
+  return kind ? t(kind, site) : page.scope;
 }
 
 async function bind(workspaceId) {
   try {
     const { binding } = await ask({ type: "panel.bind", workspaceId });
-    $("message").textContent = binding ? `Bound to ${binding.label || binding.workspace_id}.` : "Unbound.";
+    $("message").textContent = binding ? t("panelBoundTo", binding.label || binding.workspace_id) : t("panelUnbound");
   } catch (error) {
-    $("message").textContent = `Error: ${error.message}`;
+    $("message").textContent = t("panelError", error.message);
   }
   await refresh();
 }
