@@ -261,3 +261,54 @@ class RawChatSite:
                 (FIXTURES / self.fixture).read_text(encoding="utf-8").replace("/*IMITATION*/ {}", switches, 1)
             )
             await route.fulfill(body=page.encode(), content_type="text/html; charset=utf-8")
+
+
+NODE_MODULES = Path(__file__).resolve().parents[1] / "extension" / "node_modules"
+#: The Markdown renderers the imitations render replies with: real ones from npm (extension/
+#: package.json devDependencies), in the configurations the bridge's call forms are tested under.
+#: name: (the UMD build under extension/node_modules, which renderer the page calls, its options)
+RENDERERS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "marked": ("marked/lib/marked.umd.js", "marked", {"gfm": True, "breaks": False}),
+    "marked-breaks": ("marked/lib/marked.umd.js", "marked", {"gfm": True, "breaks": True}),
+    "markdown-it": ("markdown-it/dist/browser/markdown-it.umd.min.js", "markdown-it", {"html": False}),
+    "markdown-it-html-breaks": (
+        "markdown-it/dist/browser/markdown-it.umd.min.js",
+        "markdown-it",
+        {"html": True, "breaks": True, "linkify": True},
+    ),
+}
+
+
+@dataclass(kw_only=True)
+class MarkdownChatSite(RawChatSite):
+    """An imitated z.ai or DeepSeek that renders replies as the live sites do
+    (tests/fixtures/extension/markdown-site.html: Markdown through a real renderer from npm,
+    re-rendered while the reply streams in chunks, each site's code-block markup, a stop state,
+    UI labels in Chinese or English). `site` is "zai" or "deepseek"; the renderer and pace apply
+    to pages served from the time they are set."""
+
+    site: str
+    fixture: str = "markdown-site.html"
+    renderer: str = "marked"
+    lang: str = "zh"
+    #: Streaming pace: characters per chunk and milliseconds between chunks.
+    chunk_chars: int = 24
+    chunk_ms: int = 15
+
+    async def route(self, route: Route) -> None:
+        path = route.request.url.split(self.host, 1)[1].split("?", 1)[0]
+        if path.startswith("/api/"):
+            await super().route(route)
+        elif path == "/__imitation__/renderer.js":
+            build = NODE_MODULES / RENDERERS[self.renderer][0]
+            await route.fulfill(body=build.read_bytes(), content_type="text/javascript; charset=utf-8")
+        else:
+            _, kind, options = RENDERERS[self.renderer]
+            switches = json.dumps({
+                "site": self.site, "lang": self.lang, "renderer": kind, "rendererOptions": options,
+                "chunkChars": self.chunk_chars, "chunkMs": self.chunk_ms,
+            })  # fmt: skip
+            page = (
+                (FIXTURES / self.fixture).read_text(encoding="utf-8").replace("/*IMITATION*/ {}", switches, 1)
+            )
+            await route.fulfill(body=page.encode(), content_type="text/html; charset=utf-8")

@@ -110,7 +110,8 @@ class Site(RawChatSite):
 
 
 def call(tool: str, args: dict[str, Any]) -> str:
-    return json.dumps({"tool": tool, "args": args})
+    """One call in the bridge's form: a fenced json code block (docs/browser-protocol.md)."""
+    return "```json\n" + json.dumps({"tool": tool, "args": args}) + "\n```"
 
 
 def noise_png(width: int = 1024, height: int = 700) -> bytes:

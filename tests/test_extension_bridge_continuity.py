@@ -72,7 +72,7 @@ class WakeableSite(RawChatSite):
         if asked.startswith(HANDOFF_MARKER):
             return "Resuming."
         if asked.startswith(WAKE) or asked.startswith(PROMPT):
-            return "Re-inspecting.\n" + json.dumps({"tool": "herdr_inspect", "args": {}})
+            return "Re-inspecting.\n```json\n" + json.dumps({"tool": "herdr_inspect", "args": {}}) + "\n```"
         if asked.startswith("TOOL_RESULT"):
             return "Checked."
         return "Noted."
@@ -275,7 +275,7 @@ class HeldCallSite(WakeableSite):
                 "intent": "read_only",
                 "confirm_busy": True,
             }
-            return json.dumps({"tool": "herdr_exec", "args": args})
+            return "```json\n" + json.dumps({"tool": "herdr_exec", "args": args}) + "\n```"
         return super().answer(messages)
 
 

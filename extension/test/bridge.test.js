@@ -46,29 +46,33 @@ test("the prompt is built from the tools given, with the marker first", () => {
   assert.doesNotMatch(protocolPrompt([READ]), /herdr_fs_write/);
 });
 
-test("call lines are parsed; prose, fences and near-misses are not calls", () => {
+test("calls come from fenced code blocks; a call line in the prose is an error, never run", () => {
   const text = [
     "Let me look.",
     "```json",
     '{"tool": "herdr_fs_read", "args": {"path": "README.md"}}',
-    "```",
     '{"tool": "herdr_inspect"}',
-    '{"not": "a call"}',
+    "```",
+    '{"tool": "herdr_fs_write", "args": {"path": "x"}}',
+    "```json",
     '{"tool": "x", "args": {}, "extra": 1}',
     '{"tool": "y", "args": [1]}',
-    '{"tool": "z", "args": {',
+    "```",
+    "```python",
+    "print({'not': 'a call'})",
+    "```",
   ].join("\n");
   const { calls, errors } = parseCalls(text);
   assert.deepEqual(calls.map((call) => [call.tool, call.args]), [
     ["herdr_fs_read", { path: "README.md" }],
     ["herdr_inspect", {}],
   ]);
-  assert.equal(errors.length, 3);
+  assert.equal(errors.length, 3, errors);
   assert.match(errors[0], /unknown keys/);
   assert.match(errors[1], /"args" must be an object/);
-  assert.match(errors[2], /not JSON/);
-  assert.equal(isCallsOnly('{"tool": "a", "args": {}}\n\n{"tool": "b"}'), true);
-  assert.equal(isCallsOnly('Sure.\n{"tool": "a"}'), false);
+  assert.match(errors[2], /outside a fenced json code block/);
+  assert.equal(isCallsOnly('```json\n{"tool": "a", "args": {}}\n\n{"tool": "b"}\n```'), true);
+  assert.equal(isCallsOnly('Sure.\n```json\n{"tool": "a"}\n```'), false);
 });
 
 test("the schema subset: type, required, properties, additionalProperties, enum, lengths, bounds, pattern", () => {
@@ -133,7 +137,7 @@ test("rounds count TOOL_RESULT messages since the person's own message", () => {
 
 test("after a reload only a never-dispatched call, or a read-only one, is run again", () => {
   const prompt = { role: "user", text: `${MARKER}\n...` };
-  const call = { role: "assistant", text: '{"tool": "herdr_fs_write", "args": {"path": "a", "content": "b"}}' };
+  const call = { role: "assistant", text: '```json\n{"tool": "herdr_fs_write", "args": {"path": "a", "content": "b"}}\n```' };
   const mutation = checkCalls(parseCalls(call.text).calls, [READ, WRITE]);
   const reading = checkCalls([{ tool: "herdr_fs_read", args: { path: "a" } }], [READ, WRITE]);
   assert.equal(recoveryDecision({ messages: [prompt, call], dispatched: false, checked: mutation }).run, true);
@@ -141,6 +145,9 @@ test("after a reload only a never-dispatched call, or a read-only one, is run ag
   assert.equal(recoveryDecision({ messages: [prompt, call], dispatched: true, checked: reading }).run, true);
   assert.equal(recoveryDecision({ messages: [call], dispatched: false, checked: mutation }).run, false);
   const answered = [prompt, call, { role: "user", text: resultMessage([]) }];
+  // An error-only reply at load (a call cut midway) still reaches the model as an error.
+  const cut = { role: "assistant", text: '```json\n{"tool": "herdr_fs_write", "args": {"path": \n```' };
+  assert.equal(recoveryDecision({ messages: [prompt, cut], dispatched: false, checked: [] }).run, true);
   assert.equal(recoveryDecision({ messages: answered, dispatched: true, checked: mutation }).run, false);
 });
 

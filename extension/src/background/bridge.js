@@ -4,7 +4,7 @@
 // through the native host as stateless MCP 2026-07-28 (docs/browser-protocol.md section 4), with
 // `_meta["herdr-mcp/scope"]` set to the conversation's scope.
 //
-// Exactly-once as far as the page can tell: a reply's key (scope, position, text) is recorded in
+// Exactly-once as far as the page can tell: a reply's key (scope, anchor, text) is recorded in
 // `bridge:dispatched:<scope>` BEFORE its first call is sent, and the finished TOOL_RESULT text in
 // `bridge:result:<scope>:<key>` until the page confirms it was sent. A reloaded page that still
 // ends with that reply gets the stored result (nothing runs again); without a stored result, calls
@@ -45,7 +45,8 @@ export class Bridge {
     this.log = log;
     this.tools = null;
     this.toolsAt = 0;
-    this.inFlight = new Set();
+    /** `<scope> <key>` -> the promise of that reply's run (a reloaded page waits for it). */
+    this.inFlight = new Map();
     this.nextRpc = 1;
   }
 
@@ -108,23 +109,43 @@ export class Bridge {
   }
 
   /**
-   * `{scope, key, text, messages, recovering}` -> `{status: "ran"|"stored"|"skipped", reason, text?}`.
-   * `text` is the model reply; `messages` the conversation (`{role, text}`) for the reload rule.
+   * `{scope, key, text, code, messages, recovering}` -> `{status: "ran"|"stored"|"skipped", reason, text?}`.
+   * `text` is the model reply, `code` the texts of its code blocks as the page holds them;
+   * `messages` the conversation (`{role, text, code}`) for the reload rule. A request for a reply
+   * whose calls are running (a page reloaded during a long call) waits for them and gets their
+   * result as kept: it is delivered by the page that asks, once.
    */
-  async run({ scope, key, text, messages = [], recovering = false }) {
+  async run({ scope, key, text, code = [], messages = [], recovering = false }) {
     checkScope(scope);
     if (typeof key !== "string" || !/^[0-9a-f]{32}$/.test(key)) {
       throw new BridgeError("invalid_request", "a reply key is 32 hex digits");
     }
+    const flight = `${scope} ${key}`;
+    const running = this.inFlight.get(flight);
+    if (running) {
+      const first = await running.catch(() => null);
+      const kept = await store.get(resultKey(scope, key), null);
+      if (kept) {
+        return { status: "stored", reason: "the calls running when the page reloaded finished; their result is sent", text: kept };
+      }
+      return { status: "skipped", reason: first?.reason ?? "this reply was handled already" };
+    }
+    // Registered before the first await, so a second request for the same reply always waits.
+    const work = this.runOnce({ scope, key, text, code, messages, recovering });
+    this.inFlight.set(flight, work);
+    try {
+      return await work;
+    } finally {
+      this.inFlight.delete(flight);
+    }
+  }
+
+  async runOnce({ scope, key, text, code, messages, recovering }) {
     const stored = await store.get(resultKey(scope, key), null);
     if (stored) {
       return { status: "stored", reason: "the result of this reply was kept; it is sent, nothing runs again", text: stored };
     }
-    const flight = `${scope} ${key}`;
-    if (this.inFlight.has(flight)) {
-      return { status: "skipped", reason: "this reply's calls are running" };
-    }
-    const { calls, errors } = parseCalls(text);
+    const { calls, errors } = parseCalls(text, Array.isArray(code) ? code : []);
     if (calls.length === 0 && errors.length === 0) {
       return { status: "skipped", reason: "no calls" };
     }
@@ -139,22 +160,17 @@ export class Bridge {
     } else if (dispatched) {
       return { status: "skipped", reason: "already dispatched" };
     }
-    this.inFlight.add(flight);
-    try {
-      await store.update(dispatchedKey(scope), [], (keys) => [...keys.filter((item) => item !== key), key].slice(-DISPATCHED_KEPT));
-      const answers = await this.execute(scope, key, checked);
-      for (const extra of calls.slice(MAX_CALLS_PER_REPLY)) {
-        answers.push({ tool: extra.tool, isError: true, text: `not run: at most ${MAX_CALLS_PER_REPLY} calls per reply` });
-      }
-      for (const error of errors) {
-        answers.push({ tool: "(line)", isError: true, text: `invalid_call: ${error}` });
-      }
-      const message = resultMessage(answers);
-      await store.set(resultKey(scope, key), message);
-      return { status: "ran", reason: runsInParallel(checked) ? "in parallel" : "in order", text: message };
-    } finally {
-      this.inFlight.delete(flight);
+    await store.update(dispatchedKey(scope), [], (keys) => [...keys.filter((item) => item !== key), key].slice(-DISPATCHED_KEPT));
+    const answers = await this.execute(scope, key, checked);
+    for (const extra of calls.slice(MAX_CALLS_PER_REPLY)) {
+      answers.push({ tool: extra.tool, isError: true, text: `not run: at most ${MAX_CALLS_PER_REPLY} calls per reply` });
     }
+    for (const error of errors) {
+      answers.push({ tool: "(call)", isError: true, text: `invalid_call: ${error}` });
+    }
+    const message = resultMessage(answers);
+    await store.set(resultKey(scope, key), message);
+    return { status: "ran", reason: runsInParallel(checked) ? "in parallel" : "in order", text: message };
   }
 
   async execute(scope, key, checked) {

@@ -26,6 +26,13 @@ import { normalize, showRest, typeInto, valueOf, waitFor } from "./site-dom.js";
 import { hasContext, isCallsOnly, isPrompt, isResult, MAX_ROUNDS, messageAnchor, messageKey, parseCalls, roundsUsed } from "../lib/bridge-protocol.js";
 
 const CHECK_DELAY_MS = 150;
+/**
+ * A reply holding calls (or malformed calls) is acted on only once its text and code blocks have
+ * stayed unchanged this long with no generating signal: the second signal behind each site's
+ * "generating" selectors, several of which have thin or no public evidence (zai-dom.js,
+ * deepseek-dom.js). Only the bridge's run waits for it; the rest check before a wake does not.
+ */
+const QUIET_MS = 1_200;
 const URL_POLL_MS = 300;
 const RECONNECT_MS = 1_000;
 /** How long a last user message counts as awaiting its reply (after that the page is at rest). */
@@ -58,7 +65,26 @@ const HANDOFF_MARKER = "[herdr-handoff";
 function freshState(convId) {
   // sawLive: a reply was seen generating (or we sent something) in this page life; until then a
   // reply with calls is one that was there at load, and the reload rule applies to it.
-  return { convId, handled: new Set(), pending: null, sawLive: false, note: "" };
+  // settle: the last reply's content signature and when it was first seen as it is (QUIET_MS).
+  return { convId, handled: new Set(), pending: null, sawLive: false, note: "", settle: null, settleTimer: null };
+}
+
+/**
+ * True once the last reply's content (`signature`) has stayed the same for QUIET_MS; until then a
+ * check is scheduled for when the quiet period ends (a page may not change again by itself).
+ */
+function quietFor(signature) {
+  const now = Date.now();
+  if (state.settle?.signature !== signature) {
+    state.settle = { signature, since: now };
+  }
+  const left = state.settle.since + QUIET_MS - now;
+  if (left <= 0) {
+    return true;
+  }
+  clearTimeout(state.settleTimer);
+  state.settleTimer = setTimeout(check, left + 20);
+  return false;
 }
 
 export async function start() {
@@ -284,7 +310,7 @@ function askedBy(messages, index) {
 async function reportTurns(messages) {
   const turns = [];
   for (const [index, message] of messages.entries()) {
-    const protocol = message.role === "user" ? isPrompt(message.text) || isResult(message.text) : isCallsOnly(message.text);
+    const protocol = message.role === "user" ? isPrompt(message.text) || isResult(message.text) : isCallsOnly(message.text, message.code);
     if (!protocol && message.text) {
       turns.push({ key: `${adapter.name}-${await messageKey(scope(), messageAnchor(messages, index), message.text)}`, role: message.role, text: message.text });
     }
@@ -363,8 +389,12 @@ async function checkOnce() {
       return;
     }
     const last = messages.at(-1);
-    if (!last || last.role !== "assistant" || parseCalls(last.text).calls.length + parseCalls(last.text).errors.length === 0) {
+    const parsed = last?.role === "assistant" ? parseCalls(last.text, last.code) : null;
+    if (!parsed || parsed.calls.length + parsed.errors.length === 0) {
       return;
+    }
+    if (!quietFor(`${last.text}\u0000${(last.code ?? []).join("\u0000")}`)) {
+      return; // the reply may still be streaming: act once it has been still for QUIET_MS
     }
     const asked = askedBy(messages, messages.length - 1);
     if (asked.startsWith(HANDOFF_MARKER) || (asked && seeded.some((seed) => seed.includes(normalize(asked))))) {
@@ -377,7 +407,7 @@ async function checkOnce() {
       return;
     }
     state.handled.add(key);
-    const plain = messages.map((message) => ({ role: message.role, text: message.text }));
+    const plain = messages.map((message) => ({ role: message.role, text: message.text, code: message.code ?? [] }));
     if (!state.sawLive && !hasContext(plain)) {
       document.documentElement.dataset.herdrBridgeLast = "skipped: no protocol context in this conversation";
       setNote("calls at load without the protocol prompt in this conversation: not run");
@@ -388,7 +418,7 @@ async function checkOnce() {
       return;
     }
     setNote("running tool calls...");
-    const answer = await ask({ type: "run", scope: scope(), key, text: last.text, messages: plain, recovering: !state.sawLive });
+    const answer = await ask({ type: "run", scope: scope(), key, text: last.text, code: last.code ?? [], messages: plain, recovering: !state.sawLive });
     document.documentElement.dataset.herdrBridgeLast = `${answer.status}: ${answer.reason}`;
     if (answer.text) {
       state.pending = { key, text: answer.text, scope: scope() };
@@ -440,7 +470,7 @@ function fold(messages) {
     if (message.element.dataset.herdrFold) {
       continue; // folded already (or opened by the person)
     }
-    const protocol = message.role === "user" ? isPrompt(message.text) || isResult(message.text) : isCallsOnly(message.text);
+    const protocol = message.role === "user" ? isPrompt(message.text) || isResult(message.text) : isCallsOnly(message.text, message.code);
     if (protocol) {
       message.element.dataset.herdrFold = "closed";
       message.element.addEventListener("click", () => {

@@ -23,6 +23,14 @@
 //   user's text is `.ds-collapsible-text` (copytht/ds-, 2026-10-02/04). The imitation's assistant
 //   is a bare `.ds-markdown`. The list is virtualised live: only rows near the viewport are in the
 //   DOM (see the README for what that means for confirmation and positions).
+// - code blocks (where the bridge's calls are read): `.md-code-block`, a banner
+//   (`.md-code-block-banner-wrap > .md-code-block-banner`: the language in
+//   `.md-code-block-infostring`, a `.ds-markdown-code-copy-button` "复制"/"Copy") and a `pre`
+//   holding the code with syntax-highlight spans (no `code` element): plausible (index hits
+//   without a named repository: a page saved from DeepSeek with this markup, two DeepSeek export
+//   scripts reading `.md-code-block-infostring` and `pre` textContent; MCP-SuperAssistant c26168e
+//   render_prescript config reads `pre` / `code` on chat.deepseek.com). Read: each `pre` of the
+//   answer (its textContent), whether or not inside `.md-code-block`.
 
 import { makeAdapter } from "./site-dom.js";
 
@@ -57,14 +65,15 @@ function messages() {
     const main = element.querySelector(".ds-assistant-message-main-content");
     const userText = main === null ? element.querySelector(".ds-collapsible-text") : null;
     if (userText !== null) {
-      return { role: "user", text: userText.innerText.trim(), element };
+      return { role: "user", text: userText.innerText.trim(), code: [], element };
     }
     if (main !== null || element.querySelector(".ds-think-content, .ds-markdown") !== null) {
       // An assistant's message; while only its reasoning shows, its answer is still empty.
       const answer = answerOf(element);
-      return { role: "assistant", text: answer ? answer.innerText.trim() : "", element };
+      const code = answer ? [...answer.querySelectorAll("pre")].filter((pre) => !pre.closest(".ds-think-content")).map((pre) => pre.textContent) : [];
+      return { role: "assistant", text: answer ? answer.innerText.trim() : "", code, element };
     }
-    return { role: "user", text: element.innerText.trim(), element };
+    return { role: "user", text: element.innerText.trim(), code: [], element };
   });
 }
 

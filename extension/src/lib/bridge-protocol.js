@@ -1,6 +1,6 @@
 // The bridge's protocol with a web model that has no MCP connector (z.ai, DeepSeek): the prompt
 // that teaches it (generated from the live tools/list, never a fixed tool list), the tool-call
-// lines it answers with, the TOOL_RESULT message it gets back, and the rules for what runs:
+// blocks it answers with, the TOOL_RESULT message it gets back, and the rules for what runs:
 // rounds per user turn, parallel or in order, and what a reloaded page may re-run.
 
 import { validate } from "./bridge-schema.js";
@@ -19,12 +19,17 @@ export function protocolPrompt(tools) {
   const lines = [
     MARKER,
     "You can use the tools of the person's local workstation (herdr-mcp) through a bridge in their browser.",
-    'To call a tool, put one line per call in your reply, each line exactly one JSON object: {"tool": "<tool name>", "args": {<arguments>}}',
-    "Write nothing else on a call line, and no code fence around it. Calls in one reply run in the order written;",
-    `they may run in parallel when every one of them only reads. Wait for the results: they come in a message starting "${RESULT_HEADER}",`,
-    `one block per call ("[n] <tool> ok" or "[n] <tool> error"). At most ${MAX_ROUNDS} rounds of calls per message of the person;`,
-    `at most ${MAX_CALLS_PER_REPLY} calls per reply. Arguments must follow each tool's input schema. Long results are cut; ask for less.`,
-    "When you need no tool, answer normally without call lines.",
+    "To call tools, put a fenced code block marked json in your reply holding one JSON object per call:",
+    "```json",
+    '{"tool": "<tool name>", "args": {<arguments>}}',
+    "```",
+    "An object may span several lines (pretty-printed JSON is fine); start each call on a new line; one block or several.",
+    "A call outside a fenced code block is NOT run (the page renders your reply as Markdown, which can change it).",
+    `Calls in one reply run in the order written; they may run in parallel when every one of them only reads.`,
+    `Wait for the results: they come in a message starting "${RESULT_HEADER}", one block per call ("[n] <tool> ok" or "[n] <tool> error").`,
+    `At most ${MAX_ROUNDS} rounds of calls per message of the person; at most ${MAX_CALLS_PER_REPLY} calls per reply.`,
+    "Arguments must follow each tool's input schema. Long results are cut; ask for less.",
+    "When you need no tool, answer normally without a json call block.",
     "",
     "Tools:",
   ];
@@ -37,6 +42,9 @@ export function protocolPrompt(tools) {
   return lines.join("\n");
 }
 
+/** The short reminder of the call form (a wake or continue on a bridged conversation may name it). */
+export const CALL_FORM_HINT = 'Use the Herdr tools as the protocol prompt says: a fenced ```json code block with one {"tool": ..., "args": {...}} object per call.';
+
 /** True when `text` (a user message) is the protocol prompt. */
 export function isPrompt(text) {
   return typeof text === "string" && text.trimStart().startsWith(MARKER);
@@ -47,56 +55,185 @@ export function isResult(text) {
   return typeof text === "string" && text.trimStart().startsWith(RESULT_HEADER);
 }
 
+const LOOKS_LIKE_CALL = /^\{\s*"tool"\s*:/;
+const FENCE = /^ {0,3}(`{3,}|~{3,})(.*)$/;
+
 /**
- * The tool calls in a model reply: every line that is exactly a JSON object with a string
- * `tool` and an object `args` (absent `args` is `{}`), and no other key. Other lines are the
- * model's prose. Returns `{ calls: [{tool, args, line}], errors: [string] }`; a line that looks
- * like a call (starts with `{"tool"`) but is not one is an error the model is told about.
+ * The fenced code blocks of a reply's raw Markdown text (used when the page gives no code
+ * elements, e.g. the unit tests or a page that shows the raw text): the contents of each block.
  */
-export function parseCalls(text) {
-  const calls = [];
-  const errors = [];
-  for (const raw of String(text ?? "").split(/\r?\n/)) {
-    const line = raw.trim();
-    const looksLikeCall = /^\{\s*"tool"\s*:/.test(line);
-    if (!looksLikeCall && (!line.startsWith("{") || !line.endsWith("}"))) {
-      continue;
+export function fencedBlocks(text) {
+  const blocks = [];
+  let open = null;
+  for (const line of String(text ?? "").split(/\r?\n/)) {
+    const fence = line.match(FENCE);
+    if (open === null) {
+      if (fence && !(fence[1][0] === "`" && fence[2].includes("`"))) {
+        open = { marker: fence[1], lines: [] };
+      }
+    } else if (fence && fence[1][0] === open.marker[0] && fence[1].length >= open.marker.length && fence[2].trim() === "") {
+      blocks.push(open.lines.join("\n"));
+      open = null;
+    } else {
+      open.lines.push(line);
     }
+  }
+  if (open !== null) {
+    blocks.push(open.lines.join("\n")); // an unclosed fence runs to the end (CommonMark)
+  }
+  return blocks;
+}
+
+/**
+ * The end (exclusive) of the JSON object starting at `text[start]` ("{"), by bracket depth outside
+ * strings, or -1 when the text ends first (JSON cut midway).
+ */
+function objectEnd(text, start) {
+  let depth = 0;
+  let inString = false;
+  for (let at = start; at < text.length; at += 1) {
+    const char = text[at];
+    if (inString) {
+      if (char === "\\") {
+        at += 1;
+      } else if (char === '"') {
+        inString = false;
+      }
+    } else if (char === '"') {
+      inString = true;
+    } else if (char === "{" || char === "[") {
+      depth += 1;
+    } else if (char === "}" || char === "]") {
+      depth -= 1;
+      if (depth === 0) {
+        return at + 1;
+      }
+    }
+  }
+  return -1;
+}
+
+const shorten = (text) => text.replace(/\s+/g, " ").trim().slice(0, 120);
+
+/** One call object's value checked: `{call}` or `{error}`. */
+function callOf(value, source) {
+  if (value === null || typeof value !== "object" || Array.isArray(value) || !Object.hasOwn(value, "tool")) {
+    return { error: `not a call (an object with "tool" and "args"): ${shorten(source)}` };
+  }
+  const extra = Object.keys(value).filter((key) => key !== "tool" && key !== "args");
+  const args = value.args ?? {};
+  if (typeof value.tool !== "string" || !value.tool) {
+    return { error: `"tool" must be a tool name: ${shorten(source)}` };
+  }
+  if (extra.length > 0) {
+    return { error: `${value.tool}: unknown keys ${JSON.stringify(extra)}; a call has only "tool" and "args"` };
+  }
+  if (args === null || typeof args !== "object" || Array.isArray(args)) {
+    return { error: `${value.tool}: "args" must be an object` };
+  }
+  return { call: { tool: value.tool, args, line: source } };
+}
+
+/**
+ * The calls of one code block: JSON objects separated by whitespace, each starting on a line of
+ * its own (pretty-printed over several lines or not). A block that does not mention "tool" is
+ * someone's code (or data), not calls. Anything else that is not a well-formed
+ * call is an error (the rest of the block is not read): text between objects, two objects on one
+ * line, an object cut midway, bad JSON.
+ */
+function blockCalls(block, calls, errors) {
+  const text = String(block);
+  const first = text.search(/\S/);
+  if (first < 0 || !/"tool"\s*:/.test(text)) {
+    return;
+  }
+  if (text[first] !== "{") {
+    errors.push(`a call block holds only call objects: ${shorten(text.slice(first))}`);
+    return;
+  }
+  let at = first;
+  let previousEnd = -1;
+  while (at < text.length) {
+    const next = text.slice(at).search(/\S/);
+    if (next < 0) {
+      return;
+    }
+    at += next;
+    if (text[at] !== "{") {
+      errors.push(`text between calls (each call is a JSON object on its own lines): ${shorten(text.slice(at))}`);
+      return;
+    }
+    if (previousEnd >= 0 && !text.slice(previousEnd, at).includes("\n")) {
+      errors.push(`two calls on one line (start each call on a new line): ${shorten(text.slice(previousEnd - 1, at + 60))}`);
+      calls.pop();
+      return;
+    }
+    const end = objectEnd(text, at);
+    if (end < 0) {
+      errors.push(`not JSON (cut before its end): ${shorten(text.slice(at))}`);
+      return;
+    }
+    const source = text.slice(at, end);
     let value;
     try {
-      value = JSON.parse(line);
-    } catch {
-      if (looksLikeCall) {
-        errors.push(`not JSON: ${line.slice(0, 120)}`);
-      }
-      continue;
+      value = JSON.parse(source);
+    } catch (error) {
+      errors.push(`not JSON (${error.message}): ${shorten(source)}`);
+      return;
     }
-    if (value === null || typeof value !== "object" || Array.isArray(value) || !Object.hasOwn(value, "tool")) {
-      continue;
-    }
-    const extra = Object.keys(value).filter((key) => key !== "tool" && key !== "args");
-    const args = value.args ?? {};
-    if (typeof value.tool !== "string" || !value.tool) {
-      errors.push(`"tool" must be a tool name: ${line.slice(0, 120)}`);
-    } else if (extra.length > 0) {
-      errors.push(`${value.tool}: unknown keys ${JSON.stringify(extra)}; a call line has only "tool" and "args"`);
-    } else if (args === null || typeof args !== "object" || Array.isArray(args)) {
-      errors.push(`${value.tool}: "args" must be an object`);
+    const { call, error } = callOf(value, source);
+    if (error) {
+      errors.push(error);
     } else {
-      calls.push({ tool: value.tool, args, line });
+      calls.push(call);
+    }
+    previousEnd = end;
+    at = end;
+  }
+}
+
+/**
+ * The tool calls in a model reply. `code`: the texts of the reply's code blocks as the page holds
+ * them (the code element's text, which Markdown rendering does not alter); without it (or when
+ * the page shows no code element), the fenced blocks of `text` taken as raw Markdown. Calls come only from code blocks. A line of the prose
+ * that starts like a call (`{"tool"`) and is not a line of a code block is an error the model is
+ * told about, never run: rendering may have changed it (underscores, HTML, backslashes, breaks).
+ * Returns `{ calls: [{tool, args, line}], errors: [string] }`.
+ */
+export function parseCalls(text, code = null) {
+  const calls = [];
+  const errors = [];
+  // A page that rendered the reply holds its blocks as code elements; a reply shown as plain text
+  // (no code element) still has its fences as written.
+  const blocks = Array.isArray(code) && code.length > 0 ? code.map(String) : fencedBlocks(text);
+  for (const block of blocks) {
+    blockCalls(block, calls, errors);
+  }
+  const codeLines = new Set(blocks.flatMap((block) => block.split(/\r?\n/).map((line) => line.trim())));
+  const fenced = new Set(fencedBlocks(text).flatMap((block) => block.split(/\r?\n/).map((line) => line.trim())));
+  for (const raw of String(text ?? "").split(/\r?\n/)) {
+    const line = raw.trim();
+    if (LOOKS_LIKE_CALL.test(line) && !codeLines.has(line) && !fenced.has(line)) {
+      errors.push(`a call outside a fenced json code block is not run (the page's Markdown may have changed it): ${shorten(line)}`);
     }
   }
   return { calls, errors };
 }
 
-/** True when every non-empty line of a reply is a call line (the reply is folded in the page). */
-export function isCallsOnly(text) {
-  const lines = String(text ?? "").split(/\r?\n/).map((line) => line.trim()).filter(Boolean);
-  if (lines.length === 0) {
+/** True when a reply is made only of call blocks (it is folded in the page). */
+export function isCallsOnly(text, code = null) {
+  const { calls, errors } = parseCalls(text, code);
+  if (calls.length === 0 || errors.length > 0) {
     return false;
   }
-  const { calls } = parseCalls(text);
-  return calls.length === lines.filter((line) => !line.startsWith("```")).length;
+  const blocks = Array.isArray(code) && code.length > 0 ? code : fencedBlocks(text);
+  let rest = String(text ?? "");
+  for (const block of blocks) {
+    for (const line of String(block).split(/\r?\n/)) {
+      rest = rest.replace(line, "");
+    }
+  }
+  return rest.replace(/```\w*|~~~\w*/g, "").replace(/\b(json|copy|复制|Copy)\b/gi, "").trim() === "";
 }
 
 /**
@@ -164,7 +301,8 @@ export function hasContext(messages) {
  */
 export function recoveryDecision({ messages, dispatched, checked }) {
   const last = messages.at(-1);
-  if (!last || last.role !== "assistant" || parseCalls(last.text).calls.length === 0) {
+  const parsed = last ? parseCalls(last.text, last.code ?? null) : null;
+  if (!last || last.role !== "assistant" || parsed.calls.length + parsed.errors.length === 0) {
     return { run: false, reason: "the last message is not a call" };
   }
   if (!hasContext(messages)) {
