@@ -75,6 +75,12 @@ class ChatGPTSite:
     page_loads: list[str] = field(default_factory=list)
     snapshot_reads: int = 0
     retries: list[str] = field(default_factory=list)
+    #: The UI's language: "en", or "zh" (labels in Chinese; test ids stay, as ChatGPT's do).
+    lang: str = "en"
+    #: Tool confirmation cards every page shows (`{id, connector, tool, args}`; the fixture's head
+    #: names the evidence for their shape), and the presses they got (`{id, decision}`).
+    cards: list[dict[str, Any]] = field(default_factory=list)
+    approvals: list[dict[str, Any]] = field(default_factory=list)
     _held: asyncio.Event | None = None
     #: Page health: each message's time in the snapshot (epoch seconds; set when first read:
     #: a test sets one earlier to make a message in progress look stalled).
@@ -113,13 +119,21 @@ class ChatGPTSite:
             body = request.post_data_json
             assert isinstance(body, dict), body
             await self._answer(route, body)
+        elif path == "/backend-api/tool-approval" and request.method == "POST":
+            decided = request.post_data_json
+            assert isinstance(decided, dict), decided
+            self.approvals.append(decided)
+            self.cards = [card for card in self.cards if card["id"] != decided["id"]]
+            await route.fulfill(json={"ok": True})
         elif path.startswith("/backend-api/"):
             await route.fulfill(status=404, json={"detail": "not imitated"})
         elif self.unreachable_new_chat and (path in ("", "/") or path.endswith("/project")):
             await route.abort("connectionrefused")
         else:
             self.page_loads.append(path)
-            switches = json.dumps({"dropSeedMarker": self.drop_seed_marker})
+            switches = json.dumps(
+                {"dropSeedMarker": self.drop_seed_marker, "lang": self.lang, "cards": self.cards}
+            )
             page = PAGE.read_text(encoding="utf-8").replace("/*IMITATION*/ {}", switches, 1)
             await route.fulfill(body=page.encode(), content_type="text/html; charset=utf-8")
 

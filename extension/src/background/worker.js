@@ -105,8 +105,50 @@ chrome.runtime.onInstalled.addListener(() => {
   chrome.sidePanel?.setPanelBehavior?.({ openPanelOnActionClick: true }).catch(() => {});
 });
 
+/** The connector name ChatGPT shows on the Herdr tool cards (options `connectorName`). */
+const DEFAULT_CONNECTOR = "Herdr";
+
+/**
+ * Seed 000: a ChatGPT page accepts this connector's tool confirmation cards by itself; it is told
+ * the connector's name and the live catalog's tool names (tools/list through the native host).
+ */
+async function sendCardPolicy(tab) {
+  if (tab.page?.site !== "chatgpt" && !tab.url?.startsWith("https://chatgpt.com/")) {
+    return;
+  }
+  try {
+    const [tools, options] = await Promise.all([bridge.listTools(), store.get("options", {})]);
+    const connector = typeof options.connectorName === "string" && options.connectorName.trim() ? options.connectorName.trim() : DEFAULT_CONNECTOR;
+    tabs.post(tab, { type: "cards.policy", connector, tools: tools.map((tool) => tool.name).filter((name) => typeof name === "string") });
+  } catch (error) {
+    console.warn("herdr-mcp: the tool catalog for the confirmation cards failed", error.message);
+  }
+}
+
+/** The notifications shown (the last 20), for the end-to-end tests: `globalThis.herdrNotified`. */
+const notified = [];
+globalThis.herdrNotified = notified;
+
+// A plain 16x16 square (the extension ships no icon files; chrome.notifications needs one).
+const NOTIFICATION_ICON =
+  "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAABAAAAAQCAIAAACQkWg2AAAAFklEQVR42mNQSFhAEmIY1TCqYfhqAACc2CAQXBvANQAAAABJRU5ErkJggg==";
+
+/** A confirmation card the page left alone: a browser notification, once per card. */
+function cardWaiting(tab, message) {
+  notified.push({ tabId: tab.tabId, reason: message.reason, at: Date.now() });
+  notified.splice(0, Math.max(0, notified.length - 20));
+  chrome.notifications?.create(`herdr-card-${tab.tabId}-${Date.now()}`, {
+    type: "basic",
+    iconUrl: NOTIFICATION_ICON,
+    title: "ChatGPT is waiting for a confirmation",
+    message: `A tool confirmation card was left for you: ${message.reason}.`.slice(0, 300),
+    priority: 1,
+  });
+}
+
 async function pageChanged(tab, previous) {
   const page = tab.page;
+  sendCardPolicy(tab);
   try {
     if (tab.rootScope && page && page.kind !== "root") {
       const rootScope = tab.rootScope;
@@ -185,6 +227,12 @@ async function pageMessage(tab, message) {
         if (page?.site === "chatgpt") {
           await rollover.recommended(tab, message);
         }
+        break;
+      case "card":
+        if (message.state === "waiting") {
+          cardWaiting(tab, message);
+        }
+        continuity.note(page?.scope, message.state === "accepted" ? `accepted the ${message.tool} confirmation` : "a confirmation is waiting");
         break;
       case "handoff.seeded":
       case "handoff.probed":

@@ -23,32 +23,63 @@
 //   `div[class*=text-error]` and `button[data-testid*=regenerate]`).
 // - snapshot: `/api/auth/session` -> `accessToken`, then `/backend-api/conversation/<id>` with
 //   `current_node` and `mapping`: verified (pionxzh/chatgpt-exporter src/api.ts, 2026-08-18).
-// - tool / permission cards: NOT checked against the live site (no public evidence found).
+// - reply generating: only locale-independent signals (test ids, `data-message-streaming`), never a
+//   label: the aria-label forms ("Stop streaming", "Stop") follow the UI language (a Chinese UI
+//   shows its own words) and are no longer read. A composer without test ids is then not seen
+//   generating; sending still needs ChatGPT's send button, which it does not show while a reply
+//   streams, so that fails safe ("busy").
+// - tool confirmation card: `[data-testid="tool-approval-card"]` or the older `[role="dialog"]`,
+//   with Deny / Allow (earlier "Allow once") / "Always allow": plausible (miuuyy/codex-chatgpt-web
+//   pull requests 116, 2026-08-13, and 223, 2026-08-30, from live pages; totec448-spec/
+//   chat-on-steroids pull request 349, 2026-09-21; Xeift/CatDesk issue 1, 2026-06-06, reads the
+//   connector's name from the card's `img[alt]`). Which card is ours: lib/tool-card.js.
 
 import { normalize, typeInto, waitFor } from "./site-dom.js";
 
 export const SELECTORS = Object.freeze({
   composer: "#prompt-textarea",
   send: '[data-testid="send-button"], button[aria-label="Send prompt"], form[data-chatgpt-composer] button[aria-label="Send message"]',
-  stop: [
-    '[data-testid="stop-button"]',
-    '[data-testid="composer-stop-button"]',
-    'button[aria-label="Stop streaming"]',
-    'form[data-chatgpt-composer] button[aria-label="Stop"]',
-    'li[data-message-role="assistant"][data-message-streaming]',
-  ].join(", "),
+  // Locale-independent only (no aria-label: it is in the UI's language).
+  stop: ['[data-testid="stop-button"]', '[data-testid="composer-stop-button"]', 'li[data-message-role="assistant"][data-message-streaming]'].join(", "),
   // The classic generation (and the imitation): one element per message, id in data-message-id.
   turn: "[data-message-author-role]",
   // The newer generation: `li` items of the transcript, id in the element's own `id`.
   listTurn: "li[data-message-role]",
   // Absolute turn numbers (ChatGPT virtualises old turns; the number still says how many there were).
   numberedTurn: '[data-testid^="conversation-turn-"]',
-  // A tool call or permission card waiting for the person. NOT checked against the live site:
-  // these are the names this adapter looks for; a card it does not recognise is not seen.
-  card: '[data-testid="tool-permission-card"], [data-testid="tool-call-card"][data-state="pending"]',
+  // A tool confirmation card waiting for the person (see the head of this file); the older
+  // imitation names are kept for the pressure signals.
+  card: '[data-testid="tool-approval-card"], [role="dialog"], [data-testid="tool-permission-card"], [data-testid="tool-call-card"][data-state="pending"]',
+  // The card's own texts are read outside its argument blocks (the model's arguments are no label).
+  cardArguments: "pre, code, textarea, [data-tool-arguments]",
 });
 
 const CONFIRM_TIMEOUT_MS = 20_000;
+const CARD_LABEL_MAX = 120;
+
+/** Tool confirmation cards on the page, each read as lib/tool-card.js wants it. */
+export function toolCards() {
+  return [...document.querySelectorAll(SELECTORS.card)]
+    .filter((element) => element.querySelector("button"))
+    .map((element) => {
+      const labels = [];
+      const walker = document.createTreeWalker(element, NodeFilter.SHOW_ELEMENT);
+      for (let node = walker.currentNode; node; node = walker.nextNode()) {
+        if (node.closest(SELECTORS.cardArguments) || node.closest("button")) {
+          continue;
+        }
+        if (node.children.length === 0) {
+          const text = node.textContent.trim();
+          if (text && text.length <= CARD_LABEL_MAX) {
+            labels.push(text);
+          }
+        }
+      }
+      const images = [...element.querySelectorAll("img[alt]")].map((image) => image.getAttribute("alt"));
+      const buttons = [...element.querySelectorAll("button")].filter((button) => !button.disabled);
+      return { element, labels, images, buttons: buttons.map((button) => button.textContent.trim()), buttonElements: buttons };
+    });
+}
 const SEND_BUTTON_TIMEOUT_MS = 5_000;
 
 export function composer() {

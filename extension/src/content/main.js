@@ -6,6 +6,7 @@ import * as dom from "./chatgpt-dom.js";
 import { showRest } from "./site-dom.js";
 import { Hud } from "./hud.js";
 import { PageHealth } from "./page-health.js";
+import { classifyCard } from "../lib/tool-card.js";
 
 const URL_POLL_MS = 300;
 const RECONNECT_MS = 1_000;
@@ -18,6 +19,11 @@ let sending = false;
 let seenAtLoad = null;
 let reportedTurns = "";
 let health = null;
+// Tool confirmation cards (seed 000): the worker's policy `{connector, tools}`, each card's
+// outcome ("accepted" or "waiting"), and why the newest waiting card was left alone.
+let cardPolicy = null;
+const cardSeen = new WeakMap();
+let cardWaiting = null;
 
 export function start() {
   if (document.querySelector("herdr-mcp-hud")) {
@@ -40,7 +46,7 @@ export function start() {
     subtree: true,
     characterData: true,
     attributes: true,
-    attributeFilter: ["data-testid", "disabled", "data-message-id"],
+    attributeFilter: ["data-testid", "disabled", "data-message-id", "data-message-streaming"],
   });
   setInterval(() => {
     if (location.href !== lastUrl) {
@@ -90,6 +96,7 @@ function scheduleCheck() {
 }
 
 function check() {
+  checkCards();
   if (sending) {
     return;
   }
@@ -100,6 +107,49 @@ function check() {
     showRest(idle);
   }
   reportTurns();
+}
+
+/**
+ * Seed 000: this connector's tool confirmation card is accepted (Allow, once) whether Auto is on
+ * or off; any other card is left alone and the worker told, which shows a notification; the HUD
+ * says a confirmation is waiting while one is. lib/tool-card.js decides which card is ours.
+ */
+function checkCards() {
+  let waiting = null;
+  let accepted = null;
+  for (const card of dom.toolCards()) {
+    if (cardSeen.get(card.element) === "accepted") {
+      continue;
+    }
+    const verdict = cardPolicy ? classifyCard(card, cardPolicy) : { ours: false, reason: "the tool catalog is not known yet" };
+    if (verdict.ours) {
+      cardSeen.set(card.element, "accepted");
+      card.buttonElements[verdict.allow].click();
+      accepted = verdict.tool;
+      post({ type: "card", state: "accepted", tool: verdict.tool });
+      continue;
+    }
+    waiting = verdict.reason;
+    if (!cardSeen.has(card.element) && cardPolicy) {
+      cardSeen.set(card.element, "waiting");
+      post({ type: "card", state: "waiting", reason: verdict.reason, summary: card.labels.slice(0, 4).join(" · ").slice(0, 200) });
+    }
+  }
+  if (accepted) {
+    document.documentElement.dataset.herdrCard = `accepted ${accepted}`;
+  }
+  if (waiting !== cardWaiting) {
+    cardWaiting = waiting;
+    if (waiting) {
+      document.documentElement.dataset.herdrCard = `waiting: ${waiting}`;
+      hud.flash(`A confirmation is waiting in ChatGPT (${waiting}).`);
+    } else {
+      hud.render(hud.state); // the state line again, without the waiting note
+      if (!accepted) {
+        delete document.documentElement.dataset.herdrCard;
+      }
+    }
+  }
 }
 
 /** Finalized turns: all of them once no reply is generating. */
@@ -125,6 +175,12 @@ async function received(message) {
   if (message.type === "hud") {
     hud.render(message.state);
     health.update(message.state);
+    if (cardWaiting) {
+      hud.flash(`A confirmation is waiting in ChatGPT (${cardWaiting}).`);
+    }
+  } else if (message.type === "cards.policy") {
+    cardPolicy = { connector: message.connector, tools: message.tools };
+    check();
   } else if (message.type === "send") {
     sending = true;
     let result;
