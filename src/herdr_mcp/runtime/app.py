@@ -24,6 +24,7 @@ from herdr_mcp.contract import contract_identity
 from herdr_mcp.herdr import HerdrError
 from herdr_mcp.runtime.auth import BearerGate
 from herdr_mcp.runtime.browser import browser_routes
+from herdr_mcp.runtime.browser.http import json_response
 from herdr_mcp.runtime.grep.children import stop_searches
 from herdr_mcp.runtime.grep.search import engine_in_use
 from herdr_mcp.runtime.native import protocol_support
@@ -76,7 +77,7 @@ def build_app(services: Services, token: str, dispatcher: ToolDispatcher | None 
         else:
             herdr.update(reachable=True, version=pong.get("version"), protocol=pong.get("protocol"))
             herdr.update(protocol_support(pong.get("version"), pong.get("protocol")))
-        return JSONResponse(
+        return json_response(
             {
                 "status": "ok",
                 "product": "herdr-mcp",

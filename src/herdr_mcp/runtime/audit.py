@@ -46,6 +46,7 @@ import rfc8785
 from herdr_mcp.errors import LocalFault
 from herdr_mcp.layout import AUDIT_FILE
 from herdr_mcp.runtime.tools.patch import ADD, DELETE, MOVE, UPDATE
+from herdr_mcp.text import safe_json
 
 AUDIT_FILE_NAME = AUDIT_FILE
 LOCK_FILE_NAME = "audit.lock"
@@ -302,8 +303,10 @@ class AuditLog:
     def append(self, record: Mapping[str, Any]) -> None:
         """Write `record` as one line; raises AuditUnavailable when it cannot be written."""
         # ASCII only: no control or bidi character of a caller's reaches a terminal that shows
-        # the raw file, and a lone surrogate cannot make the line invalid UTF-8.
-        line = json.dumps(record, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+        # the raw file. `safe_json` first (docs/runtime.md "Text"): no `\u` escape in the file
+        # spells a lone surrogate (a byte of a path is `\xNN`, anything else U+FFFD), so a reader
+        # never gets text it cannot print.
+        line = json.dumps(safe_json(record), ensure_ascii=True, separators=(",", ":")).encode("ascii")
         with self._lock:
             if self._closed:
                 raise AuditUnavailable(f"the audit log {self.path} is closed")

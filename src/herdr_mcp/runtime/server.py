@@ -30,6 +30,7 @@ from herdr_mcp.runtime.services import Services
 from herdr_mcp.runtime.tools import HANDLERS
 from herdr_mcp.runtime.tools.agents import CALL_SCOPE, SCOPE_META_KEY
 from herdr_mcp.runtime.tools.fs.image import ImageResult
+from herdr_mcp.text import clean_json, safe_json
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,8 @@ class ToolDispatcher:
         """Answer one tools/call; the answer leaves only after its audit record is written.
         `meta` is the request's `_meta`: its `herdr-mcp/scope` (the browser session scope a
         herdr_prompt's outcome wakes, docs/browser-protocol.md 2) is handed to the handler."""
-        given = dict(arguments or {})
+        # Text rule (docs/runtime.md "Text"): a lone surrogate in the arguments is U+FFFD from here on.
+        given: dict[str, Any] = clean_json(dict(arguments or {}))
         CALL_SCOPE.set(None if meta is None else meta.get(SCOPE_META_KEY))
         started, clock = dt.datetime.now(dt.UTC), time.perf_counter()
 
@@ -129,9 +131,11 @@ class ToolDispatcher:
 
 
 def _ok_result(output: dict[str, Any] | ImageResult) -> types.CallToolResult:
+    # Text rule: whatever a tool returned, its answer encodes (a byte a name kept is `\xNN`, any
+    # other lone surrogate U+FFFD); the SDK's serializer would otherwise fail on it.
     if isinstance(output, ImageResult):
         encoded = base64.b64encode(output.data).decode("ascii")
-        info = dict(output.info)
+        info = safe_json(dict(output.info))
         return types.CallToolResult(
             content=[
                 types.ImageContent(type="image", data=encoded, mime_type=output.mime_type),
@@ -139,6 +143,7 @@ def _ok_result(output: dict[str, Any] | ImageResult) -> types.CallToolResult:
             ],
             structured_content=info,
         )
+    output = safe_json(output)
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=_json(output))], structured_content=output
     )
@@ -149,7 +154,7 @@ def _json(value: Any) -> str:
 
 
 def _error_result(exc: ToolError) -> types.CallToolResult:
-    payload = {"error": exc.to_dict()}
+    payload = safe_json({"error": exc.to_dict()})
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=_json(payload))],
         structured_content=payload,

@@ -38,6 +38,7 @@ from mcp.server.lowlevel import Server
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
 
 from herdr_mcp.runtime.server import ToolDispatcher
+from herdr_mcp.text import dumps
 
 log = logging.getLogger(__name__)
 
@@ -243,7 +244,7 @@ class StdioSession:
         await self._send({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}})
 
     async def _send(self, message: dict[str, Any]) -> None:
-        await self._send_raw(json.dumps(message, ensure_ascii=False, separators=(",", ":")))
+        await self._send_raw(dumps(message, ensure_ascii=False, separators=(",", ":")))
 
     async def _send_raw(self, text: str) -> None:
         async with self._write_lock:

@@ -55,6 +55,7 @@ from herdr_mcp.state.journal import (
 )
 from herdr_mcp.state.journal_text import checkpoint_text, clip, excerpt, index_form, match_expression
 from herdr_mcp.state.store import StateStore
+from herdr_mcp.text import cleans_params
 
 #: A finalized turn longer than this is refused: 100,000 characters is at most 400 KB of UTF-8,
 #: which stays inside the 1 MiB native-messaging frame with room for the envelope.
@@ -78,6 +79,7 @@ MAX_BINDINGS_SHOWN = 20
 # Append
 
 
+@cleans_params
 def append_turn(store: StateStore, params: dict[str, Any]) -> dict[str, Any]:
     """Journal one finalized user/assistant turn, exactly once per (chain, turn_key).
 
@@ -320,6 +322,7 @@ def resume_context(
 # Resolve, resume, search
 
 
+@cleans_params
 def resolve(store: StateStore, params: dict[str, Any]) -> dict[str, Any]:
     """Find the chain a request means, resuming only when a stable identity leaves exactly one.
 
@@ -402,6 +405,7 @@ def _resume_bounds(params: dict[str, Any]) -> dict[str, int]:
     }
 
 
+@cleans_params
 def resume(store: StateStore, params: dict[str, Any]) -> dict[str, Any]:
     """Bounded recent context of exactly one chain, named by id, full URL or stable identity.
 
@@ -458,6 +462,7 @@ def _checkpoint_hits(
     return conn.execute(sql, (expression, continuity_id, continuity_id, limit)).fetchall()
 
 
+@cleans_params
 def search(store: StateStore, params: dict[str, Any]) -> dict[str, Any]:
     """FTS5 search over journal turns and verified checkpoints, best matches first, bounded.
 

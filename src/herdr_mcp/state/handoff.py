@@ -51,6 +51,7 @@ from herdr_mcp.state.journal import (
 from herdr_mcp.state.journal_text import clip, query_terms
 from herdr_mcp.state.store import StateStore
 from herdr_mcp.state.work_memory import PartitionKey, checkpoint_evidence, latest_verified
+from herdr_mcp.text import cleans_params
 
 SECTIONS = (
     "Goal",
@@ -81,6 +82,7 @@ FOCUS_MATCHES = 5
 # Packages
 
 
+@cleans_params
 def prepare(store: StateStore, params: dict[str, Any]) -> dict[str, Any]:
     """The durable handoff package of one transfer (the same package every time it is asked for).
 

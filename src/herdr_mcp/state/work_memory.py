@@ -61,6 +61,7 @@ from herdr_mcp.state.journal import (
 )
 from herdr_mcp.state.journal_text import checkpoint_text, index_form
 from herdr_mcp.state.store import StateStore
+from herdr_mcp.text import cleans_params
 
 CONTENT_LISTS = ("constraints", "progress", "decisions", "critical_context", "next_steps")
 LOCAL_EVIDENCE_KINDS = ("file", "commit", "command", "task", "note")
@@ -139,6 +140,7 @@ def _flat(text: str) -> str:
 # checkpoint.put
 
 
+@cleans_params
 def put_checkpoint(store: StateStore, params: dict[str, Any]) -> dict[str, Any]:
     """Write the next checkpoint revision of a partition, if `expected_revision` is still current.
 
@@ -446,6 +448,7 @@ def checkpoint_view(conn: sqlite3.Connection, row: sqlite3.Row) -> dict[str, Any
 # resume
 
 
+@cleans_params
 def resume(store: StateStore, params: dict[str, Any]) -> dict[str, Any]:
     """The exact partition's latest verified checkpoint, the raw turns after it, and its evidence.
 
@@ -499,6 +502,7 @@ _RECLAIMABLE_TURNS = """
 """
 
 
+@cleans_params
 def reclaim(store: StateStore, params: dict[str, Any]) -> dict[str, Any]:
     """Blank the bodies of old turns that verified checkpoints cover (see the module docstring).
 

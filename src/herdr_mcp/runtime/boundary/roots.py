@@ -26,6 +26,7 @@ from herdr_mcp.runtime.boundary.paths import (
     normalize_lexical,
 )
 from herdr_mcp.runtime.boundary.secrets import is_secret_path
+from herdr_mcp.text import parse_name
 
 __all__ = ["ExcludedRoot", "Root", "RootCandidate", "RootKind", "RootSet"]
 
@@ -125,8 +126,9 @@ class RootSet:
     def root_for(self, root_arg: str) -> Root:
         """The root a tool's `root` argument names: it must equal an admitted root after realpath.
 
-        Raises ToolError(`root_unknown`).
+        Raises ToolError(`root_unknown`). `\\xNN` escapes name bytes (`herdr_mcp.text.parse_name`).
         """
+        root_arg = parse_name(root_arg)
         if "\0" in root_arg or not root_arg.startswith("/"):
             raise ToolError(
                 "root_unknown",
@@ -163,6 +165,9 @@ class RootSet:
            in bytes (`name_too_long`, `path_too_long`), so nothing is created that cannot be
            finished. Without `for_write` the target must exist (`not_found`).
         """
+        # The fs tools show a byte of a name that is not UTF-8 as `\\xNN`; it is taken back here
+        # (docs/runtime.md "Text"), so whatever herdr_fs_list showed can be named.
+        path = parse_name(path)
         if not path or "\0" in path:
             raise ToolError("path_invalid", "The path is empty or contains a NUL byte; pass a real path.")
         if path.startswith("/"):

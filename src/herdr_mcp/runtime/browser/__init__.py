@@ -16,13 +16,13 @@ import time
 from typing import TYPE_CHECKING
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from herdr_mcp import __version__
 from herdr_mcp.errors import HerdrMcpError, ToolError
 from herdr_mcp.runtime.audit import AuditLog, AuditUnavailable, describe_call
-from herdr_mcp.runtime.browser.http import error_response, read_json_object
+from herdr_mcp.runtime.browser.http import error_response, json_response, read_json_object
 from herdr_mcp.runtime.browser.methods import METHODS
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ def browser_routes(services: Services, audit: AuditLog) -> list[Route]:
         params = await read_json_object(request)
         method.validate(params)
         if name not in AUDITED:
-            return JSONResponse(await method.run(services, params))
+            return json_response(await method.run(services, params))
         if not audit.healthy:
             raise ToolError(
                 "audit_unavailable",
@@ -94,7 +94,7 @@ def browser_routes(services: Services, audit: AuditLog) -> list[Route]:
                 audit.append(record)
             except AuditUnavailable as exc:  # it has run: the answer still goes (see ToolDispatcher)
                 log.error("/browser/%s answered without an audit record: %s", name, exc)
-        return JSONResponse(result)
+        return json_response(result)
 
     async def endpoint(request: Request) -> Response:
         name = request.path_params["method"]

@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse
 
 from herdr_mcp.errors import HerdrMcpError, LocalFault, ToolError
 from herdr_mcp.strict_json import unique_keys
+from herdr_mcp.text import clean_json, dumps
 
 #: Request bodies at most this long (the native host's frames are under 1 MiB too).
 MAX_BODY_BYTES = 1024 * 1024
@@ -54,11 +55,25 @@ def status_for(error: HerdrMcpError) -> int:
     return 400
 
 
+class TextSafeJSONResponse(JSONResponse):
+    """A JSON answer whose body always encodes: a lone surrogate anywhere in it leaves as U+FFFD,
+    a byte a file name kept (surrogateescape) as `\\xNN` (`herdr_mcp.text.dumps`; docs/runtime.md
+    "Text"). Every JSON answer of /browser/*, /push/* and /health is one."""
+
+    def render(self, content: Any) -> bytes:
+        return dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
+
+
+def json_response(content: Any, status_code: int = 200) -> JSONResponse:
+    """`content` as a JSON answer (see `TextSafeJSONResponse`)."""
+    return TextSafeJSONResponse(content, status_code=status_code)
+
+
 def error_response(error: HerdrMcpError) -> JSONResponse:
     body: dict[str, Any] = {"code": error.code, "message": error.message}
     if isinstance(error, ToolError):
         body.update({key: value for key, value in error.details.items() if key not in body})
-    return JSONResponse({"error": body}, status_code=status_for(error))
+    return json_response({"error": body}, status_code=status_for(error))
 
 
 def _finite(value: str) -> float:
@@ -74,7 +89,10 @@ def _no_constant(name: str) -> Any:
 
 async def read_json_object(request: Request) -> dict[str, Any]:
     """The request's body as a JSON object (`{}` when empty); ToolError `body_too_large`,
-    `unsupported_media_type`, `invalid_json` otherwise."""
+    `unsupported_media_type`, `invalid_json` otherwise (also for JSON nested too deep to parse).
+
+    Every lone surrogate the JSON spells (`"\\ud800"`) becomes U+FFFD (docs/runtime.md "Text"):
+    nothing that cannot be encoded reaches the state, Herdr or an answer."""
     content_type = request.headers.get("content-type")
     if content_type is not None and not content_type.lower().startswith("application/json"):
         raise ToolError("unsupported_media_type", "send the body as application/json")
@@ -100,6 +118,9 @@ async def read_json_object(request: Request) -> dict[str, Any]:
         )
     except (UnicodeDecodeError, ValueError) as exc:
         raise ToolError("invalid_json", f"the body is not one JSON object: {exc}") from None
+    except RecursionError:
+        raise ToolError("invalid_json", "the body is nested too deeply") from None
     if not isinstance(value, dict):
         raise ToolError("invalid_json", "the body must be a JSON object")
-    return value
+    cleaned: dict[str, Any] = clean_json(value)
+    return cleaned

@@ -146,7 +146,9 @@ def main() -> None:
     out = sys.stdout.buffer
 
     def emit(message: dict[str, Any]) -> None:
-        out.write(json.dumps(message, ensure_ascii=False).encode("utf-8") + b"\n")
+        # ASCII: a path's bytes that are not UTF-8 (surrogateescape) travel as `\\udcNN` escapes
+        # and come back unchanged; fs_grep shows them as `\\xNN` once the search is done.
+        out.write(json.dumps(message, ensure_ascii=True).encode("ascii") + b"\n")
         out.flush()
 
     matches = Matches(

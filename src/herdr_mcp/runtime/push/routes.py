@@ -6,14 +6,14 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from herdr_mcp import __version__
 from herdr_mcp.contract import contract_identity
 from herdr_mcp.errors import HerdrMcpError, ToolError
 from herdr_mcp.herdr import HerdrError
-from herdr_mcp.runtime.browser.http import error_response
+from herdr_mcp.runtime.browser.http import error_response, json_response
 from herdr_mcp.runtime.push.stream import EventStreamResponse, event_frames, parse_after, state_answer
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ def push_routes(services: Services) -> list[Route]:
                 agents = await services.herdr.call("agent.list", {})
             except HerdrError as exc:
                 raise ToolError("herdr_unavailable", f"Herdr did not answer ({exc.code}); retry") from exc
-            return JSONResponse(
+            return json_response(
                 state_answer(
                     seq,
                     [w for w in workspaces.get("workspaces", []) if isinstance(w, dict)],

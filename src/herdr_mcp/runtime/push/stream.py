@@ -15,7 +15,6 @@ client does not take within `send_timeout` ends the stream (a client that stoppe
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +26,7 @@ from starlette.types import Receive, Scope, Send
 from herdr_mcp.errors import ToolError
 from herdr_mcp.runtime.push.hub import End, PushHub
 from herdr_mcp.state.push import AgentStates
+from herdr_mcp.text import dumps
 
 PROTOCOL = 1
 KEEPALIVE_S = 15.0
@@ -44,7 +44,8 @@ class StreamSettings:
 def frame(name: str, data: dict[str, Any], seq: int | None = None) -> bytes:
     """One SSE event: `event:`, `id:` (the seq) and one `data:` line of JSON."""
     head = f"event: {name}\n" + (f"id: {seq}\n" if seq is not None else "")
-    return (head + "data: " + json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n\n").encode()
+    # `dumps`: no text in an event can make its frame unencodable (docs/runtime.md "Text").
+    return (head + "data: " + dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n\n").encode()
 
 
 KEEPALIVE_FRAME = b": keepalive\n\n"

@@ -31,6 +31,7 @@ from typing import Any
 from herdr_mcp.errors import ToolError
 from herdr_mcp.runtime.boundary.secrets import is_secret_path
 from herdr_mcp.runtime.git_command import GitOutput, raise_for_failure, run_git
+from herdr_mcp.text import show_name, shown_path
 
 __all__ = ["git_facts", "git_toplevel", "project_git_summary"]
 
@@ -60,7 +61,7 @@ class _Status:
     upstream: str | None = None
     ahead: int | None = None
     behind: int | None = None
-    files: list[dict[str, str]] = field(default_factory=list)
+    files: list[dict[str, Any]] = field(default_factory=list)
     truncated: bool = False
 
 
@@ -242,14 +243,14 @@ def _parse_status(data: bytes, truncated: bool) -> _Status:
                 break  # its original path was cut off
             fields = record.split(b" ", 9)
             entry = _status_entry(fields[1], fields[9])
-            entry["orig_path"] = _text(records[index])
+            entry["orig_path"] = os.fsdecode(records[index])
             index += 1
-            status.files.append(entry)
+            status.files.append(shown_path(entry, "orig_path"))
         elif kind == b"u ":
             fields = record.split(b" ", 10)
             status.files.append(_status_entry(fields[1], fields[10]))
         elif kind == b"? ":
-            status.files.append({"path": _text(record[2:]), "index": "?", "worktree": "?"})
+            status.files.append(shown_path({"path": os.fsdecode(record[2:]), "index": "?", "worktree": "?"}))
     return status
 
 
@@ -267,9 +268,9 @@ def _parse_status_header(status: _Status, header: str) -> None:
         status.behind = int(behind.lstrip("-"))
 
 
-def _status_entry(xy: bytes, path: bytes) -> dict[str, str]:
+def _status_entry(xy: bytes, path: bytes) -> dict[str, Any]:
     letters = _text(xy)
-    return {"path": _text(path), "index": letters[:1], "worktree": letters[1:2]}
+    return shown_path({"path": os.fsdecode(path), "index": letters[:1], "worktree": letters[1:2]})
 
 
 def _diff(root: Path, path: str | None, staged: bool, max_bytes: int, timeout: float) -> dict[str, Any]:
@@ -394,9 +395,10 @@ class _Change:
         return [_shown(raw) for raw in self.raw_paths() if is_secret_path(raw)]
 
     def entry(self) -> dict[str, Any]:
-        entry: dict[str, Any] = {"path": _shown(self.path), "added": self.added, "deleted": self.deleted}
+        entry: dict[str, Any] = shown_path({"path": self.path, "added": self.added, "deleted": self.deleted})
         if self.orig_path is not None:
-            entry["orig_path"] = _shown(self.orig_path)
+            entry["orig_path"] = self.orig_path
+            shown_path(entry, "orig_path")
         return entry
 
 
@@ -441,8 +443,9 @@ def _parse_numstat(data: bytes) -> list[_Change]:
 
 
 def _shown(raw: str) -> str:
-    """A path from Git as the caller sees it (undecodable bytes replaced)."""
-    return _text(os.fsencode(raw))
+    """A path from Git as the caller sees it: the fs tools' rule (docs/runtime.md "Text"), a byte
+    that is not UTF-8 is `\\xNN`, so the path can be passed to them as it is."""
+    return show_name(raw)[0]
 
 
 _LOG_FIELDS = 5

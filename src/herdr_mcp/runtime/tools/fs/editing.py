@@ -21,6 +21,7 @@ from herdr_mcp.runtime.boundary import (
 )
 from herdr_mcp.runtime.tools.fs.access import encode_text, read_text
 from herdr_mcp.runtime.tools.fs.arguments import bool_arg, str_arg
+from herdr_mcp.text import shown_answer
 
 
 def fs_edit(roots: RootSet, policy: Policy, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -64,12 +65,14 @@ def fs_edit(roots: RootSet, policy: Policy, args: Mapping[str, Any]) -> dict[str
     )
     data = encode_text(text[:first] + new + text[first + len(old) :], shown)
     atomic_write(target, data, expect=identity)
-    return {
-        "path": str(target.path),
-        "root": str(target.root.path),
-        "start_line": text.count("\n", 0, first) + 1,
-        "bytes_written": len(data),
-    }
+    return shown_answer(
+        {
+            "path": str(target.path),
+            "root": str(target.root.path),
+            "start_line": text.count("\n", 0, first) + 1,
+            "bytes_written": len(data),
+        }
+    )
 
 
 def fs_write(roots: RootSet, policy: Policy, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -105,9 +108,11 @@ def fs_write(roots: RootSet, policy: Policy, args: Mapping[str, Any]) -> dict[st
         confirm_dirty=bool_arg(args, "confirm_dirty"),
     )
     atomic_write(target, data, expect=identity, create_only=identity is None)
-    return {
-        "path": str(target.path),
-        "root": str(target.root.path),
-        "created": identity is None,
-        "bytes_written": len(data),
-    }
+    return shown_answer(
+        {
+            "path": str(target.path),
+            "root": str(target.root.path),
+            "created": identity is None,
+            "bytes_written": len(data),
+        }
+    )

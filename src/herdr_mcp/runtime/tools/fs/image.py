@@ -12,6 +12,7 @@ from herdr_mcp.errors import ToolError
 from herdr_mcp.runtime.boundary import Policy, RootSet, open_regular
 from herdr_mcp.runtime.tools.fs.access import read_capped, refuse_secret
 from herdr_mcp.runtime.tools.fs.arguments import int_arg, str_arg
+from herdr_mcp.text import shown_answer
 
 # Catalog default (manifests/contracts/runtime-epoch-5.json; a test keeps it in sync).
 IMAGE_DEFAULT_MAX_BYTES = 2097152
@@ -125,12 +126,14 @@ def fs_image(roots: RootSet, policy: Policy, args: Mapping[str, Any]) -> ImageRe
             path=shown,
         )
     mime_type, (width, height) = kind[0], kind[1]
-    info = {
-        "path": str(target.path),
-        "root": str(target.root.path),
-        "size": len(data),
-        "width": width,
-        "height": height,
-        "mime_type": mime_type,
-    }
+    info = shown_answer(
+        {
+            "path": str(target.path),
+            "root": str(target.root.path),
+            "size": len(data),
+            "width": width,
+            "height": height,
+            "mime_type": mime_type,
+        }
+    )
     return ImageResult(data=data, mime_type=mime_type, info=info)

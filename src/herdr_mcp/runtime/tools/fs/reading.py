@@ -20,6 +20,7 @@ from herdr_mcp.runtime.grep.query import GREP_TIMEOUT_S, GrepEngine, GrepQuery, 
 from herdr_mcp.runtime.grep.search import search
 from herdr_mcp.runtime.tools.fs.access import READ_CHUNK_BYTES, decode_text, not_utf8, refuse_secret
 from herdr_mcp.runtime.tools.fs.arguments import bool_arg, int_arg, opt_str_arg, str_arg
+from herdr_mcp.text import shown_answer, shown_path
 
 # Catalog defaults (manifests/contracts/runtime-epoch-5.json; a test keeps them in sync).
 READ_DEFAULT_MAX_BYTES = 16384
@@ -168,18 +169,20 @@ def fs_read(roots: RootSet, policy: Policy, args: Mapping[str, Any]) -> dict[str
                 scanner.read()
             if scanner.eof:
                 total_lines = scanner.newlines + (0 if scanner.ends_with_newline else 1)
-    return {
-        "path": str(target.path),
-        "root": str(target.root.path),
-        "start_line": start_line,
-        "end_line": start_line + page.lines - 1 if page.lines else None,
-        "content": decode_text(page.content, shown),
-        "total_lines": total_lines,
-        "total_bytes": st.st_size,
-        "truncated": page.truncated,
-        "next_start_line": start_line + page.lines if page.truncated else None,
-        "line_clipped": page.line_clipped,
-    }
+    return shown_answer(
+        {
+            "path": str(target.path),
+            "root": str(target.root.path),
+            "start_line": start_line,
+            "end_line": start_line + page.lines - 1 if page.lines else None,
+            "content": decode_text(page.content, shown),
+            "total_lines": total_lines,
+            "total_bytes": st.st_size,
+            "truncated": page.truncated,
+            "next_start_line": start_line + page.lines if page.truncated else None,
+            "line_clipped": page.line_clipped,
+        }
+    )
 
 
 # --- fs_list -----------------------------------------------------------------------------------
@@ -218,15 +221,23 @@ def fs_list(roots: RootSet, policy: Policy, args: Mapping[str, Any]) -> dict[str
             truncated = True
             break
         entries.append(
-            {"path": entry.relative, "type": entry.kind, "size": entry.size if entry.kind == "file" else None}
+            shown_path(
+                {
+                    "path": entry.relative,
+                    "type": entry.kind,
+                    "size": entry.size if entry.kind == "file" else None,
+                }
+            )
         )
-    return {
-        "path": str(target.path),
-        "root": str(target.root.path),
-        "entries": entries,
-        "truncated": truncated,
-        "hidden_secret_entries": hidden,
-    }
+    return shown_answer(
+        {
+            "path": str(target.path),
+            "root": str(target.root.path),
+            "entries": entries,
+            "truncated": truncated,
+            "hidden_secret_entries": hidden,
+        }
+    )
 
 
 # --- fs_grep -----------------------------------------------------------------------------------
@@ -276,11 +287,19 @@ def fs_grep(
         max_matches=int_arg(args, "max_matches", GREP_DEFAULT_MAX_MATCHES),
         max_bytes=int_arg(args, "max_bytes", GREP_DEFAULT_MAX_BYTES),
     )
-    used = search(query, matches, engine=engine, timeout_s=timeout_s)
-    return {
-        "root": str(root.path),
-        "path": base,
-        "matches": matches.items,
-        "engine": used,
-        "truncated": matches.truncated,
-    }
+    try:
+        used = search(query, matches, engine=engine, timeout_s=timeout_s)
+    except ToolError as exc:
+        if isinstance(exc.details.get("matches"), list):
+            exc.details["matches"] = [shown_path(item) for item in exc.details["matches"]]
+        raise
+    # Paths are escaped only now: both engines order matches by the names as they are on disk.
+    return shown_answer(
+        {
+            "root": str(root.path),
+            "path": base,
+            "matches": [shown_path(item) for item in matches.items],
+            "engine": used,
+            "truncated": matches.truncated,
+        }
+    )
