@@ -3,9 +3,12 @@
 // that reports its turns again does not call the runtime again.
 
 import { conversationUrl } from "../lib/scope.js";
+import { cutCodePoints, wellFormed } from "../lib/text.js";
 import * as store from "./store.js";
 
 const REMEMBERED_KEYS = 500;
+// The runtime's maxLength for a title, in code points (lib/text.js: never cut inside a pair).
+const TITLE_CODE_POINTS = 200;
 
 export class Journal {
   constructor(native, bindings, log = console) {
@@ -37,9 +40,10 @@ export class Journal {
       if (done.has(turn.key) || !turn.key || !["user", "assistant"].includes(turn.role)) {
         continue;
       }
-      const body = { scope: page.scope, conversation_url: url, turn_key: turn.key, role: turn.role, text: turn.text };
+      const text = wellFormed(turn.text);
+      const body = { scope: page.scope, conversation_url: url, turn_key: turn.key, role: turn.role, text };
       if (title) {
-        body.title = title.slice(0, 200);
+        body.title = cutCodePoints(title, TITLE_CODE_POINTS);
       }
       if (chain) {
         body.continuity_id = chain;
