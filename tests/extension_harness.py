@@ -51,7 +51,7 @@ from herdr_mcp.sim import (
 )
 from tests.extension_sites import ChatGPTSite, Post
 from tests.runtime_harness import RunningRuntime, call_tool, running_runtime
-from tests.waiting import DEADLINE_S, poll_until
+from tests.waiting import DEADLINE_S, poll_until, wait_until_async
 
 ROOT = Path(__file__).resolve().parents[1]
 EXTENSION_DIR = ROOT / "extension"
@@ -101,14 +101,26 @@ class Workstation:
 
     async def prompt(self, text: str, scope: str | None = None) -> dict[str, Any]:
         """`herdr_prompt` to the agent as the Web AI's connector calls it (no scope unless given:
-        the runtime takes the one scope bound to the agent's workspace)."""
+        the runtime takes the one scope bound to the agent's workspace). Returns once the agent
+        has started on it: Herdr answers agent.prompt before it presses Enter (300 ms later), so a
+        test that settled the agent at once would settle the previous turn."""
         async with self.runtime.client() as client:
             if scope is None:
-                return await call_tool(client, "herdr_prompt", {"target": AGENT, "text": text})
-            meta: RequestParamsMeta = {"herdr-mcp/scope": scope}  # type: ignore[typeddict-unknown-key]
-            result = await client.call_tool("herdr_prompt", {"target": AGENT, "text": text}, meta=meta)
-            assert isinstance(result.structured_content, dict), result
-            return result.structured_content
+                answer = await call_tool(client, "herdr_prompt", {"target": AGENT, "text": text})
+            else:
+                meta: RequestParamsMeta = {"herdr-mcp/scope": scope}  # type: ignore[typeddict-unknown-key]
+                result = await client.call_tool("herdr_prompt", {"target": AGENT, "text": text}, meta=meta)
+                assert isinstance(result.structured_content, dict), result
+                answer = result.structured_content
+        if "error" not in answer:
+            await wait_until_async(
+                lambda: self.agent_status() == "working", "the agent to start on the prompt"
+            )
+        return answer
+
+    def agent_status(self, label: str = AGENT) -> str:
+        (pane,) = [pane for pane in self.sim.snapshot()["panes"] if pane.get("label") == label]
+        return str(pane.get("agent_status"))
 
     def settle(self, status: str = "done", agent: str = AGENT) -> None:
         self.sim.set_agent_status(agent, status)
