@@ -96,7 +96,7 @@ test("Continue on a page bound to nothing names no workspace", () => {
     const text = continueText({});
     assert.equal(text, "[herdr-mcp] Continue: go on with the next step.");
     assert.doesNotMatch(text, /bound workspace|undefined/);
-    assert.ok(continueText({ bridged: true }).endsWith('one {"tool": ..., "args": {...}} JSON line per call.'));
+    assert.ok(continueText({ bridged: true }).endsWith('one {"tool": ..., "args": {...}} object per call.'));
   } finally {
     useCatalog(null);
   }

@@ -17,6 +17,7 @@ import { tabReload } from "./page-health.js";
 import { RateLimit } from "./ratelimit.js";
 import * as store from "./store.js";
 import { TabGroup, Tabs } from "./tabs.js";
+import { cutCodePoints } from "../lib/text.js";
 
 const native = new NativeClient();
 const bindings = new Bindings(native);
@@ -141,7 +142,7 @@ function cardWaiting(tab, message) {
     type: "basic",
     iconUrl: NOTIFICATION_ICON,
     title: "ChatGPT is waiting for a confirmation",
-    message: `A tool confirmation card was left for you: ${message.reason}.`.slice(0, 300),
+    message: cutCodePoints(`A tool confirmation card was left for you: ${message.reason}.`, 300),
     priority: 1,
   });
 }

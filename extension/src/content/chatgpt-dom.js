@@ -35,6 +35,7 @@
 //   connector's name from the card's `img[alt]`). Which card is ours: lib/tool-card.js.
 
 import { normalize, typeInto, waitFor } from "./site-dom.js";
+import { cutCodePoints } from "../lib/text.js";
 
 export const SELECTORS = Object.freeze({
   composer: "#prompt-textarea",
@@ -268,7 +269,7 @@ export function assistantView() {
 /** ChatGPT's explicit "message send timed out" thread error `{element, text}` (the newest one), or null. */
 export function sendTimedOut() {
   const element = [...document.querySelectorAll(THREAD_ERROR)].filter((candidate) => SEND_TIMED_OUT.test(candidate.innerText)).at(-1);
-  return element ? { element, text: element.innerText.trim().slice(0, 200) } : null;
+  return element ? { element, text: cutCodePoints(element.innerText.trim(), 200) } : null;
 }
 
 export function retryButton() {

@@ -7,6 +7,7 @@ import { showRest } from "./site-dom.js";
 import { Hud } from "./hud.js";
 import { PageHealth } from "./page-health.js";
 import { classifyCard } from "../lib/tool-card.js";
+import { cutCodePoints } from "../lib/text.js";
 
 const URL_POLL_MS = 300;
 const RECONNECT_MS = 1_000;
@@ -132,7 +133,7 @@ function checkCards() {
     waiting = verdict.reason;
     if (!cardSeen.has(card.element) && cardPolicy) {
       cardSeen.set(card.element, "waiting");
-      post({ type: "card", state: "waiting", reason: verdict.reason, summary: card.labels.slice(0, 4).join(" · ").slice(0, 200) });
+      post({ type: "card", state: "waiting", reason: verdict.reason, summary: cutCodePoints(card.labels.slice(0, 4).join(" · "), 200) });
     }
   }
   if (accepted) {

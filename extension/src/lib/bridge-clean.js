@@ -8,6 +8,8 @@
 // take a large share of it. A capped result says so and by how much, so the model can ask for a
 // narrower read (an offset, a smaller range).
 
+import { codePointLength, cutCodePoints } from "./text.js";
+
 export const RESULT_CAP_CHARS = 16_000;
 /** A string over this many bytes that looks like base64 or binary becomes a note. */
 export const BLOB_BYTES = 4 * 1024;
@@ -59,7 +61,7 @@ export function scrub(value, depth = 0) {
       return blobNote(value);
     }
     return value.length > MAX_STRING_CHARS
-      ? `${value.slice(0, MAX_STRING_CHARS)}[... ${value.length - MAX_STRING_CHARS} more characters cut]`
+      ? `${cutCodePoints(value, MAX_STRING_CHARS)}[... ${codePointLength(value) - MAX_STRING_CHARS} more characters cut]`
       : value;
   }
   if (value === null || typeof value !== "object") {
@@ -111,7 +113,7 @@ export function cleanResult(result, cap = RESULT_CAP_CHARS) {
   const whole = parts.join("\n");
   const capped = whole.length > cap;
   const text = capped
-    ? `${whole.slice(0, cap)}\n[result capped at ${cap} of ${whole.length} characters; ask for less, e.g. a smaller range]`
+    ? `${cutCodePoints(whole, cap)}\n[result capped at ${cap} of ${whole.length} characters; ask for less, e.g. a smaller range]`
     : whole;
   return { text, isError: Boolean(result?.isError), capped, originalChars: whole.length };
 }

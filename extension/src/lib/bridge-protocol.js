@@ -4,6 +4,7 @@
 // rounds per user turn, parallel or in order, and what a reloaded page may re-run.
 
 import { validate } from "./bridge-schema.js";
+import { cutCodePoints } from "./text.js";
 
 /** The versioned marker: in the prompt's first line and in every TOOL_RESULT message. */
 export const MARKER = "HERDR_BRIDGE_V1";
@@ -35,7 +36,7 @@ export function protocolPrompt(tools) {
   ];
   for (const tool of tools) {
     const description = (tool.description ?? "").replace(/\s+/g, " ").trim();
-    const shown = description.length > DESCRIPTION_CHARS ? `${description.slice(0, DESCRIPTION_CHARS)}...` : description;
+    const shown = cutCodePoints(description, DESCRIPTION_CHARS + 3, { ellipsis: "..." });
     lines.push(`- ${tool.name}: ${shown}`);
     lines.push(`  input schema: ${JSON.stringify(tool.inputSchema ?? { type: "object" })}`);
   }
@@ -113,7 +114,7 @@ function objectEnd(text, start) {
   return -1;
 }
 
-const shorten = (text) => text.replace(/\s+/g, " ").trim().slice(0, 120);
+const shorten = (text) => cutCodePoints(text.replace(/\s+/g, " ").trim(), 120);
 
 /** One call object's value checked: `{call}` or `{error}`. */
 function callOf(value, source) {

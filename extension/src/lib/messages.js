@@ -7,11 +7,13 @@
 // the `[herdr-mcp]` mark, workspace ids and labels, agent names and Herdr's statuses, task ids and
 // outcomes, and the bridge's call form (BRIDGE_HINT, in the protocol prompt's language).
 
+import { CALL_FORM_HINT } from "./bridge-protocol.js";
 import { t } from "./i18n.js";
 
 export const MARK = "[herdr-mcp]";
-/** The bridge's sites reach the tools only through JSON lines (content/bridge-main.js). */
-const BRIDGE_HINT = 'Use the Herdr tools as the protocol prompt says: one {"tool": ..., "args": {...}} JSON line per call.';
+/** The bridge's sites reach the tools only through calls in fenced json code blocks
+ * (content/bridge-main.js); the reminder is the protocol's own words (lib/bridge-protocol.js). */
+const BRIDGE_HINT = CALL_FORM_HINT;
 
 function agentList(agents) {
   return agents.map((agent) => `${agent.agent ?? agent.pane_id} ${agent.status}`).join(", ");
@@ -19,7 +21,7 @@ function agentList(agents) {
 
 /**
  * `bridged`: a z.ai or DeepSeek conversation, whose model reaches the tools only through the
- * bridge's JSON lines (the protocol prompt earlier in the conversation), so the wake says so.
+ * bridge's fenced json calls (the protocol prompt earlier in the conversation), so the wake says so.
  */
 export function wakeText({ label, workspaceId, agents = [], inbox = [], bridged = false }) {
   const name = label ? `"${label}" (${workspaceId})` : workspaceId;
