@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
 import { test } from "node:test";
 
 import {
@@ -12,6 +13,10 @@ import {
   readLines,
   sendRequest,
 } from "../src/lib/control.js";
+import { useCatalog } from "../src/lib/i18n.js";
+
+// The texts are the English catalog's (chrome.i18n is absent here).
+useCatalog(JSON.parse(readFileSync(new URL("../_locales/en/messages.json", import.meta.url), "utf8")));
 
 const agentPane = { pane_id: "w1:p2", workspace_id: "w1", label: "coder", agent: "coder", agent_kind: "claude" };
 const shellPane = { pane_id: "w1:p3", workspace_id: "w1", label: "shell", agent: null, agent_kind: null };

@@ -4,9 +4,14 @@
 // in-memory chrome.storage.local; the native host answers through `call`, failing while told to.
 
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
 import { beforeEach, test } from "node:test";
 
 import { CUTOVER_RETRY_MS, Handoff } from "../src/background/handoff.js";
+import { useCatalog } from "../src/lib/i18n.js";
+
+// The texts are the English catalog's (chrome.i18n is absent here).
+useCatalog(JSON.parse(readFileSync(new URL("../_locales/en/messages.json", import.meta.url), "utf8")));
 
 const SOURCE = "zsrc0001";
 const TARGET = "ztgt0002";

@@ -32,6 +32,7 @@ import {
   view,
 } from "../lib/handoff-state.js";
 import { conversationUrl, newConversationUrl, pageScope } from "../lib/scope.js";
+import { t } from "../lib/i18n.js";
 import * as store from "./store.js";
 
 const POLL_MS = 100;
@@ -45,6 +46,14 @@ export const CUTOVER_RETRY_MS = 5_000;
 const CUTOVER_RETRY_MAX_MS = 60_000;
 
 const key = (scope) => `handoff:${scope}`;
+
+/** A handoff's step in words, in "handing off: ..." (the phases still under way). */
+const PHASE_WORDS = {
+  preparing: "handoffPhasePreparing",
+  opening: "handoffPhaseOpening",
+  seeding: "handoffPhaseSeeding",
+  confirmed: "handoffPhaseConfirmed",
+};
 
 export class Handoff {
   constructor({ native, bindings, tabs, bridgeTabs = null, continuity, now = () => Date.now(), log = console }) {
@@ -126,7 +135,7 @@ export class Handoff {
       this.note(record, describe(record));
       return record;
     }
-    this.note(record, "handing off: preparing the package");
+    this.note(record, t("noteHandoffPreparing"));
     this.run(record.scope); // runs on; the HUD follows its phases
     return record;
   }
@@ -201,7 +210,7 @@ export class Handoff {
       }
     }, waitMs);
     this.retries.set(scope, { timer, waitMs });
-    this.note(record, `handoff confirmed, cutover not finished (${error.code ?? "failed"}: ${error.message}): trying again in ${Math.round(waitMs / 1000)} s`);
+    this.note(record, t("noteCutoverRetry", error.code ?? "failed", error.message, Math.round(waitMs / 1000)));
   }
 
   // ---- the steps
@@ -428,7 +437,7 @@ export class Handoff {
     record = await this.save(done(record, this.now()));
     clearTimeout(this.retries.get(record.scope)?.timer);
     this.retries.delete(record.scope);
-    this.continuity.note(targetScope, `handed off from ${record.sourceConvKey}`);
+    this.continuity.note(targetScope, t("noteHandedOffFrom", record.sourceConvKey));
     this.continuity.pump(target);
     return record;
   }
@@ -494,14 +503,14 @@ export class Handoff {
 function describe(record) {
   switch (record.phase) {
     case "done":
-      return `handed off to ${record.targetConvKey}`;
+      return t("noteHandedOffTo", record.targetConvKey);
     case "seed_uncertain":
-      return `handoff uncertain (seed_uncertain): ${record.error?.message ?? ""} Press Resume handoff.`;
+      return t("noteHandoffUncertain", record.phase, record.error?.message ?? "");
     case "unavailable":
-      return `browser control unavailable (${record.error?.code}): copy the prompt into a new conversation`;
+      return t("noteHandoffUnavailable", record.error?.code);
     case "refused":
-      return `handoff refused (${record.error?.code}): ${record.error?.message ?? ""}`;
+      return t("noteHandoffRefused", record.error?.code, record.error?.message ?? "");
     default:
-      return `handing off: ${record.phase}`;
+      return t("noteHandingOff", PHASE_WORDS[record.phase] ? t(PHASE_WORDS[record.phase]) : record.phase);
   }
 }

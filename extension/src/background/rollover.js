@@ -7,6 +7,7 @@
 
 import { decide, decideRecommended, nextFloor, pressure, rolloverOptions } from "../lib/rollover.js";
 import { wakeTarget } from "../lib/scope.js";
+import { t } from "../lib/i18n.js";
 import * as store from "./store.js";
 
 export class Rollover {
@@ -53,7 +54,7 @@ export class Rollover {
     const decision = decideRecommended(state, options);
     if (!decision.go) {
       if (state.recommended && !state.alreadyStarted) {
-        this.continuity.note(page.scope, `page health recommends a rollover; not automatic (${decision.blocked.join(", ")}): press Hand off`);
+        this.continuity.note(page.scope, t("noteRolloverBlocked", decision.blocked.join(", ")));
         this.continuity.broadcast();
       }
       return false;
@@ -66,7 +67,7 @@ export class Rollover {
     if (!claimed) {
       return false;
     }
-    return this.start(tab, "page health: recovery budget spent: rolling over");
+    return this.start(tab, t("noteRolloverHealth"));
   }
 
   /** `report`: the content script's "turns" message ({turns, metrics}). */
@@ -86,7 +87,7 @@ export class Rollover {
     if (!decision.go) {
       return false;
     }
-    return this.start(tab, `context ~${Math.round(estimate.ratio * 100)}%: rolling over`);
+    return this.start(tab, t("noteRolloverContext", Math.round(estimate.ratio * 100)));
   }
 
   /**
@@ -120,7 +121,7 @@ export class Rollover {
     try {
       await this.handoff.begin(tab);
     } catch (error) {
-      this.continuity.note(tab.page.scope, `rollover not started (${error.code ?? "failed"}): ${error.message}`);
+      this.continuity.note(tab.page.scope, t("noteRolloverNotStarted", error.code ?? "failed", error.message));
       return false;
     }
     return true;

@@ -18,6 +18,7 @@ import { RateLimit } from "./ratelimit.js";
 import * as store from "./store.js";
 import { TabGroup, Tabs } from "./tabs.js";
 import { cutCodePoints } from "../lib/text.js";
+import { t } from "../lib/i18n.js";
 
 const native = new NativeClient();
 const bindings = new Bindings(native);
@@ -141,8 +142,8 @@ function cardWaiting(tab, message) {
   chrome.notifications?.create(`herdr-card-${tab.tabId}-${Date.now()}`, {
     type: "basic",
     iconUrl: NOTIFICATION_ICON,
-    title: "ChatGPT is waiting for a confirmation",
-    message: cutCodePoints(`A tool confirmation card was left for you: ${message.reason}.`, 300),
+    title: t("notifyCardTitle"),
+    message: cutCodePoints(t("notifyCardMessage", message.reason), 300),
     priority: 1,
   });
 }
@@ -156,7 +157,7 @@ async function pageChanged(tab, previous) {
       tab.rootScope = null;
       const moved = await bindings.migrateRoot(rootScope, page);
       if (moved) {
-        continuity.note(page.scope, "pending binding moved here");
+        continuity.note(page.scope, t("notePendingBindingMoved"));
       }
     }
     const binding = page ? bindings.get(page.scope) : null;
@@ -194,7 +195,7 @@ async function pageMessage(tab, message) {
       case "auto.set":
         if (page && isScope(page.scope)) {
           await store.set(`auto:${page.scope}`, Boolean(message.on));
-          continuity.note(page.scope, message.on ? "Auto on" : "Auto off");
+          continuity.note(page.scope, message.on ? t("noteAutoOn") : t("noteAutoOff"));
           if (message.on) {
             continuity.pumpScope(page.scope);
           }
@@ -233,7 +234,7 @@ async function pageMessage(tab, message) {
         if (message.state === "waiting") {
           cardWaiting(tab, message);
         }
-        continuity.note(page?.scope, message.state === "accepted" ? `accepted the ${message.tool} confirmation` : "a confirmation is waiting");
+        continuity.note(page?.scope, message.state === "accepted" ? t("noteCardAccepted", message.tool) : t("noteCardWaiting"));
         break;
       case "handoff.seeded":
       case "handoff.probed":
@@ -289,7 +290,7 @@ async function panelMessage(message) {
       const binding = await bindings.set(page.scope, message.workspaceId, {
         active_conv_key: page.kind === "project" ? page.convKey : null,
       });
-      continuity.note(page.scope, message.workspaceId ? `bound to ${binding?.label ?? message.workspaceId}` : "unbound");
+      continuity.note(page.scope, message.workspaceId ? t("noteBound", binding?.label ?? message.workspaceId) : t("noteUnbound"));
       continuity.broadcast();
       return { binding };
     }

@@ -23,6 +23,7 @@
 
 import { Hud } from "./hud.js";
 import { normalize, showRest, typeInto, valueOf, waitFor } from "./site-dom.js";
+import { t } from "../lib/i18n.js";
 import { hasContext, isCallsOnly, isPrompt, isResult, MAX_ROUNDS, messageAnchor, messageKey, parseCalls, roundsUsed } from "../lib/bridge-protocol.js";
 
 const CHECK_DELAY_MS = 150;
@@ -141,7 +142,7 @@ function connect() {
   port.onDisconnect.addListener(() => {
     port = null;
     for (const { reject } of waiting.values()) {
-      reject(Object.assign(new Error("the extension's worker went away"), { code: "worker_gone" }));
+      reject(Object.assign(new Error(t("bridgeWorkerGone")), { code: "worker_gone" }));
     }
     waiting.clear();
     setTimeout(connect, RECONNECT_MS);
@@ -249,7 +250,7 @@ async function continuitySend(message) {
 function queueComposer() {
   const text = valueOf(adapter.composer());
   if (!text) {
-    hud.flash("Type the message to queue in the composer first.");
+    hud.flash(t("hudQueueEmpty"));
     return;
   }
   postPage({ type: "queue.add", text });
@@ -325,7 +326,7 @@ async function reportTurns(messages) {
 function ask(message) {
   return new Promise((resolve, reject) => {
     if (!port) {
-      reject(Object.assign(new Error("not connected to the extension's worker"), { code: "worker_gone" }));
+      reject(Object.assign(new Error(t("bridgeNotConnected")), { code: "worker_gone" }));
       return;
     }
     const id = nextId++;
@@ -399,7 +400,7 @@ async function checkOnce() {
     const asked = askedBy(messages, messages.length - 1);
     if (asked.startsWith(HANDOFF_MARKER) || (asked && seeded.some((seed) => seed.includes(normalize(asked))))) {
       document.documentElement.dataset.herdrBridgeLast = "skipped: a reply to a handoff seed is not a tool call";
-      setNote("the reply to the handoff seed is not run as tool calls");
+      setNote(t("bridgeSeedReply"));
       return;
     }
     const key = await messageKey(scope(), messageAnchor(messages, messages.length - 1), last.text);
@@ -410,25 +411,25 @@ async function checkOnce() {
     const plain = messages.map((message) => ({ role: message.role, text: message.text, code: message.code ?? [] }));
     if (!state.sawLive && !hasContext(plain)) {
       document.documentElement.dataset.herdrBridgeLast = "skipped: no protocol context in this conversation";
-      setNote("calls at load without the protocol prompt in this conversation: not run");
+      setNote(t("bridgeNoContext"));
       return;
     }
     if (roundsUsed(plain) >= MAX_ROUNDS) {
-      setNote(`${MAX_ROUNDS} rounds in this turn: the bridge stops until you write`);
+      setNote(t("bridgeRoundsUsed", MAX_ROUNDS));
       return;
     }
-    setNote("running tool calls...");
+    setNote(t("bridgeRunning"));
     const answer = await ask({ type: "run", scope: scope(), key, text: last.text, code: last.code ?? [], messages: plain, recovering: !state.sawLive });
     document.documentElement.dataset.herdrBridgeLast = `${answer.status}: ${answer.reason}`;
     if (answer.text) {
       state.pending = { key, text: answer.text, scope: scope() };
-      setNote(answer.status === "stored" ? "sending the kept result (nothing ran again)" : `ran ${answer.reason}; sending the result`);
+      setNote(answer.status === "stored" ? t("bridgeSendingKept") : answer.reason === "in parallel" ? t("bridgeRanParallel") : t("bridgeRanInOrder"));
       await deliver();
     } else {
-      setNote(`not run: ${answer.reason}`);
+      setNote(t("bridgeNotRun", answer.reason));
     }
   } catch (error) {
-    setNote(`bridge error: ${error.code ?? "failed"}: ${error.message}`);
+    setNote(t("bridgeError", error.code ?? "failed", error.message));
   } finally {
     busy = false;
   }
@@ -445,23 +446,23 @@ async function deliver() {
     if (state.pending === pending) {
       state.pending = null;
     }
-    setNote("result sent");
+    setNote(t("bridgeResultSent"));
     await ask({ type: "delivered", scope: pending.scope, key: pending.key }).catch(() => {});
   } else if (sent.reason === "unconfirmed") {
     state.pending = null; // typed and clicked but not seen: never typed twice; the page decides
-    setNote("the result was sent but not confirmed on the page");
+    setNote(t("bridgeResultUnconfirmed"));
   }
 }
 
 async function sendPrompt() {
   try {
-    setNote("reading the local tools...");
+    setNote(t("bridgeReadingTools"));
     const { text } = await ask({ type: "prompt" });
     state.sawLive = true;
     const sent = await adapter.send(text);
-    setNote(sent.ok ? "protocol prompt sent" : `protocol prompt not sent: ${sent.reason}`);
+    setNote(sent.ok ? t("bridgePromptSent") : t("bridgePromptNotSent", sent.reason));
   } catch (error) {
-    setNote(`bridge error: ${error.code ?? "failed"}: ${error.message}`);
+    setNote(t("bridgeError", error.code ?? "failed", error.message));
   }
 }
 
@@ -492,5 +493,5 @@ function setNote(text) {
 }
 
 function render() {
-  hud?.setBridge(`Bridge · ${scope() ?? "no conversation yet"}${state.note ? ` · ${state.note}` : ""}`);
+  hud?.setBridge(`${t("bridgeLine", scope() ?? t("bridgeNoConversation"))}${state.note ? ` · ${state.note}` : ""}`);
 }

@@ -8,6 +8,7 @@ import { Hud } from "./hud.js";
 import { PageHealth } from "./page-health.js";
 import { classifyCard } from "../lib/tool-card.js";
 import { cutCodePoints } from "../lib/text.js";
+import { t } from "../lib/i18n.js";
 
 const URL_POLL_MS = 300;
 const RECONNECT_MS = 1_000;
@@ -143,7 +144,7 @@ function checkCards() {
     cardWaiting = waiting;
     if (waiting) {
       document.documentElement.dataset.herdrCard = `waiting: ${waiting}`;
-      hud.flash(`A confirmation is waiting in ChatGPT (${waiting}).`);
+      hud.flash(t("hudCardWaiting"));
     } else {
       hud.render(hud.state); // the state line again, without the waiting note
       if (!accepted) {
@@ -177,7 +178,7 @@ async function received(message) {
     hud.render(message.state);
     health.update(message.state);
     if (cardWaiting) {
-      hud.flash(`A confirmation is waiting in ChatGPT (${cardWaiting}).`);
+      hud.flash(t("hudCardWaiting")); // why it was left alone: the notification and data-herdr-card
     }
   } else if (message.type === "cards.policy") {
     cardPolicy = { connector: message.connector, tools: message.tools };
@@ -209,7 +210,7 @@ async function received(message) {
 function queueComposer() {
   const text = dom.composerText();
   if (!text) {
-    hud.flash("Type the message to queue in the composer first.");
+    hud.flash(t("hudQueueEmpty"));
     return;
   }
   post({ type: "queue.add", text });

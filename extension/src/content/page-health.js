@@ -25,13 +25,15 @@ import {
   sustained,
   windowLevel,
 } from "../lib/page-health.js";
+import { t } from "../lib/i18n.js";
 
 const TICK_MS = 1_000;
 
+/** The recovery steps a person is told about: the catalog's name of each one's text. */
 const STEP_TEXT = {
-  page_reload: "page reloaded once",
-  tab_reload: "tab reloaded once",
-  retry: "ChatGPT's Retry pressed once",
+  page_reload: "healthStepPageReload",
+  tab_reload: "healthStepTabReload",
+  retry: "healthStepRetry",
 };
 
 export class PageHealth {
@@ -102,9 +104,9 @@ export class PageHealth {
     this.health = found ?? emptyHealth();
     const last = this.health.records.at(-1);
     if (this.health.episode?.state === "rollover_recommended") {
-      this.show(`Page health: rollover_recommended (recovery budget spent: ${last?.reason ?? "?"}).`);
+      this.show(t("healthRolloverRecommended", "rollover_recommended", last?.reason ?? "?"));
     } else if (this.health.episode && last && STEP_TEXT[last.step]) {
-      this.show(`Page health: ${STEP_TEXT[last.step]} (${last.reason}); watching.`);
+      this.show(t("healthWatching", t(STEP_TEXT[last.step]), last.reason));
     }
   }
 
@@ -145,7 +147,7 @@ export class PageHealth {
       return; // a handoff drives this page, or ChatGPT answered 429: no requests, no reloads
     }
     this.maybeCloseEpisode(view, now);
-    this.act(view, now).catch((error) => this.show(`Page health: check failed (${error.message}); nothing done.`));
+    this.act(view, now).catch((error) => this.show(t("healthCheckFailed", error.message)));
   }
 
   closeWindow(now) {
@@ -160,7 +162,7 @@ export class PageHealth {
       // A spike is only recorded (the newest one, apart from the steps' records).
       this.health = { ...this.health, pressure: { at: now, ...result, consecutive: this.meter.consecutive } };
       this.save();
-      this.show(`UI pressure ${result.level} (${result.reasons.join(", ")}), ${this.meter.consecutive} window(s) in a row.`);
+      this.show(t("healthPressure", result.level, result.reasons.join(", "), this.meter.consecutive));
     }
   }
 
@@ -170,7 +172,7 @@ export class PageHealth {
       const steps = this.health.records.filter((entry) => entry.at >= this.health.episode.startedAt && STEP_TEXT[entry.step]);
       this.health = closeEpisode(this.health);
       this.save();
-      this.show(steps.length ? `Page health: recovered (${steps.map((entry) => STEP_TEXT[entry.step]).join(", ")}).` : "");
+      this.show(steps.length ? t("healthRecovered", steps.map((entry) => t(STEP_TEXT[entry.step])).join(", ")) : "");
     }
   }
 
@@ -239,7 +241,7 @@ export class PageHealth {
     switch (result.kind) {
       case SYNCED:
         this.stalledSince = null;
-        this.show(`Page health: no DOM change for ${Math.round((now - this.lastChangeAt) / 1000)} s; server agrees (synced): nothing to do.`);
+        this.show(t("healthSynced", Math.round((now - this.lastChangeAt) / 1000)));
         return;
       case SERVER_AHEAD:
         await this.reload(`server ahead: ${reason}`, evidence, view);
@@ -250,7 +252,7 @@ export class PageHealth {
           this.begin(view, "stalled");
           this.health = record(this.health, { step: "wait", reason: `server stalled: ${reason}`, evidence, nowMs: now });
           await this.save();
-          this.show(`Page health: server stalled; waiting ${this.options.stalledWaitSec} s, then one reload.`);
+          this.show(t("healthStalledWait", this.options.stalledWaitSec));
         } else if (now - this.stalledSince >= this.options.stalledWaitSec * 1000) {
           await this.reload(`server stalled: ${reason}`, evidence, view);
         }
@@ -283,13 +285,13 @@ export class PageHealth {
     this.begin(view, "unknown");
     this.health = record(this.health, { step: "fail_closed", reason, evidence, nowMs: Date.now() });
     await this.save();
-    this.show(`Page health: stale view? evidence unknown (${reason}): fail-closed, nothing done.`);
+    this.show(t("healthFailClosed", reason));
   }
 
   async recommendRollover(reason, evidence) {
     this.health = record(this.health, { step: "rollover_recommended", reason, evidence, nowMs: Date.now() });
     await this.save();
-    this.show(`Page health: rollover_recommended (recovery budget spent: ${reason}).`);
+    this.show(t("healthRolloverRecommended", "rollover_recommended", reason));
     // The worker decides: auto rollover when it is on and its preconditions hold, else Hand off.
     this.post({ type: "health.rollover", convKey: this.convKey, metrics: dom.pressureSignals() });
   }
@@ -305,7 +307,7 @@ export class PageHealth {
     }
     this.health = record(this.health, { step, reason, evidence, nowMs: Date.now() });
     await this.save(); // recorded before navigating: a reload never repeats itself
-    this.show(`Page health: ${reason}: ${step === "page_reload" ? "reloading the page" : "asking for a tab reload"} (once).`);
+    this.show(step === "page_reload" ? t("healthReloadPage", reason) : t("healthReloadTab", reason));
     if (step === "page_reload") {
       location.reload();
     } else {
@@ -327,7 +329,7 @@ export class PageHealth {
     }
     this.health = record(this.health, { step: "retry", reason, evidence, nowMs: Date.now() });
     await this.save();
-    this.show(`Page health: ${reason}: pressing Retry (once).`);
+    this.show(t("healthPressRetry", reason));
     button.click();
   }
 

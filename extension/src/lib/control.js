@@ -2,6 +2,8 @@
 // asks for, the request a pinned target makes, and which failures leave a send unconfirmed
 // (kept, to be retried with the same idempotency key) rather than refused (dropped).
 
+import { t } from "./i18n.js";
+
 /** The four runtime methods of the Control Center (docs/browser-protocol.md 2); nothing else. */
 export const CONTROL_METHODS = Object.freeze(["pane.list", "pane.read", "agent.prompt", "pane.send_input"]);
 
@@ -59,13 +61,13 @@ export function pinFromPane(pane, workspaceLabel = null) {
 export function pinDrift(pin, panes) {
   const now = panes.find((pane) => pane.pane_id === pin.pane_id);
   if (!now) {
-    return "the pane is gone";
+    return t("ccDriftGone");
   }
   if (now.workspace_id !== pin.workspace_id) {
-    return `the pane moved to workspace ${now.workspace_id}`;
+    return t("ccDriftMoved", now.workspace_id);
   }
   if ((now.agent ?? null) !== (pin.agent ?? null)) {
-    return now.agent ? `the pane now runs agent ${now.agent}` : "the pane no longer runs an agent";
+    return now.agent ? t("ccDriftAgent", now.agent) : t("ccDriftNoAgent");
   }
   return null;
 }
@@ -77,11 +79,11 @@ export function pinDrift(pin, panes) {
 export function sendRequest(pin, text, key) {
   const trimmed = String(text ?? "").replace(/\s+$/u, "");
   if (!trimmed.trim()) {
-    throw new ControlError("invalid_text", "Write something to send first.");
+    throw new ControlError("invalid_text", t("ccTextEmpty"));
   }
   if (pin.agent) {
     if (trimmed.length > MAX_PROMPT_CHARS) {
-      throw new ControlError("invalid_text", `A prompt is at most ${MAX_PROMPT_CHARS} characters.`);
+      throw new ControlError("invalid_text", t("ccPromptTooLong", MAX_PROMPT_CHARS));
     }
     return {
       method: "agent.prompt",
@@ -89,10 +91,10 @@ export function sendRequest(pin, text, key) {
     };
   }
   if (/[\r\n]/u.test(trimmed)) {
-    throw new ControlError("invalid_text", "A terminal pane takes one line at a time (it is typed, then Enter).");
+    throw new ControlError("invalid_text", t("ccOneLine"));
   }
   if (trimmed.length > MAX_INPUT_CHARS) {
-    throw new ControlError("invalid_text", `A terminal line is at most ${MAX_INPUT_CHARS} characters.`);
+    throw new ControlError("invalid_text", t("ccLineTooLong", MAX_INPUT_CHARS));
   }
   return {
     method: "pane.send_input",
