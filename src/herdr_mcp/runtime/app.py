@@ -86,6 +86,9 @@ def build_app(services: Services, token: str, dispatcher: ToolDispatcher | None 
                 "state_schema": STATE_SCHEMA,
                 "herdr": herdr,
                 "events": {"connected": services.events.connected, "cursor": services.events.last_seq},
+                # /push/events streams open now and opened since start-up (a browser's extension
+                # keeps one open, also across native-host restarts).
+                "push": {"streams": services.push.hub.subscriber_count, "opened": services.push.hub.opened},
                 # rg, or the slower Python engine when rg is not on PATH (runtime.grep).
                 "grep": {"engine": engine_in_use()},
             }

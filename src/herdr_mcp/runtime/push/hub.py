@@ -73,6 +73,8 @@ class PushHub:
         self._closed = False
         #: The newest durable seq published to subscribers (the log's newest at start-up).
         self.cursor = states.last_seq()
+        #: Streams subscribed since start-up (read-only, /health `push.opened`).
+        self.opened = 0
 
     @property
     def subscriber_count(self) -> int:
@@ -85,6 +87,7 @@ class PushHub:
     def subscribe(self) -> Subscriber:
         """A new subscriber; durable events after `subscriber.start` will reach its queue."""
         subscriber = Subscriber(self.cursor, self._queue_size)
+        self.opened += 1
         if self._closed:
             subscriber.offer(End("shutdown"))
         else:
