@@ -2,6 +2,7 @@ import { DEFAULT_OPTIONS, normalizeOptions } from "../lib/progress.js";
 import { rolloverOptions } from "../lib/rollover.js";
 import { healthOptions } from "../lib/page-health.js";
 import { localize, t } from "../lib/i18n.js";
+import { cutCodePoints } from "../lib/text.js";
 
 const HEALTH_FIELDS = ["staleAfterSec", "stalledAfterSec", "stalledWaitSec"];
 
@@ -23,6 +24,7 @@ chrome.storage.local.get("options").then(({ options }) => {
   for (const name of HEALTH_FIELDS) {
     document.getElementById(name).value = health[name];
   }
+  document.getElementById("connectorName").value = typeof options?.connectorName === "string" ? options.connectorName : "";
 });
 
 form.addEventListener("submit", async (event) => {
@@ -37,7 +39,9 @@ form.addEventListener("submit", async (event) => {
   });
   // Other settings kept in `options` (handoff deadlines, say) stay as they are.
   const health = healthOptions({ ...stored, ...Object.fromEntries(HEALTH_FIELDS.map((name) => [name, document.getElementById(name).value])) });
-  const options = { ...stored, ...normalizeOptions(raw), ...rollover, ...health };
+  // The connector's name as ChatGPT shows it on tool cards; empty: the default (background/worker.js).
+  const connectorName = cutCodePoints(document.getElementById("connectorName").value.trim(), 100);
+  const options = { ...stored, ...normalizeOptions(raw), ...rollover, ...health, connectorName };
   await chrome.storage.local.set({ options });
   document.getElementById("saved").textContent = t("optSaved");
 });
