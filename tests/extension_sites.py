@@ -81,6 +81,13 @@ class ChatGPTSite:
     #: names the evidence for their shape), and the presses they got (`{id, decision}`).
     cards: list[dict[str, Any]] = field(default_factory=list)
     approvals: list[dict[str, Any]] = field(default_factory=list)
+    #: None: replies shown as plain text. A name of `RENDERERS`: assistant replies rendered as
+    #: Markdown by that real renderer and streamed in chunks (`chunk_chars` characters every
+    #: `chunk_ms`) while the stop button shows, code blocks as ChatGPT shows them (the fixture's
+    #: head names the evidence).
+    markdown: str | None = None
+    chunk_chars: int = 24
+    chunk_ms: int = 15
     _held: asyncio.Event | None = None
     #: Page health: each message's time in the snapshot (epoch seconds; set when first read:
     #: a test sets one earlier to make a message in progress look stalled).
@@ -98,6 +105,10 @@ class ChatGPTSite:
         self._held = None
         self.stuck = False
         self._unstick.set()
+
+    def reply(self, text: str) -> str:
+        """The assistant's answer to a message (a subclass scripts its own)."""
+        return f"Noted: {text[:60]}"
 
     def texts(self, conversation_id: str | None = None) -> list[str]:
         return [post.text for post in self.posts if conversation_id in (None, post.conversation_id)]
@@ -127,14 +138,26 @@ class ChatGPTSite:
             await route.fulfill(json={"ok": True})
         elif path.startswith("/backend-api/"):
             await route.fulfill(status=404, json={"detail": "not imitated"})
+        elif path == "/__imitation__/renderer.js" and self.markdown is not None:
+            build = NODE_MODULES / RENDERERS[self.markdown][0]
+            await route.fulfill(body=build.read_bytes(), content_type="text/javascript; charset=utf-8")
         elif self.unreachable_new_chat and (path in ("", "/") or path.endswith("/project")):
             await route.abort("connectionrefused")
         else:
             self.page_loads.append(path)
-            switches = json.dumps(
-                {"dropSeedMarker": self.drop_seed_marker, "lang": self.lang, "cards": self.cards}
-            )
-            page = PAGE.read_text(encoding="utf-8").replace("/*IMITATION*/ {}", switches, 1)
+            values: dict[str, Any] = {
+                "dropSeedMarker": self.drop_seed_marker, "lang": self.lang, "cards": self.cards,
+            }  # fmt: skip
+            page = PAGE.read_text(encoding="utf-8")
+            if self.markdown is not None:
+                _, kind, options = RENDERERS[self.markdown]
+                values["markdown"] = {
+                    "renderer": kind, "options": options,
+                    "chunkChars": self.chunk_chars, "chunkMs": self.chunk_ms,
+                }  # fmt: skip
+                script = '<script src="/__imitation__/renderer.js"></script>'
+                page = page.replace("<!--RENDERER-->", script, 1)
+            page = page.replace("/*IMITATION*/ {}", json.dumps(values), 1)
             await route.fulfill(body=page.encode(), content_type="text/html; charset=utf-8")
 
     def snapshot(self, turns: list[dict[str, str]]) -> dict[str, Any]:
@@ -191,7 +214,7 @@ class ChatGPTSite:
         held = self._held
         if held is not None:
             await held.wait()
-        reply = {"id": f"a-{len(self.posts)}", "role": "assistant", "text": f"Noted: {text[:60]}"}
+        reply = {"id": f"a-{len(self.posts)}", "role": "assistant", "text": self.reply(text)}
         turns.append(reply)
         await route.fulfill(json={"reply": reply})
 

@@ -129,8 +129,34 @@ function turnElements() {
     }));
 }
 
+/**
+ * A turn's text as a person reads it. ChatGPT puts a code block's chrome inside its `pre` (the
+ * language label and the "Copy code" button, in the UI's language, beside the `code` element:
+ * "Live-site selectors: evidence"), so a `pre` holding a `code` is read as that code's text alone;
+ * everything else is the rendered text (innerText: Markdown syntax gone, HTML in code as text).
+ */
+export function readableText(element) {
+  let text = element.innerText;
+  let from = 0;
+  for (const pre of element.querySelectorAll("pre")) {
+    const code = pre.querySelector("code");
+    if (!code) {
+      continue;
+    }
+    const shown = pre.innerText;
+    const at = text.indexOf(shown, from);
+    if (!shown || at < 0) {
+      continue;
+    }
+    const own = code.innerText.replace(/\n$/, "");
+    text = text.slice(0, at) + own + text.slice(at + shown.length);
+    from = at + own.length;
+  }
+  return text.trim();
+}
+
 export function turns() {
-  return turnElements().map(({ key, role, content }) => ({ key, role, text: content.innerText.trim() }));
+  return turnElements().map(({ key, role, content }) => ({ key, role, text: readableText(content) }));
 }
 
 export function title() {
