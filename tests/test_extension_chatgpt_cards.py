@@ -103,3 +103,46 @@ def test_cards_custom_gpt_scope_and_chinese_stop_detection(base: Path) -> None:
             await poll_until(lambda: at_rest("true"), "the reply's end seen")
 
     run(body(), timeout=BODY_TIMEOUT_S)
+
+
+def test_connector_name_option_picks_which_cards_are_ours(base: Path) -> None:
+    """Options `connectorName` "Workbench" (chrome.storage.local, as the options page saves it): a
+    card naming Workbench and a live tool is accepted; a card naming Herdr is left alone."""
+
+    async def body() -> None:
+        cards = [
+            {
+                "id": "workbench",
+                "connector": "Workbench",
+                "tool": "herdr_prompt",
+                "args": {"target": "coder"},
+            },
+            {"id": "herdr", "connector": "Herdr", "tool": "herdr_prompt", "args": {"target": "coder"}},
+        ]
+        chat = ChatGPTSite(conversations=with_history(CONV, HISTORY), cards=cards)
+        async with extension_browser(base, chat) as (_, browser):
+            await browser.merge_options({"connectorName": "Workbench"})
+            page = await browser.open(URL)
+
+            async def accepted() -> list[dict[str, Any]] | None:
+                return chat.approvals or None
+
+            assert await poll_until(accepted, "the Workbench card accepted") == [
+                {"id": "workbench", "decision": "allow"}
+            ]
+            await wait_hud(page, "A confirmation is waiting")
+            remaining = page.locator('[data-testid="tool-approval-card"]')
+            assert await remaining.count() == 1
+            assert "Herdr" in await remaining.inner_text()
+
+            async def notified() -> list[dict[str, Any]] | None:
+                shown: list[dict[str, Any]] = await browser.worker.evaluate("() => globalThis.herdrNotified")
+                return shown or None
+
+            (notice,) = await poll_until(notified, "the Herdr card's notification")
+            assert notice["reason"] == "the card does not name this connector", notice
+            assert chat.approvals == [{"id": "workbench", "decision": "allow"}], (
+                "the Herdr card was not pressed"
+            )
+
+    run(body(), timeout=BODY_TIMEOUT_S)

@@ -13,7 +13,8 @@ them:
   workspace's live state (its agents by name and status); with Auto on it is locked;
 - the side panel lists the workspace once;
 - at 1280x720, the HUD with every part shown (a long state line, the handoff prompt box) stays
-  clear of a composer grown to its full height (bounding boxes).
+  clear of a composer grown to its full height (bounding boxes); on the imitated z.ai and
+  DeepSeek too (the bridge's HUD, each part's box against the composer's).
 
 Screenshots of the HUD, the side panel and the options page in both languages go to
 `$HERDR_MCP_SCREENSHOTS` (default /tmp/herdr-screens); the test prints the directory.
@@ -27,6 +28,7 @@ import re
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.async_api import BrowserContext, Page, Playwright, async_playwright
@@ -36,11 +38,12 @@ from tests.extension_harness import (
     CHROMIUM,
     EXTENSION_DIR,
     Workstation,
+    extension_browser,
     extension_id,
     install_native_host,
     workstation,
 )
-from tests.extension_sites import ChatGPTSite, with_history
+from tests.extension_sites import DEEPSEEK, ZAI, ChatGPTSite, MarkdownChatSite, with_history
 from tests.sim_helpers import run, short_tmp_dir
 from tests.waiting import DEADLINE_S, poll_until
 
@@ -272,5 +275,71 @@ def test_ui_in_chinese_and_english(base: Path) -> None:
                 for lang in (ZH, EN):
                     await one_language(playwright, station, base, lang)
         print(f"screenshots in {SCREENS}")
+
+    run(body(), BODY_TIMEOUT_S)
+
+
+async def assert_bridge_hud_clear_of_composer(page: Page, site: str) -> None:
+    """The bridge HUD on an imitated z.ai / DeepSeek page (tests/fixtures/extension/
+    markdown-site.html) at 1280x720: every part shown (a long state line, the health line, the
+    handoff prompt box, a long bridge row) and the composer's textarea grown with a long draft, as
+    the sites' textareas grow with their text (the height set to the draft's, capped at 200 px:
+    the live caps are not in the evidence); no part's box, as the HUD's own box clips it (what
+    does not fit scrolls inside the HUD), meets the composer's. The parts are filled and measured
+    in one task of the page, so a HUD update from the worker cannot fall in between."""
+    await page.set_viewport_size({"width": 1280, "height": 720})
+    tag = "herdr-bridge-hud"
+    await page.locator(f"{tag} .hud").wait_for(timeout=DEADLINE_S * 1000)
+    await page.locator("#chat-input").fill("\n".join(f"draft line {n}" for n in range(12)))
+    parts = (".title", ".line", ".health", ".row", ".handoff-row", ".copy", ".bridge")
+    boxes: dict[str, Any] = await page.evaluate(
+        """([tag, parts]) => {
+            const input = document.querySelector("#chat-input");
+            input.style.height = `${Math.min(input.scrollHeight, 200)}px`;
+            const root = document.querySelector(tag).shadowRoot;
+            const lines = Array.from({length: 14}, (_, n) => `state line ${n}`);
+            root.querySelector(".line").textContent = lines.join("\\n");
+            root.querySelector(".health").textContent = "health line";
+            const copy = root.querySelector(".copy");
+            copy.value = "handoff prompt"; copy.classList.add("shown");
+            root.querySelector(".bridge-line").textContent = "bridge: ".repeat(40);
+            const box = (element) => {
+                const {x, y, width, height} = element.getBoundingClientRect();
+                return width && height ? {x, y, width, height} : null;
+            };
+            const hud = root.querySelector(".hud");
+            return {
+                composer: box(document.querySelector("#composer")),
+                hud: box(hud),
+                scrolls: hud.scrollHeight > hud.clientHeight,
+                parts: Object.fromEntries(parts.map((part) => [part, box(root.querySelector(part))])),
+            };
+        }""",
+        [tag, list(parts)],
+    )
+    composer, hud = boxes["composer"], boxes["hud"]
+    assert composer is not None and composer["height"] > 100, f"{site}: the composer grew: {composer}"
+    assert hud is not None
+    assert hud["y"] + hud["height"] <= composer["y"], f"{site}: the HUD {hud} reaches the composer {composer}"
+    assert hud["y"] >= 0 and hud["x"] + hud["width"] <= 1280, (site, hud)
+    assert boxes["scrolls"], f"{site}: every part shown overflows the capped HUD, which scrolls"
+    for part in parts:
+        box = boxes["parts"][part]
+        assert box is not None, f"{site}: {part} is shown"
+        seen_bottom = min(box["y"] + box["height"], hud["y"] + hud["height"])
+        assert seen_bottom <= composer["y"], f"{site}: the HUD's {part} {box} reaches {composer}"
+        assert box["x"] >= 0 and box["x"] + box["width"] <= 1280, (site, part, box)
+
+
+def test_bridge_hud_clear_of_the_composer_on_zai_and_deepseek(base: Path) -> None:
+    async def body() -> None:
+        sites = {spec: MarkdownChatSite(host=spec.host, site=spec.name) for spec in (ZAI, DEEPSEEK)}
+        routes = [(spec.pattern, site.route) for spec, site in sites.items()]
+        async with extension_browser(base, routes=routes) as (_, browser):
+            for spec in sites:
+                page = await browser.context.new_page()
+                await page.goto(spec.url(f"{spec.name}hud1"))
+                await assert_bridge_hud_clear_of_composer(page, spec.name)
+                await page.close()
 
     run(body(), BODY_TIMEOUT_S)
