@@ -202,6 +202,12 @@ def test_a_write_in_the_first_chunk_runs_only_after_the_reply_ends(base: Path, s
 
             await poll_until(written, "the write to run once the reply ended")
             assert target.read_text(encoding="utf-8") == "early\n"
-            assert len(audited(world.station.config_dir, "herdr_fs_write")) == 1
+
+            # The file exists before the call's audit record is written (the answer, not the
+            # effect, waits for the record): wait for the record, then it must be the only one.
+            async def recorded() -> int:
+                return len(audited(world.station.config_dir, "herdr_fs_write"))
+
+            assert await poll_until(recorded, "the write's audit record") == 1
 
     run(body(), timeout=BODY_TIMEOUT_S)
