@@ -349,3 +349,26 @@ class MarkdownChatSite(RawChatSite):
                 (FIXTURES / self.fixture).read_text(encoding="utf-8").replace("/*IMITATION*/ {}", switches, 1)
             )
             await route.fulfill(body=page.encode(), content_type="text/html; charset=utf-8")
+
+
+#: The bridge's mark on its protocol prompt, and on the result message it sends back.
+BRIDGE_MARKER = "HERDR_BRIDGE_V1"
+TOOL_RESULT = f"TOOL_RESULT {BRIDGE_MARKER}"
+
+
+@dataclass(kw_only=True)
+class ScriptedMarkdownSite(MarkdownChatSite):
+    """A Markdown-rendering site whose scripted model answers the protocol prompt with `reply`
+    (set by the test), a TOOL_RESULT with "Done." and anything else with "Noted."."""
+
+    reply: str = ""
+
+    def answer(self, messages: list[dict[str, str]]) -> str:
+        last = messages[-1]["text"]
+        if last.startswith(BRIDGE_MARKER):
+            return self.reply
+        return "Done." if last.startswith(TOOL_RESULT) else "Noted."
+
+    def results(self, chat: str) -> list[str]:
+        """The TOOL_RESULT messages the bridge sent in `chat`."""
+        return [text for posted, text in self.posts if posted == chat and text.startswith(TOOL_RESULT)]

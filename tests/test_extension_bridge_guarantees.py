@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,15 +34,13 @@ from playwright.async_api import Page
 
 from tests.browser_methods_harness import audited
 from tests.extension_harness import BODY_TIMEOUT_S, Browser, rig
-from tests.extension_sites import DEEPSEEK, ZAI, MarkdownChatSite, SiteSpec
+from tests.extension_sites import DEEPSEEK, TOOL_RESULT, ZAI, ScriptedMarkdownSite, SiteSpec
 from tests.runtime_harness import make_repo
 from tests.sim_helpers import run, short_tmp_dir
 from tests.waiting import poll_until, wait_until_async
 
 pytestmark = pytest.mark.slow
 
-MARKER = "HERDR_BRIDGE_V1"
-RESULT = f"TOOL_RESULT {MARKER}"
 #: extension/src/content/bridge-main.js QUIET_MS.
 QUIET_MS = 1_200
 #: Timestamps compared across the page's clock and the file system's (coarse, a few ms).
@@ -124,23 +121,6 @@ def call(tool: str, args: dict[str, Any]) -> str:
     return json.dumps({"tool": tool, "args": args})
 
 
-@dataclass(kw_only=True)
-class ScriptedSite(MarkdownChatSite):
-    """The scripted model: the protocol prompt is answered with `reply`, a TOOL_RESULT with
-    "Done.", anything else with "Noted."."""
-
-    reply: str = ""
-
-    def answer(self, messages: list[dict[str, str]]) -> str:
-        last = messages[-1]["text"]
-        if last.startswith(MARKER):
-            return self.reply
-        return "Done." if last.startswith(RESULT) else "Noted."
-
-    def results(self, chat: str) -> list[str]:
-        return [text for posted, text in self.posts if posted == chat and text.startswith(RESULT)]
-
-
 @pytest.fixture
 def base() -> Iterator[Path]:
     with short_tmp_dir() as path:
@@ -162,7 +142,7 @@ async def start_tools(browser: Browser, spec: SiteSpec, signals_off: bool = Fals
     return page, await poll_until(moved, f"the new chat on {spec.name} to get its id")
 
 
-async def answered(site: ScriptedSite, chat: str, what: str) -> None:
+async def answered(site: ScriptedMarkdownSite, chat: str, what: str) -> None:
     """Wait until the model has answered a TOOL_RESULT in `chat` ("Done.")."""
 
     async def done() -> bool:
@@ -198,7 +178,7 @@ def test_a_reload_during_a_long_call_delivers_its_result_once(base: Path) -> Non
         )
         async with rig(base) as world:
             station = world.station
-            site = ScriptedSite(host=ZAI.host, site=ZAI.name)
+            site = ScriptedMarkdownSite(host=ZAI.host, site=ZAI.name)
             site.reply = "Running the long command.\n\n" + block(call("herdr_exec", {
                 "workspace": station.workspace_id(), "command": command,
                 "intent": "non_idempotent_write", "confirm_busy": True,
@@ -240,7 +220,7 @@ def test_a_reload_during_a_long_call_delivers_its_result_once(base: Path) -> Non
                 assert (repo / "done.log").read_text(encoding="utf-8") == "done\n"
                 assert len(audited(station.config_dir, "herdr_exec")) == 1
                 shown = await page.locator(".chat-user").all_inner_texts()
-                assert [text.strip().startswith(RESULT) for text in shown] == [False, True], shown
+                assert [text.strip().startswith(TOOL_RESULT) for text in shown] == [False, True], shown
 
     run(body(), timeout=BODY_TIMEOUT_S)
 
@@ -249,7 +229,7 @@ def test_a_fast_reply_of_only_malformed_calls_is_answered_with_the_errors(base: 
     async def body() -> None:
         repo = make_repo(base / "api", {"README.md": b"# api\n"})
         # About 250 characters in four chunks 40 ms apart: rendered and finished in ~120 ms.
-        sites = {spec.name: ScriptedSite(host=spec.host, site=spec.name, chunk_chars=80, chunk_ms=40)
+        sites = {spec.name: ScriptedMarkdownSite(host=spec.host, site=spec.name, chunk_chars=80, chunk_ms=40)
                  for spec in (ZAI, DEEPSEEK)}  # fmt: skip
         routes = [(spec.pattern, sites[spec.name].route) for spec in (ZAI, DEEPSEEK)]
         async with rig(base) as world, world.launch(routes=routes) as browser:
@@ -287,7 +267,7 @@ def test_without_generating_signals_a_write_waits_for_the_quiet_period_and_runs_
         prose = "This reply keeps streaming after its call, slowly. " * 4
         # 16 characters every 100 ms: the call's block is whole after ~1 s, the prose streams ~1.5 s
         # more (no gap near the quiet period).
-        site = ScriptedSite(host=spec.host, site=spec.name, chunk_chars=16, chunk_ms=100)
+        site = ScriptedMarkdownSite(host=spec.host, site=spec.name, chunk_chars=16, chunk_ms=100)
         site.reply = (
             block(call("herdr_fs_write", {"path": str(target), "content": "quiet\n"})) + "\n\n" + prose
         )

@@ -25,13 +25,16 @@ import pytest
 
 from tests.browser_methods_harness import audited
 from tests.extension_harness import BODY_TIMEOUT_S, rig
-from tests.extension_sites import DEEPSEEK, RENDERERS, ZAI, MarkdownChatSite, SiteSpec
+from tests.extension_sites import (
+    DEEPSEEK,
+    RENDERERS,
+    ZAI,
+    ScriptedMarkdownSite,
+    SiteSpec,
+)
 from tests.runtime_harness import make_repo
 from tests.sim_helpers import run, short_tmp_dir
 from tests.waiting import poll_until
-
-MARKER = "HERDR_BRIDGE_V1"
-RESULT = f"TOOL_RESULT {MARKER}"
 
 
 def block(*objects: str) -> str:
@@ -88,23 +91,6 @@ def forms(root: Path) -> tuple[list[Form], str]:
     return table, reply
 
 
-@dataclass(kw_only=True)
-class TableSite(MarkdownChatSite):
-    """The scripted model: the protocol prompt is answered with the table's reply for the
-    conversation's directory (`replies`, set by the test before each conversation)."""
-
-    reply: str = ""
-
-    def answer(self, messages: list[dict[str, str]]) -> str:
-        last = messages[-1]["text"]
-        if last.startswith(MARKER):
-            return self.reply
-        return "Done." if last.startswith(RESULT) else "Noted."
-
-    def results(self, chat: str) -> list[str]:
-        return [text for posted, text in self.posts if posted == chat and text.startswith(RESULT)]
-
-
 @pytest.fixture
 def base() -> Iterator[Path]:
     with short_tmp_dir() as path:
@@ -123,7 +109,7 @@ def check_form(form: Form, root: Path, result: str) -> str:
     return "ran: " + ", ".join(sorted(form.writes)) + " exact"
 
 
-async def conversation(site: TableSite, spec: SiteSpec, browser: Any, renderer: str) -> str:
+async def conversation(site: ScriptedMarkdownSite, spec: SiteSpec, browser: Any, renderer: str) -> str:
     """Open the site's new chat with `renderer`, start the tools, wait for the model's "Done."."""
     site.renderer = renderer
     site.lang = "zh" if sorted(RENDERERS).index(renderer) % 2 == 0 else "en"
@@ -147,7 +133,7 @@ async def conversation(site: TableSite, spec: SiteSpec, browser: Any, renderer: 
 def test_call_forms_through_each_renderer(base: Path, spec: SiteSpec) -> None:
     async def body() -> None:
         repo = make_repo(base / "api", {"README.md": b"# api\n"})
-        site = TableSite(host=spec.host, site=spec.name)
+        site = ScriptedMarkdownSite(host=spec.host, site=spec.name)
         rows: list[tuple[str, str, str]] = []
         async with rig(base) as world, world.launch(routes=[(spec.pattern, site.route)]) as browser:
             for renderer in sorted(RENDERERS):
@@ -177,7 +163,7 @@ def test_a_write_in_the_first_chunk_runs_only_after_the_reply_ends(base: Path, s
         repo = make_repo(base / "api", {"README.md": b"# api\n"})
         target = repo / "early.txt"
         prose = "This reply keeps streaming for a while after its call. " * 6
-        site = TableSite(host=spec.host, site=spec.name, chunk_chars=12, chunk_ms=90)
+        site = ScriptedMarkdownSite(host=spec.host, site=spec.name, chunk_chars=12, chunk_ms=90)
         site.reply = block(write(str(target), "early\n")) + "\n\n" + prose
         async with rig(base) as world, world.launch(routes=[(spec.pattern, site.route)]) as browser:
             page = await browser.context.new_page()
