@@ -102,9 +102,6 @@ def lifecycle_types(protocol: int) -> list[str]:
     ]
 
 
-default_lifecycle_types = lifecycle_types
-
-
 class EventFeed:
     """Herdr events, numbered durably in `log`, filled by `run()`."""
 
@@ -117,7 +114,7 @@ class EventFeed:
         lease: Lease | None = None,
         owner: str = "",
         replays: Callable[[int], bool] = replays_lifecycle,
-        lifecycle_types: Callable[[int], Sequence[str]] | None = None,
+        kinds_of: Callable[[int], Sequence[str]] = lifecycle_types,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._herdr = herdr
@@ -126,7 +123,7 @@ class EventFeed:
         self._lease = lease
         self._owner = owner
         self._replays = replays
-        self._lifecycle_types = lifecycle_types or default_lifecycle_types
+        self._kinds_of = kinds_of
         self._clock = clock
         self._lease_checked = -LEASE_RENEW_SECONDS
         self._leading = lease is None
@@ -219,7 +216,7 @@ class EventFeed:
         self.herdr_version = version if isinstance(version, str) else None
         identity = socket_identity(self._herdr.socket_path)
         replay = self.herdr_protocol is not None and self._replays(self.herdr_protocol)
-        kinds = list(self._lifecycle_types(self.herdr_protocol or max(SUPPORTED_PROTOCOLS)))
+        kinds = list(self._kinds_of(self.herdr_protocol or max(SUPPORTED_PROTOCOLS)))
         aligners = self._aligners(kinds, identity) if replay else {}
         followed: set[str] = set()
         status_tasks: set[asyncio.Task[None]] = set()
@@ -254,20 +251,26 @@ class EventFeed:
                     self.record("feed_connected", connected)
                 self._attempt = 0
                 events = aiter(stream)
+                # Aligners still deciding; once none is, events are read without a timeout.
+                pending = {name: aligner for name, aligner in aligners.items() if not aligner.done}
                 while True:
+                    if not pending:
+                        take(await anext(events))
+                        continue
                     try:
                         event = await asyncio.wait_for(anext(events), timeout=_ALIGN_TICK_SECONDS)
                     except TimeoutError:
-                        for waiting in aligners.values():
+                        for waiting in pending.values():
                             for held in waiting.flush_if_stale():
                                 take(held)
-                        continue
-                    aligner = aligners.get(event.name)
-                    if aligner is None:
-                        take(event)
-                        continue
-                    for fresh in aligner.push(fingerprint(event.name, event.data), event):
-                        take(fresh)
+                    else:
+                        aligner = pending.get(event.name)
+                        if aligner is None:
+                            take(event)
+                        else:
+                            for fresh in aligner.push(fingerprint(event.name, event.data), event):
+                                take(fresh)
+                    pending = {name: aligner for name, aligner in pending.items() if not aligner.done}
                     self.replayed_skipped = sum(a.skipped for a in aligners.values())
         finally:
             for task in status_tasks:

@@ -211,6 +211,21 @@ class NativeMethods:
         self, method: MethodReference, params: Mapping[str, Any], *, read_only: bool
     ) -> ToolError | None:
         """Why herdr_call must not send `method` with `params`, or None."""
+        refused = self.class_refusal(method, read_only=read_only)
+        if refused is not None or method.name not in BOUNDED_WAITS:
+            return refused
+        bound = params.get("timeout_ms")
+        if not isinstance(bound, int) or isinstance(bound, bool) or not 0 < bound <= MAX_WAIT_MS:
+            return ToolError(
+                "unbounded_wait",
+                f"{method.name} needs a timeout_ms between 1 and {MAX_WAIT_MS} through herdr_call "
+                "(without one Herdr would wait for ever)",
+                method=method.name,
+            )
+        return None
+
+    def class_refusal(self, method: MethodReference, *, read_only: bool) -> ToolError | None:
+        """Why herdr_call refuses `method` whatever its params (its class, read-only mode), or None."""
         name, klass = method.name, method.method_class
         if klass in GUARDED_CLASSES and klass not in self.allowed_classes:
             return ToolError(
@@ -220,22 +235,13 @@ class NativeMethods:
                 method=name,
                 method_class=klass,
             )
-        if klass == "streaming":
-            if name not in BOUNDED_WAITS:
-                return ToolError(
-                    "streaming_method_refused",
-                    f"{name} keeps its connection open and streams; herdr_call answers once. Use "
-                    "events.wait or pane.wait_for_output with a timeout_ms, or herdr_since for events",
-                    method=name,
-                )
-            bound = params.get("timeout_ms")
-            if not isinstance(bound, int) or isinstance(bound, bool) or not 0 < bound <= MAX_WAIT_MS:
-                return ToolError(
-                    "unbounded_wait",
-                    f"{name} needs a timeout_ms between 1 and {MAX_WAIT_MS} through herdr_call "
-                    "(without one Herdr would wait for ever)",
-                    method=name,
-                )
+        if klass == "streaming" and name not in BOUNDED_WAITS:
+            return ToolError(
+                "streaming_method_refused",
+                f"{name} keeps its connection open and streams; herdr_call answers once. Use "
+                "events.wait or pane.wait_for_output with a timeout_ms, or herdr_since for events",
+                method=name,
+            )
         if read_only and klass in CHANGING_CLASSES:
             return ToolError(
                 "read_only_mode", f"{name} changes Herdr state and the runtime is read-only", method=name

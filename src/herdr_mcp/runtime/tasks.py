@@ -36,8 +36,10 @@ RECONCILE_INTERVAL_SECONDS = 5.0
 PROMPT_EFFECT_WINDOW_SECONDS = 5.0
 #: How often a herdr_prompt wait reads the agent itself, beside the events it is woken by.
 WAIT_PROBE_INTERVAL_SECONDS = 0.1
-#: Workspace ids as Herdr spells them (w1, wA, w10): a target of that form is resolved here.
-_WORKSPACE_ID = re.compile(r"w[0-9A-Za-z]+")
+#: Workspace ids as Herdr spells them: `w` + bijective base 32 over 123456789ABCDEFGHJKMNPQRSTVWXYZ0
+#: (src/workspace.rs PUBLIC_ID_ALPHABET: w1, wA, w11): a target of that form is resolved here, and
+#: an agent name such as `worker` never costs the extra agent.list.
+_WORKSPACE_ID = re.compile(r"w[1-9A-HJKMNP-TV-Z0]+")
 _GONE = ("agent_not_found", "pane_not_found")
 
 

@@ -172,7 +172,7 @@ def _entry(method: MethodReference, native: NativeMethods, *, read_only: bool) -
         "mutates": method.method_class in CHANGING_CLASSES,
         "params_schema": plain(method.params_schema),
     }
-    refusal = native.refusal(method, {"timeout_ms": 1}, read_only=read_only)
+    refusal = native.class_refusal(method, read_only=read_only)
     if refusal is not None:
         entry["refused"] = {"code": refusal.code, "message": refusal.message}
     elif method.name in BOUNDED_WAITS:
