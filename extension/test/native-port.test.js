@@ -2,33 +2,8 @@ import assert from "node:assert/strict";
 import { afterEach, beforeEach, mock, test } from "node:test";
 
 import { NativeClient } from "../src/background/native-port.js";
+import { FakePort } from "./fake-port.js";
 
-/** A stand-in for the Port chrome.runtime.connectNative returns: records posts, plays frames. */
-class FakePort {
-  constructor() {
-    this.posted = [];
-    this.messageListeners = [];
-    this.disconnectListeners = [];
-    this.onMessage = { addListener: (listener) => this.messageListeners.push(listener) };
-    this.onDisconnect = { addListener: (listener) => this.disconnectListeners.push(listener) };
-  }
-
-  postMessage(frame) {
-    this.posted.push(frame);
-  }
-
-  deliver(frame) {
-    for (const listener of this.messageListeners) {
-      listener(frame);
-    }
-  }
-
-  drop() {
-    for (const listener of this.disconnectListeners) {
-      listener();
-    }
-  }
-}
 
 let ports;
 let client;

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { afterEach, beforeEach, mock, test } from "node:test";
 
 import { NativeClient } from "../src/background/native-port.js";
+import { FakePort } from "./fake-port.js";
 import { PushFollower } from "../src/background/push-follower.js";
 
 // chrome.storage.local as push-follower.js (through store.js) uses it: get/set of one key.
@@ -20,31 +21,6 @@ globalThis.chrome = {
   },
 };
 
-class FakePort {
-  constructor() {
-    this.posted = [];
-    this.messageListeners = [];
-    this.disconnectListeners = [];
-    this.onMessage = { addListener: (listener) => this.messageListeners.push(listener) };
-    this.onDisconnect = { addListener: (listener) => this.disconnectListeners.push(listener) };
-  }
-
-  postMessage(frame) {
-    this.posted.push(frame);
-  }
-
-  deliver(frame) {
-    for (const listener of this.messageListeners) {
-      listener(frame);
-    }
-  }
-
-  drop() {
-    for (const listener of this.disconnectListeners) {
-      listener();
-    }
-  }
-}
 
 const quiet = { warn() {}, error() {}, log() {} };
 let ports;
