@@ -334,11 +334,14 @@ async def launched(
     profile: Path,
     site: ChatGPTSite,
     routes: Sequence[tuple[str, Callable[[Route], Awaitable[None]]]] = (),
+    lang: str | None = None,
 ) -> AsyncIterator[Browser]:
     """Chromium on `profile` with extension/ loaded, chatgpt.com routed to `site` and each
-    `(pattern, handler)` of `routes` routed too (the bridge's imitated z.ai and DeepSeek)."""
+    `(pattern, handler)` of `routes` routed too (the bridge's imitated z.ai and DeepSeek); with
+    `lang` (`zh-CN`), in that UI language (`--lang`, and LANGUAGE, which Chromium on Linux reads)."""
     if not CHROMIUM.is_file():
         raise RuntimeError(f"no Chromium at {CHROMIUM}: apt-get install chromium (./scripts/test does)")
+    language = [f"--lang={lang}"] if lang else []
     context = await playwright.chromium.launch_persistent_context(
         str(profile),
         executable_path=str(CHROMIUM),
@@ -348,7 +351,10 @@ async def launched(
             f"--load-extension={EXTENSION_DIR}",
             "--disable-background-networking",
             "--disable-component-update",
+            *language,
         ],
+        env={**os.environ, "LANGUAGE": lang.replace("-", "_")} if lang else None,
+        viewport={"width": 1280, "height": 720},
     )
     try:
         await context.route("https://chatgpt.com/**", site.route)

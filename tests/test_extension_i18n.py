@@ -35,12 +35,11 @@ from playwright.async_api import BrowserContext, Page, Playwright, async_playwri
 
 from tests.extension_harness import (
     BODY_TIMEOUT_S,
-    CHROMIUM,
-    EXTENSION_DIR,
     Workstation,
     extension_browser,
     extension_id,
     install_native_host,
+    launched,
     workstation,
 )
 from tests.extension_sites import DEEPSEEK, ZAI, ChatGPTSite, MarkdownChatSite, with_history
@@ -118,31 +117,9 @@ def base() -> Iterator[Path]:
 async def chromium(
     playwright: Playwright, profile: Path, site: ChatGPTSite, lang: str
 ) -> AsyncIterator[BrowserContext]:
-    """Chromium in UI language `lang` with extension/ loaded and chatgpt.com routed to `site`
-    (tests/extension_harness.py's launch, plus `--lang`; LANGUAGE too, which Chromium on Linux
-    reads for its UI language)."""
-    context = await playwright.chromium.launch_persistent_context(
-        str(profile),
-        executable_path=str(CHROMIUM),
-        headless=True,
-        args=[
-            f"--disable-extensions-except={EXTENSION_DIR}",
-            f"--load-extension={EXTENSION_DIR}",
-            "--disable-background-networking",
-            "--disable-component-update",
-            f"--lang={lang}",
-        ],
-        env={**os.environ, "LANGUAGE": lang.replace("-", "_")},
-        viewport={"width": 1280, "height": 720},
-    )
-    try:
-        await context.route("https://chatgpt.com/**", site.route)
-        if not context.service_workers:
-            await context.wait_for_event("serviceworker", timeout=DEADLINE_S * 1000)
-        yield context
-    finally:
-        site.release()
-        await context.close()
+    """Chromium in UI language `lang` with extension/ loaded and chatgpt.com routed to `site`."""
+    async with launched(playwright, profile, site, lang=lang) as browser:
+        yield browser.context
 
 
 async def text_of(page: Page, selector: str, needle: str, what: str) -> str:
