@@ -6,6 +6,12 @@ real workerd on loopback, with its KV and Durable Objects persisted in a tempora
 `EDGE_TEST_ROUTES=1`, which this harness sets and wrangler.jsonc never does). `pkce_pair()` and
 `register_client()` are the OAuth client side the tests share; `client_document_server()` serves
 a client ID metadata document over https on loopback, from a CA the Edge is told to trust.
+
+Wrangler runs with `wrangler_env()`: OFFLINE_ENV turns off every lookup `wrangler dev --local`
+makes by itself (miniflare's cf.json from workers.cloudflare.com, the banner's update check on the
+npm registry, metrics, crash reports), so the Edge's tests reach nothing but loopback;
+tests/test_edge_offline.py proves it with strace in a loopback-only network namespace
+(scripts/netns-run).
 """
 
 from __future__ import annotations
@@ -58,6 +64,44 @@ def ensure_edge_packages() -> None:
                 timeout=NPM_CI_TIMEOUT_S,
                 stdout=subprocess.DEVNULL,
             )
+
+
+#: What keeps wrangler 4.86.0 (and the miniflare 4.20260426.0 it runs) on this machine, each
+#: setting found in their bundled source (edge/node_modules/...; line numbers of those files) and
+#: checked with strace (tests/test_edge_offline.py):
+OFFLINE_ENV = {
+    # miniflare dist/src/index.js:56793 (CF_FETCH_ENABLED_ENV_VAR, setupCf): "false" makes
+    # `request.cf` the built-in placeholder instead of fetching https://workers.cloudflare.com/cf.json
+    # at every start (once for the proxy worker, once for the Worker), which had no cache here.
+    "CLOUDFLARE_CF_FETCH_ENABLED": "false",
+    # wrangler-dist/cli.js:138767 (printWranglerBanner): the banner, printed before every command,
+    # first asks the npm registry for wrangler's latest version (src/update-check.ts), unless hidden.
+    "WRANGLER_HIDE_BANNER": "true",
+    # The same update check also runs on a compatibility-date warning (cli.js:65353) and after an
+    # unexpected error (logPossibleBugMessage, cli.js:310477); it takes the registry from the `rc`
+    # package's "npm_" variables (registry-url, cli.js:63392): a closed loopback port answers it.
+    "npm_registry": "http://127.0.0.1:9/",
+    # cli.js:37207 and 55792 (getMetricsConfig): no usage event to https://sparrow.cloudflare.com.
+    "WRANGLER_SEND_METRICS": "false",
+    # cli.js:37210 and 183589 (captureGlobalException): no Sentry report of a crash, and no prompt.
+    "WRANGLER_SEND_ERROR_REPORTS": "false",
+    # Non-interactive (ci-info): no prompt waits on a terminal.
+    "CI": "1",
+}
+
+
+def wrangler_env(home: Path) -> dict[str, str]:
+    """The environment a test runs wrangler in: OFFLINE_ENV, and `home` (created) for wrangler's
+    own config, logs and update-check cache instead of the user's home and /tmp."""
+    (home / "tmp").mkdir(parents=True, exist_ok=True)
+    return {
+        **os.environ,
+        **OFFLINE_ENV,
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        # update-check keeps its cache in os.tmpdir(): a stale one there would hide a lookup.
+        "TMPDIR": str(home / "tmp"),
+    }
 
 
 def _free_port() -> int:
@@ -149,15 +193,8 @@ def running_edge(
     ]
     for name, value in variables.items():
         options += ["--var", f"{name}:{value}"]
-    home = persist_dir / "home"
-    home.mkdir(parents=True, exist_ok=True)
     env = {
-        **os.environ,
-        "WRANGLER_SEND_METRICS": "false",
-        "CI": "1",
-        # Wrangler's own config and logs stay in the test's directory, not the user's home.
-        "HOME": str(home),
-        "XDG_CONFIG_HOME": str(home / ".config"),
+        **wrangler_env(persist_dir / "home"),
         # workerd reads its trusted CAs from SSL_CERT_FILE (checked with wrangler 4.86.0).
         **({"SSL_CERT_FILE": str(trust_ca)} if trust_ca is not None else {}),
     }

@@ -8,13 +8,12 @@ nothing."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
 import httpx2
 
-from tests.edge_harness import WRANGLER, ensure_edge_packages, running_edge
+from tests.edge_harness import WRANGLER, ensure_edge_packages, running_edge, wrangler_env
 
 EDGE_DIR = Path(__file__).resolve().parent.parent / "edge"
 TEST_ROUTES = ("/__test/control", "/__test/clock", "/__test/kv", "/__test/legacy-grant")
@@ -49,7 +48,8 @@ def test_without_the_variable_every_test_route_is_a_404_that_changes_nothing(tmp
 
 def test_wrangler_deploy_dry_run_bundles_the_worker_with_its_bindings(tmp_path: Path) -> None:
     ensure_edge_packages()
-    env = {**os.environ, "HOME": str(tmp_path), "WRANGLER_SEND_METRICS": "false", "CI": "1"}
+    # No update check on the npm registry, no metrics (tests/edge_harness.py, OFFLINE_ENV).
+    env = wrangler_env(tmp_path / "home")
     env.pop("CLOUDFLARE_API_TOKEN", None)
     built = subprocess.run(
         [str(WRANGLER), "deploy", "--dry-run", "--outdir", str(tmp_path / "out")],
