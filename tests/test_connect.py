@@ -6,6 +6,7 @@ Every run gets its own HOME, so the clients' default config files are under tmp_
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shlex
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
 
 from herdr_mcp.cli.connect import default_config_path
 from herdr_mcp.contract import contract_identity, load_catalog
@@ -195,6 +198,80 @@ def test_write_keeps_the_values_of_a_codex_toml_and_a_backup(home: Path) -> None
     assert backup.read_text() == text
 
 
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.lstat().st_mode)
+
+
+def test_a_world_readable_file_holding_the_bearer_and_its_backups_are_made_private(home: Path) -> None:
+    # What an earlier `connect cursor --http --write` left: the user's 0644 file with our bearer,
+    # and a 0644 backup of it holding the bearer too.
+    path = home / ".cursor" / "mcp.json"
+    path.parent.mkdir()
+    earlier = {
+        "mcpServers": {
+            "other": {"command": "other-server", "args": []},
+            "herdr-mcp": {"url": "http://127.0.0.1:8772/mcp", "headers": {"Authorization": "Bearer old"}},
+        }
+    }
+    data = json.dumps(earlier).encode()
+    path.write_bytes(data)
+    old_backup = path.with_name("mcp.json.bak-20261101T000000000000Z")
+    old_backup.write_bytes(data)
+    stdio_backup = path.with_name("mcp.json.bak-20261001T000000000000Z")
+    stdio_backup.write_text('{"mcpServers": {"other": {"command": "other-server"}}}')
+    for file in (path, old_backup, stdio_backup):
+        file.chmod(0o644)
+    answer = connect_json(home, "cursor", "--http", "--write")
+    backup = Path(answer["backup"])
+    print(
+        f"\nEVIDENCE modes after --http --write: file {_mode(path):04o}, its backup {_mode(backup):04o}, "
+        f"earlier backup with a bearer {_mode(old_backup):04o}, earlier stdio-only backup "
+        f"{_mode(stdio_backup):04o}; notes {answer['notes']}"
+    )
+    assert (_mode(path), answer["mode"]) == (0o600, "0600")
+    assert json.loads(path.read_text())["mcpServers"]["herdr-mcp"] == answer["entry"]
+    assert backup.read_bytes() == data and _mode(backup) == 0o600
+    assert _mode(old_backup) == 0o600 and _mode(stdio_backup) == 0o644  # no bearer: its mode stays
+    assert any("mode 0644" in note and "0600 now" in note for note in answer["notes"])
+    assert any(str(old_backup) in note for note in answer["notes"])
+    # The plain output says so too.
+    path.chmod(0o644)
+    done = connect(home, "cursor", "--http", "--write")
+    assert done.returncode == 0 and "readable by others (mode 0644)" in done.stdout, done.stdout
+    assert _mode(path) == 0o600
+
+
+def test_a_file_without_a_bearer_keeps_its_mode_and_gets_one_private_once_it_holds_one(home: Path) -> None:
+    path = home / ".cursor" / "mcp.json"
+    path.parent.mkdir()
+    stdio_only = b'{"mcpServers": {"other": {"command": "other-server", "args": []}}}'
+    path.write_bytes(stdio_only)
+    path.chmod(0o644)
+    # Under a umask that would narrow a new file, the mode is kept exactly.
+    done = subprocess.run(
+        ["/bin/sh", "-c", 'umask 077 && exec "$@"', "sh", str(HERDR_MCP), "connect", "cursor", "--write",
+         "--json"],
+        capture_output=True, text=True, env=_env(home), timeout=DEADLINE_S,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    first = json.loads(done.stdout)
+    assert _mode(path) == 0o644 and _mode(Path(first["backup"])) == 0o644 and first["mode"] == "0644"
+    # Adding an HTTP entry puts the bearer in: the file becomes 0600; the backup of the stdio-only
+    # file holds none and keeps 0644.
+    second = connect_json(home, "cursor", "--http", "--write", "--name", "remote")
+    assert _mode(path) == 0o600 and _mode(Path(second["backup"])) == 0o644
+    assert "readable by others" in second["notes"][0]
+    # Another server's API key header counts as a bearer too (codex: http_headers).
+    codex = home / ".codex" / "config.toml"
+    codex.parent.mkdir()
+    codex.write_text(
+        '[mcp_servers.api]\nurl = "https://example.invalid/mcp"\nhttp_headers = { "X-Api-Key" = "k" }\n'
+    )
+    codex.chmod(0o640)
+    third = connect_json(home, "codex", "--write")
+    assert _mode(codex) == 0o600 and _mode(Path(third["backup"])) == 0o600
+
+
 def test_write_through_a_symlink_edits_its_target(home: Path, tmp_path: Path) -> None:
     target = tmp_path / "dotfiles" / "mcp.json"
     target.parent.mkdir()
@@ -244,6 +321,76 @@ def test_refusals_that_need_another_choice(home: Path) -> None:
     no_file = connect(home, "inspector", "--write", "--json")
     assert no_file.returncode == 2 and json.loads(no_file.stdout)["error"]["code"] == "config_path_required"
     assert not (home / ".cursor").exists() and not (home / ".codex").exists()
+
+
+def _inspect_from(entry: dict[str, Any], cwd: Path, home: Path) -> dict[str, Any]:
+    """herdr_inspect through the `mcp` SDK's stdio client running `entry` as a client would: its
+    command and args, started in `cwd`."""
+
+    async def session() -> dict[str, Any]:
+        params = StdioServerParameters(command=entry["command"], args=entry["args"], cwd=cwd, env=_env(home))
+        async with Client(params) as client:
+            result = await client.call_tool("herdr_inspect", {})
+            assert not result.is_error and result.structured_content is not None, result
+            return dict(result.structured_content)
+
+    return asyncio.run(asyncio.wait_for(session(), DEADLINE_S))
+
+
+def test_runtime_options_reach_the_stdio_entry_and_its_runtime(home: Path, tmp_path: Path) -> None:
+    first = make_repo(tmp_path / "first", {"README.md": b"# one\n"})
+    second = make_repo(tmp_path / "second", {"README.md": b"# two\n"})
+    config_dir = tmp_path / "config"
+    answer = connect_json(
+        home, "cursor", "--write", "--config-dir", str(config_dir), "--sim",
+        "--sim-root", str(first), "--sim-root", str(second), "--read-only", "--write-root", str(first),
+    )  # fmt: skip
+    written = json.loads((home / ".cursor" / "mcp.json").read_text())["mcpServers"]["herdr-mcp"]
+    assert written == answer["entry"] and answer["notes"] == []
+    assert written["args"] == [
+        "stdio", "--config-dir", str(config_dir), "--sim", "--read-only", "--sim-root", str(first.resolve()),
+        "--sim-root", str(second.resolve()), "--write-root", str(first.resolve()),
+    ]  # fmt: skip
+    # Started in the home directory, as a desktop client does: the roots are the ones given.
+    inspected = _inspect_from(written, home, home)
+    roots = [project["root"] for project in inspected["projects"]]
+    print(f"\nEVIDENCE the written entry started in $HOME: roots {roots}, policy {inspected['policy']}")
+    assert roots == sorted([str(first.resolve()), str(second.resolve())])
+    assert inspected["policy"]["read_only"] is True
+    assert inspected["policy"]["write_roots"] == [str(first.resolve())]
+    # Without --sim-root the client's directory decides, and the command says so: from $HOME,
+    # which is never a root, there is none.
+    bare = connect_json(home, "cursor", "--config-dir", str(config_dir), "--sim")
+    assert bare["notes"] and "--sim-root" in bare["notes"][0]
+    printed = connect(home, "cursor", "--sim")
+    assert printed.returncode == 0 and printed.stderr.startswith("note: no --sim-root"), printed.stderr
+    nothing = _inspect_from(bare["entry"], home, home)
+    print(
+        f"EVIDENCE the same without --sim-root: roots {nothing['projects']}, warnings {nothing['warnings']}"
+    )
+    assert nothing["projects"] == []
+    assert any(warning["code"] == "root_excluded" for warning in nothing["warnings"])
+
+
+def test_runtime_options_are_checked_before_anything_is_written(home: Path, tmp_path: Path) -> None:
+    refusals = [
+        ("--sim-root", str(tmp_path / "missing")),
+        ("--sim-root", str(home)),
+        ("--sim-root", str(home.parent)),
+        ("--write-root", str(tmp_path / "missing")),
+        ("--herdr-socket", str(tmp_path)),
+    ]
+    for option, value in refusals:
+        done = connect(home, "cursor", "--write", option, value, "--json")
+        assert done.returncode == 2, (option, value, done)
+        error = json.loads(done.stdout)["error"]
+        assert error["code"] == "invalid_argument" and value in error["message"], error
+    http = connect(home, "cursor", "--http", "--write", "--read-only", "--json")
+    assert http.returncode == 2 and json.loads(http.stdout)["error"]["code"] == "stdio_option_with_http"
+    assert not (home / ".cursor").exists()
+    # A socket path need not exist yet (Herdr makes it), and is passed on absolute.
+    socket = connect_json(home, "codex", "--no-sim", "--herdr-socket", "herdr.sock")["entry"]
+    assert socket["args"] == ["stdio", "--herdr-socket", str(Path.cwd() / "herdr.sock"), "--no-sim"]
 
 
 def _inspector(home: Path, *arguments: str) -> list[str]:
