@@ -338,6 +338,12 @@ def test_the_service_manager_check_is_a_real_check(tmp_path: Path) -> None:
 # -- install / uninstall with a recording runner ---------------------------------------------
 
 
+def _repository_configured(_: Path) -> str | None:
+    """The daily job's rule answering "a release repository is configured" (the CLI passes the
+    updater's own rule: tests/test_start.py)."""
+    return None
+
+
 def _args(tmp: Path, platform: str, *extra: str) -> list[str]:
     return [
         "--platform", platform, "--config-dir", str(tmp / "config"), "--target-dir", str(tmp / "agents"),
@@ -348,7 +354,7 @@ def _args(tmp: Path, platform: str, *extra: str) -> list[str]:
 def _install(tmp: Path, platform: str, runner: Recorder, *extra: str) -> int:
     exe = _exe(tmp / "bin" / "herdr-mcp")
     more = ["--executable", str(exe), "--log-dir", str(tmp / "logs"), *extra]
-    return main(["install", *_args(tmp, platform, *more)], runner=runner)
+    return main(["install", *_args(tmp, platform, *more)], runner=runner, update_check=_repository_configured)
 
 
 def test_systemd_install_writes_units_and_enables_them(tmp_path: Path) -> None:
@@ -457,7 +463,12 @@ def test_fake_systemctl_on_path_sees_install_status_uninstall(
     tmp_path: Path, fake_tools: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     exe = str(_exe(tmp_path / "bin" / "herdr-mcp"))
-    assert main(["install", *_args(tmp_path, "systemd", "--executable", exe)]) == 0
+    assert (
+        main(
+            ["install", *_args(tmp_path, "systemd", "--executable", exe)], update_check=_repository_configured
+        )
+        == 0
+    )
     assert main(["status", *_args(tmp_path, "systemd")]) == 0
     assert main(["uninstall", *_args(tmp_path, "systemd")]) == 0
     lines = fake_tools.read_text().splitlines()
@@ -489,7 +500,7 @@ UNITS_IN_HOST_ORDER = [
 def test_fake_launchctl_on_path_sees_install_and_uninstall(tmp_path: Path, fake_tools: Path) -> None:
     exe = str(_exe(tmp_path / "bin" / "herdr-mcp"))
     common = _args(tmp_path, "launchd", "--executable", exe, "--log-dir", str(tmp_path / "logs"))
-    assert main(["install", *common]) == 0
+    assert main(["install", *common], update_check=_repository_configured) == 0
     assert main(["uninstall", *_args(tmp_path, "launchd")]) == 0
     lines = fake_tools.read_text().splitlines()
     agents = tmp_path / "agents"
@@ -548,7 +559,9 @@ def _runtime_program(tmp: Path) -> list[str]:
 
 def _install_generation(tmp: Path, generation: str, runner: Recorder) -> int:
     extra = ["--log-dir", str(tmp / "logs"), "--generation", generation]
-    return main(["install", *_args(tmp, "launchd", *extra)], runner=runner)
+    return main(
+        ["install", *_args(tmp, "launchd", *extra)], runner=runner, update_check=_repository_configured
+    )
 
 
 def _serves(tmp: Path, name: str, runtime: RunningRuntime) -> list[str]:

@@ -86,7 +86,9 @@ DELEGATED: dict[str, tuple[str, str, str]] = {
     "link": ("herdr_mcp.link.cli", "run", "build_parser"),
     "connector": ("herdr_mcp.link.cli", "connector_run", "build_connector_parser"),
     "dev": ("herdr_mcp.dev.cli", "run", "build_parser"),
-    "service": ("herdr_mcp.service.cli", "run", "build_parser"),
+    "service": ("herdr_mcp.cli.start", "service_run", "build_service_parser"),
+    "start": ("herdr_mcp.cli.start", "run", "build_parser"),
+    "stop": ("herdr_mcp.cli.start", "stop_run", "build_stop_parser"),
     "rollback": ("herdr_mcp.service.cli", "rollback_run", "build_rollback_parser"),
     "sim": ("herdr_mcp.sim.cli", "run", "build_parser"),
     "handoff": ("herdr_mcp.cli.handoff", "run", "build_parser"),
@@ -174,6 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "connector", help="list|approve|deny|grants|revoke MCP connectors on the Edge", add_help=False
     )
+    commands.add_parser(
+        "start", help="bring this workstation up: active generation, runtime, link", add_help=False
+    )
+    commands.add_parser("stop", help="stop what `start` started: the link, the runtimes", add_help=False)
     commands.add_parser("service", help="install|uninstall|status of the user services", add_help=False)
     commands.add_parser("rollback", help="macOS: re-activate the recorded service rollback", add_help=False)
     commands.add_parser(

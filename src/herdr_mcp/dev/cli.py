@@ -61,7 +61,11 @@ def run(argv: list[str]) -> int:
         summary = f"plane {answer['plane']}, active generation {answer['active']}"
         if answer["plane"] == "dev":
             pin = answer["pinned_prod"]
-            summary += f", pinned PROD {pin['generation']} ({pin['version']})"
+            summary += (
+                ", checkout only: no PROD pinned (nothing for `dev rollback` to return to)"
+                if pin is None
+                else f", pinned PROD {pin['generation']} ({pin['version']})"
+            )
         answer["summary"] = summary
         result: ActivationResult | None = None
     elif args.command == "sync":

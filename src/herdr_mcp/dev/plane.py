@@ -8,7 +8,7 @@ status files, the activation gate); the plane is a fact recorded next to them:
 `update auto` skips while it exists):
 
     {"schema_version": 1,
-     "pinned_prod": {"generation", "executable", "version", "contract", "checksum"},
+     "pinned_prod": {"generation", "executable", "version", "contract", "checksum"} | null,
      "dev_generation": "<id of the DEV generation last synced>",
      "source": {"path", "commit", "dirty", "describe"},
      "synced_at": "<UTC>"}
@@ -30,6 +30,12 @@ status files, the activation gate); the plane is a fact recorded next to them:
    gate refuses, the DEV generation is removed, and the marker is put back as it was (removed on
    a first sync): PROD stays active.
 
+A checkout-only workstation (no PROD generation was ever installed: `herdr-mcp start` run from a
+checkout, `start_checkout`) is a DEV plane with no PROD pin (`pinned_prod` null): the same
+build, install and gate as `sync`, with no pinned contract to keep; `update auto` skips on it as
+on any DEV plane, interactive `update` refuses (`plane_not_prod`), a later `sync` keeps it
+unpinned, and `rollback` refuses with `dev_no_prod_pin`: there is nothing to return to.
+
 `rollback` (`herdr-mcp dev rollback`) re-activates the pinned PROD generation through the gate
 without building anything: its checksum must still be the pinned one (`dev_pin_mismatch`), its
 runtime is started again if it is not running; on `activated` or `active_unchanged` the marker is
@@ -37,11 +43,12 @@ removed and the workstation is PROD again.
 
 Errors: `DevPlaneError` (`dev_plane_invalid`, `dev_not_prod`, `dev_no_active_generation`,
 `dev_pin_missing`, `dev_pin_mismatch`, `dev_contract_changed`, `dev_source_invalid`,
-`dev_not_dev`), plus the updater's and the release toolchain's own errors.
+`dev_not_dev`, `dev_no_prod_pin`), plus the updater's and the release toolchain's own errors.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import json
@@ -49,7 +56,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -106,7 +113,8 @@ class PinnedProd:
 class DevPlane:
     """The parsed `dev-plane.json`."""
 
-    pinned_prod: PinnedProd
+    #: None on a checkout-only workstation (`start_checkout`): no PROD to return to.
+    pinned_prod: PinnedProd | None
     dev_generation: str | None
     source: dict[str, Any]
     synced_at: str
@@ -114,7 +122,7 @@ class DevPlane:
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema_version": SCHEMA_VERSION,
-            "pinned_prod": self.pinned_prod.to_dict(),
+            "pinned_prod": None if self.pinned_prod is None else self.pinned_prod.to_dict(),
             "dev_generation": self.dev_generation,
             "source": self.source,
             "synced_at": self.synced_at,
@@ -140,39 +148,29 @@ def read_plane(config_dir: Path) -> DevPlane | None:
             raise ValueError("not a schema 1 object")
         if set(document) != {"schema_version", "pinned_prod", "dev_generation", "source", "synced_at"}:
             raise ValueError("unexpected fields")
-        pin = document["pinned_prod"]
-        if not isinstance(pin, dict) or set(pin) != {
-            "generation",
-            "executable",
-            "version",
-            "contract",
-            "checksum",
-        }:
-            raise ValueError("pinned_prod is malformed")
-        for key in ("generation", "executable", "version", "checksum"):
-            if not isinstance(pin[key], str):
-                raise ValueError(f"pinned_prod.{key} must be a string")
         dev = document["dev_generation"]
         if not (dev is None or isinstance(dev, str)) or not isinstance(document["source"], dict):
             raise ValueError("dev_generation or source is malformed")
         if not isinstance(document["synced_at"], str):
             raise ValueError("synced_at must be a string")
-        return DevPlane(
-            PinnedProd(
-                pin["generation"],
-                pin["executable"],
-                pin["version"],
-                parse_contract(pin["contract"], "pinned_prod.contract"),
-                pin["checksum"],
-            ),
-            dev,
-            document["source"],
-            document["synced_at"],
-        )
+        pin = document["pinned_prod"]
+        pinned = None if pin is None else _parse_pin(pin)
+        return DevPlane(pinned, dev, document["source"], document["synced_at"])
     except (ValueError, GenerationError) as exc:
         raise DevPlaneError(
             "dev_plane_invalid", f"{path} is not a DEV plane marker herdr-mcp wrote ({exc}); fix or remove it"
         ) from None
+
+
+def _parse_pin(pin: object) -> PinnedProd:
+    fields = {"generation", "executable", "version", "contract", "checksum"}
+    if not isinstance(pin, dict) or set(pin) != fields:
+        raise ValueError("pinned_prod is malformed")
+    for key in ("generation", "executable", "version", "checksum"):
+        if not isinstance(pin[key], str):
+            raise ValueError(f"pinned_prod.{key} must be a string")
+    contract = parse_contract(pin["contract"], "pinned_prod.contract")
+    return PinnedProd(pin["generation"], pin["executable"], pin["version"], contract, pin["checksum"])
 
 
 def _write_plane(config_dir: Path, plane: DevPlane | None) -> None:
@@ -260,70 +258,112 @@ def sync(
 ) -> tuple[ActivationResult, DevPlane]:
     """`herdr-mcp dev sync` (module docstring). Returns the gate's result and the plane written
     (on a refusal: the plane as it is now, which may be None-equivalent to PROD)."""
+    with _prepared(paths, say):
+        before = read_plane(paths.config_dir)
+        pin = before.pinned_prod if before is not None else _pin_active(paths)
+        return _build_and_activate(paths, source, pin, before, serve_args, say)
+
+
+def start_checkout(
+    paths: UpdatePaths,
+    source: Path,
+    *,
+    serve_args: Sequence[str] | None = None,
+    say: Callable[[str], None] = lambda _: None,
+) -> tuple[ActivationResult, DevPlane]:
+    """What `herdr-mcp start` does from a checkout on a workstation where no generation is
+    active: build `source` and activate it as a DEV generation in its own runtime dir, on a DEV
+    plane with no PROD pin (module docstring). Refuses `dev_generation_active` when a generation
+    became active meanwhile (`dev sync` is then the way to run the checkout)."""
+    with _prepared(paths, say):
+        active = paths.generations.read_status().active
+        if active is not None:
+            raise DevPlaneError(
+                "dev_generation_active",
+                f"generation {active} is active; run `herdr-mcp dev sync` to run this checkout on top of it",
+            )
+        before = read_plane(paths.config_dir)
+        pin = before.pinned_prod if before is not None else None
+        return _build_and_activate(paths, source, pin, before, serve_args, say)
+
+
+@contextlib.contextmanager
+def _prepared(paths: UpdatePaths, say: Callable[[str], None]) -> Iterator[None]:
+    """Steps 1 of `sync`: refused while fenced; the update lock held; a killed run cleaned up."""
     check_fence(paths.config_dir)
     with update_lock(paths):
         for line in clean_up(paths):
             say(f"cleaned up: {line}")
-        before = read_plane(paths.config_dir)
-        pin = before.pinned_prod if before is not None else _pin_active(paths)
-        provenance = source_provenance(source)
-        top = Path(provenance["path"])
-        commit_time(top)  # a checkout with a commit, or BuildError now
-        target_name = host_target()
-        target = load_release_config(top / "release" / "config.toml").target(target_name)
-        generation_id = f"dev-{provenance['commit'][:12]}-{time.time_ns() // 1_000_000}"
-        with tempfile.TemporaryDirectory(prefix="herdr-mcp-dev-") as scratch_name:
-            scratch = Path(scratch_name)
-            say(f"building {top} at {provenance['describe']}")
-            _, wheel = build(top, scratch / "dist")
-            say(f"bundling {wheel.name} for {target_name}")
-            archive = bundle(wheel, scratch / "bundle", target=target)
-            say(f"installing it as generation {generation_id}")
-            # Built here from the checkout, signed by no release: the explicitly unsafe install.
-            installed = install_unsafe_local_bundle(
-                UnsafeLocalBundle(archive, scratch), paths.runtimes, generation_id
-            )
-            wheel_sha256 = hashlib.sha256(wheel.read_bytes()).hexdigest()
-        try:
-            found = _probe_build(installed.herdr_mcp)
-            if found.contract != pin.contract:
-                raise DevPlaneError(
-                    "dev_contract_changed",
-                    f"the checkout serves contract epoch {found.contract.epoch} ({found.contract.hash}), the "
-                    f"pinned PROD epoch {pin.contract.epoch} ({pin.contract.hash}); a contract change ships "
-                    "as a release with a contract_migration, not as a DEV sync",
-                )
-        except BaseException:
-            shutil.rmtree(installed.path, ignore_errors=True)
-            raise
-        plane = DevPlane(pin, generation_id, {**provenance, "wheel_sha256": wheel_sha256}, _now())
-        _write_plane(paths.config_dir, plane)
-        result = start_and_activate(
-            paths,
-            Generation(
-                generation=generation_id,
-                endpoint="http://127.0.0.1:1",  # replaced by the endpoint the runtime announces
-                expected_runtime_version=found.version,
-                expected_contract=found.contract,
-                executable=str(installed.herdr_mcp),
-                provenance={
-                    "plane": "dev",
-                    "source": "checkout",
-                    "path": provenance["path"],
-                    "commit": provenance["commit"],
-                    "dirty": "true" if provenance["dirty"] else "false",
-                    "describe": provenance["describe"],
-                    "wheel_sha256": wheel_sha256,
-                },
-            ),
-            serve_args,
-            keep=(pin.generation,),
-            say=say,
+        yield
+
+
+def _build_and_activate(
+    paths: UpdatePaths,
+    source: Path,
+    pin: PinnedProd | None,
+    before: DevPlane | None,
+    serve_args: Sequence[str] | None,
+    say: Callable[[str], None],
+) -> tuple[ActivationResult, DevPlane]:
+    """Steps 3-5 of `sync` (module docstring), under the update lock the caller holds."""
+    provenance = source_provenance(source)
+    top = Path(provenance["path"])
+    commit_time(top)  # a checkout with a commit, or BuildError now
+    target_name = host_target()
+    target = load_release_config(top / "release" / "config.toml").target(target_name)
+    generation_id = f"dev-{provenance['commit'][:12]}-{time.time_ns() // 1_000_000}"
+    with tempfile.TemporaryDirectory(prefix="herdr-mcp-dev-") as scratch_name:
+        scratch = Path(scratch_name)
+        say(f"building {top} at {provenance['describe']}")
+        _, wheel = build(top, scratch / "dist")
+        say(f"bundling {wheel.name} for {target_name}")
+        archive = bundle(wheel, scratch / "bundle", target=target)
+        say(f"installing it as generation {generation_id}")
+        # Built here from the checkout, signed by no release: the explicitly unsafe install.
+        installed = install_unsafe_local_bundle(
+            UnsafeLocalBundle(archive, scratch), paths.runtimes, generation_id
         )
-        if not result.ok:
-            _write_plane(paths.config_dir, before)
-            return result, before if before is not None else plane
-        return result, plane
+        wheel_sha256 = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    try:
+        found = _probe_build(installed.herdr_mcp)
+        if pin is not None and found.contract != pin.contract:
+            raise DevPlaneError(
+                "dev_contract_changed",
+                f"the checkout serves contract epoch {found.contract.epoch} ({found.contract.hash}), the "
+                f"pinned PROD epoch {pin.contract.epoch} ({pin.contract.hash}); a contract change ships "
+                "as a release with a contract_migration, not as a DEV sync",
+            )
+    except BaseException:
+        shutil.rmtree(installed.path, ignore_errors=True)
+        raise
+    plane = DevPlane(pin, generation_id, {**provenance, "wheel_sha256": wheel_sha256}, _now())
+    _write_plane(paths.config_dir, plane)
+    result = start_and_activate(
+        paths,
+        Generation(
+            generation=generation_id,
+            endpoint="http://127.0.0.1:1",  # replaced by the endpoint the runtime announces
+            expected_runtime_version=found.version,
+            expected_contract=found.contract,
+            executable=str(installed.herdr_mcp),
+            provenance={
+                "plane": "dev",
+                "source": "checkout",
+                "path": provenance["path"],
+                "commit": provenance["commit"],
+                "dirty": "true" if provenance["dirty"] else "false",
+                "describe": provenance["describe"],
+                "wheel_sha256": wheel_sha256,
+            },
+        ),
+        serve_args,
+        keep=() if pin is None else (pin.generation,),
+        say=say,
+    )
+    if not result.ok:
+        _write_plane(paths.config_dir, before)
+        return result, before if before is not None else plane
+    return result, plane
 
 
 def rollback(
@@ -335,6 +375,14 @@ def rollback(
         if plane is None:
             raise DevPlaneError("dev_not_dev", "this workstation is on PROD already (no DEV plane marker)")
         pin = plane.pinned_prod
+        if pin is None:
+            raise DevPlaneError(
+                "dev_no_prod_pin",
+                "nothing to return to: this DEV plane has no pinned PROD generation (it was made by "
+                "`herdr-mcp start` from a checkout on a workstation without a release); `herdr-mcp dev "
+                "sync` rebuilds the checkout; to run a release instead, remove "
+                f"{marker_path(paths.config_dir)} and run `herdr-mcp update`",
+            )
         control = paths.generations.read_control()
         if not any(spec.generation == pin.generation for spec in control.generations):
             raise DevPlaneError(
@@ -374,7 +422,7 @@ def status(paths: UpdatePaths) -> dict[str, Any]:
         "active_provenance": dict(spec.provenance) if spec is not None and spec.provenance else None,
     }
     if plane is not None:
-        out["pinned_prod"] = plane.pinned_prod.to_dict()
+        out["pinned_prod"] = None if plane.pinned_prod is None else plane.pinned_prod.to_dict()
         out["dev_generation"] = plane.dev_generation
         out["source"] = plane.source
         out["synced_at"] = plane.synced_at

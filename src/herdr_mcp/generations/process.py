@@ -95,6 +95,13 @@ def read_serve_args(runtime_dir: Path) -> tuple[str, ...] | None:
     return check_serve_args(args)
 
 
+def record_serve_args(runtime_dir: Path, serve_args: Sequence[str]) -> None:
+    """Keep `serve_args` in `runtime_dir/launch.json`: the next start of that generation's runtime
+    (`generation up`, `herdr-mcp start`) uses them."""
+    args = check_serve_args(serve_args)
+    atomic_write(runtime_dir / LAUNCH_FILE, json.dumps({"serve_args": list(args)}, indent=2).encode() + b"\n")
+
+
 def check_serve_args(args: Sequence[str]) -> tuple[str, ...]:
     """`args` if none of them is one the launcher owns (--host, --port, --config-dir, --ipc-socket)."""
     for arg in args:
@@ -119,47 +126,71 @@ def start_runtime(
     the kernel choose."""
     args = check_serve_args(serve_args)
     runtime_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    atomic_write(runtime_dir / LAUNCH_FILE, json.dumps({"serve_args": list(args)}, indent=2).encode() + b"\n")
-    log_path = runtime_dir / LOG_FILE
+    record_serve_args(runtime_dir, args)
     command = [
         str(executable), "serve", "--host", "127.0.0.1", "--port", str(port),
         "--config-dir", str(config_dir), *args,
     ]  # fmt: skip
+    env = {**os.environ, "HERDR_MCP_CONFIG_DIR": str(config_dir)}
+    # Each generation's runtime has its own Unix socket for the native host
+    # (`browser_ipc.active_socket`); a runtime too old to know it ignores the variable.
+    env[IPC_SOCKET_ENV] = str(Layout(config_dir).generation_socket(runtime_dir.name))
+    env.pop("PYTHONPATH", None)  # the generation runs its own venv's code, nothing else
+    log_path = runtime_dir / LOG_FILE
+    pid, announced = launch_detached(
+        executable, command, env, log_path, runtime_dir / PID_FILE, _SERVING, timeout_s=timeout_s
+    )
+    if not announced.endswith("/mcp"):
+        _terminate(pid)
+        raise GenerationStateError(
+            "runtime_start_failed", f"{executable} serve announced {announced!r}, not an MCP endpoint"
+        )
+    return StartedRuntime(pid=pid, endpoint=check_endpoint(announced[: -len("/mcp")]), log=log_path)
+
+
+def launch_detached(
+    executable: Path,
+    command: Sequence[str],
+    env: dict[str, str],
+    log_path: Path,
+    pid_path: Path,
+    prefix: str,
+    *,
+    timeout_s: float = START_TIMEOUT_S,
+) -> tuple[int, str]:
+    """Run `command` in its own session (it outlives this process) with its output appended to
+    `log_path`, record `{"pid", "executable"}` in `pid_path`, and wait until it prints a line
+    starting with `prefix`; the pid and the rest of that line. A process that exits first, or
+    says nothing within `timeout_s` (it is stopped then), raises
+    `GenerationStateError("runtime_start_failed")` with the tail of its log."""
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
     try:
         offset = os.fstat(fd).st_size
-        env = {**os.environ, "HERDR_MCP_CONFIG_DIR": str(config_dir)}
-        # Each generation's runtime has its own Unix socket for the native host
-        # (`browser_ipc.active_socket`); a runtime too old to know it ignores the variable.
-        env[IPC_SOCKET_ENV] = str(Layout(config_dir).generation_socket(runtime_dir.name))
-        env.pop("PYTHONPATH", None)  # the generation runs its own venv's code, nothing else
-        # posix_spawn, not Popen: the runtime outlives this process, which never waits for it, and
+        # posix_spawn, not Popen: the process outlives this one, which never waits for it, and
         # a Popen object would complain when collected while its child still runs.
         try:
-            pid = _spawn(executable, command, env, fd)
+            pid = _spawn(executable, list(command), env, fd)
         except OSError as exc:
             raise GenerationStateError(
                 "runtime_start_failed", f"cannot run {executable}: {exc.strerror}"
             ) from None
     finally:
         os.close(fd)
-    atomic_write(
-        runtime_dir / PID_FILE,
-        json.dumps({"pid": pid, "executable": str(executable)}).encode() + b"\n",
-    )
+    atomic_write(pid_path, json.dumps({"pid": pid, "executable": str(executable)}).encode() + b"\n")
     deadline = time.monotonic() + timeout_s
+    what = " ".join(command[1:2])
     while True:
-        endpoint = _announced_endpoint(log_path, offset)
-        if endpoint is not None:
-            return StartedRuntime(pid=pid, endpoint=endpoint, log=log_path)
+        announced = _announced(log_path, offset, prefix)
+        if announced is not None:
+            return pid, announced
         code = _exit_code(pid)
         if code is not None or time.monotonic() > deadline:
             if code is None:
                 _terminate(pid)
             raise GenerationStateError(
                 "runtime_start_failed",
-                f"{executable} serve "
-                + (f"exited with {code}" if code is not None else f"did not listen within {timeout_s:.0f} s")
+                f"{executable} {what} "
+                + (f"exited with {code}" if code is not None else f"did not start within {timeout_s:.0f} s")
                 + f"; its log ({log_path}) ends with: {_tail(log_path, offset)}",
             )
         time.sleep(0.05)
@@ -219,13 +250,13 @@ def _reaped(pid: int, code: int) -> None:
         _POPEN_CHILDREN.remove(process)
 
 
-def _announced_endpoint(log: Path, offset: int) -> str | None:
+def _announced(log: Path, offset: int, prefix: str) -> str | None:
     with log.open("rb") as handle:
         handle.seek(offset)
         for raw in handle.read(256 * 1024).splitlines():
             line = raw.decode("utf-8", "replace").strip()
-            if line.startswith(_SERVING) and line.endswith("/mcp"):
-                return check_endpoint(line[len(_SERVING) : -len("/mcp")])
+            if line.startswith(prefix):
+                return line[len(prefix) :]
     return None
 
 
@@ -239,7 +270,13 @@ def _tail(log: Path, offset: int) -> str:
 def runtime_pid(runtime_dir: Path) -> int | None:
     """The pid of the generation's runtime if that process is alive and is still the generation's
     executable, else None."""
-    document = PID_RECORD.read(runtime_dir / PID_FILE)
+    return recorded_pid(runtime_dir / PID_FILE)
+
+
+def recorded_pid(pid_path: Path) -> int | None:
+    """The pid `launch_detached` recorded in `pid_path` if that process is alive and still runs
+    the recorded executable, else None."""
+    document = PID_RECORD.read(pid_path)
     if document is None:
         return None
     try:
@@ -285,7 +322,12 @@ def _reap(pid: int) -> None:
 
 def stop_runtime(runtime_dir: Path, *, grace_s: float = STOP_GRACE_S) -> bool:
     """Stop the generation's runtime if it runs; True if a process was stopped."""
-    pid = runtime_pid(runtime_dir)
+    return stop_recorded(runtime_dir / PID_FILE, grace_s=grace_s)
+
+
+def stop_recorded(pid_path: Path, *, grace_s: float = STOP_GRACE_S) -> bool:
+    """Stop the process `pid_path` records if it still runs (`recorded_pid`); True if one was."""
+    pid = recorded_pid(pid_path)
     if pid is None:
         return False
     _terminate(pid, grace_s)

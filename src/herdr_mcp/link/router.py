@@ -249,7 +249,8 @@ class McpForwarder:
             raise LinkRefusal(
                 503,
                 "not_delivered",
-                "no generation is active; activate one with `herdr-mcp generation activate`",
+                "no generation is active: run `herdr-mcp start` (it makes this install the active "
+                "generation and starts its runtime), or `herdr-mcp generation activate <id>`",
                 "no_active_generation",
             )
         try:

@@ -3,13 +3,20 @@
 What install, uninstall and status do (the transaction, its restore on failure, the fence) is
 `service/install.py`; the macOS service rollback is `service/rollback.py`.
 
-Exit 0 on success, 2 with one line `herdr-mcp: error: <code>: <message>` otherwise.
+Whether the daily update job is installed is the caller's answer (`UpdateCheck`): the service
+package knows nothing of release repositories; `herdr-mcp` passes the updater's own rule
+(`cli/start.py`, `update_job_blocker`). Without one, no update job is installed.
+
+Exit 0 on success, 2 with one line `herdr-mcp: error: <code>: <message>` otherwise; warnings
+(`install_warnings`) go to stderr, one line each, and into the `--json` answer.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +26,7 @@ from herdr_mcp.layout import DEFAULT_PORT, default_config_dir
 from herdr_mcp.service.install import (
     ServiceHost,
     install_services,
+    install_warnings,
     rollback_services,
     service_config,
     service_host,
@@ -26,6 +34,14 @@ from herdr_mcp.service.install import (
     uninstall_services,
 )
 from herdr_mcp.service.units import PLATFORMS, Runner, run_command
+from herdr_mcp.terminal import printable
+
+#: Why the daily update job cannot run from `config dir` (None: it can): the caller's rule.
+UpdateCheck = Callable[[Path], str | None]
+
+
+def _unknown_repository(_: Path) -> str | None:
+    return "the caller did not say where releases come from"
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -71,27 +87,40 @@ def _host(args: argparse.Namespace, runner: Runner) -> ServiceHost:
     )
 
 
-def main(argv: list[str], *, runner: Runner = run_command) -> int:
+def main(
+    argv: list[str], *, runner: Runner = run_command, update_check: UpdateCheck = _unknown_repository
+) -> int:
     """`herdr-mcp service ...` inside the CLI's one catch; the exit status."""
-    return run_guarded(lambda: run(argv, runner=runner), argv)
+    return run_guarded(lambda: run(argv, runner=runner, update_check=update_check), argv)
 
 
-def run(argv: list[str], *, runner: Runner = run_command) -> int:
+def run(
+    argv: list[str], *, runner: Runner = run_command, update_check: UpdateCheck = _unknown_repository
+) -> int:
     """Run one `service` subcommand; raises what the CLI's one catch reports."""
     args = build_parser().parse_args(argv)
     host = _host(args, runner)
     if args.command == "install":
         generation = None if args.generation is None else check_generation_id(args.generation)
+        blocker = update_check(host.config_dir)
         config = service_config(
-            host, executable=args.executable, port=args.port, log_dir=args.log_dir, generation=generation
+            host,
+            executable=args.executable,
+            port=args.port,
+            log_dir=args.log_dir,
+            generation=generation,
+            update_job=blocker is None,
         )
+        warnings = install_warnings(host, config, blocker)
         result = install_services(host, config, generation=generation)
-        document: dict[str, Any] = result.to_dict()
+        document: dict[str, Any] = {**result.to_dict(), "update_job": config.update_job, "warnings": warnings}
         summary = f"installed {len(result.written)} {host.platform} jobs into {host.target_dir}"
         if result.fence_cleared:
             summary += "; update fence cleared"
         if result.rollback_recorded:
             summary += "; service rollback recorded"
+        for warning in warnings:
+            print(printable(f"herdr-mcp: warning: {warning}"), file=sys.stderr)
     elif args.command == "uninstall":
         removed = uninstall_services(host)
         document = {"removed": [str(path) for path in removed], "update_fence": "set"}

@@ -13,7 +13,12 @@ fence.
 `rollback_services` re-activates the service rollback the last install recorded (macOS only).
 
 `service_config` decides what the jobs run (executable, address, port, `serve` or `generation
-up`); `service_host` where they live on this machine. `herdr-mcp service` (`service/cli.py`)
+up`, whether the daily update job exists) and refuses an executable that runs from a checkout's
+venv (`service_from_checkout`: `./scripts/serve` reinstalls it in place; `herdr-mcp start
+--service` installs the checkout as a DEV generation in its own venv first); `install_warnings`
+says what the installed jobs will not do (no update job without a release repository, no active
+generation behind the link, an executable no release signed); `service_host` where they live on
+this machine. `herdr-mcp service` (`service/cli.py`)
 only parses its arguments into these and prints what they return.
 """
 
@@ -28,12 +33,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from herdr_mcp.errors import UsageFault
+from herdr_mcp.errors import RefusedFault, UsageFault
 from herdr_mcp.generations import ActivationResult, GenerationError, GenerationStore, TokenReader, activate
 from herdr_mcp.generations.process import is_managed
 from herdr_mcp.layout import Layout
 from herdr_mcp.service.fence import clear_fence, read_fence, set_fence
 from herdr_mcp.service.installed import clear_services_executable, record_services_executable
+from herdr_mcp.service.origin import install_origin
 from herdr_mcp.service.rollback import discard_rollback, read_rollback, record_rollback, rollback_service
 from herdr_mcp.service.units import (
     ALL_UNITS,
@@ -88,16 +94,23 @@ class ServiceHost:
         return self.store or GenerationStore.in_dir(Layout(self.config_dir).generations_dir)
 
 
+class ServiceFromCheckout(RefusedFault):
+    """`service install` would run an executable from a checkout's venv."""
+
+
 @dataclass(frozen=True)
 class InstallResult:
     written: list[Path]
     fence_cleared: bool
     rollback_recorded: bool
     activation: str | None
+    #: Files of a daily update job an earlier install wrote, removed because none is scheduled now.
+    removed: tuple[Path, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "written": [str(path) for path in self.written],
+            "removed": [str(path) for path in self.removed],
             "fence_cleared": self.fence_cleared,
             "rollback_recorded": self.rollback_recorded,
             "activation": self.activation,
@@ -151,10 +164,12 @@ def load(host: ServiceHost, paths: Sequence[Path]) -> None:
             _run(host, launchd_bootout(host.uid, path.stem), check=False)  # not loaded yet is fine
             _run(host, launchd_bootstrap(host.uid, path))
         return
+    names = {path.name for path in paths}
     _run(host, systemctl("daemon-reload"))
-    _run(host, systemctl("enable", *ENABLED_UNITS))
+    _run(host, systemctl("enable", *(unit for unit in ENABLED_UNITS if unit in names)))
     _run(host, systemctl("restart", RUNTIME_UNIT, LINK_UNIT))
-    _run(host, systemctl("start", UPDATE_TIMER))
+    if UPDATE_TIMER in names:
+        _run(host, systemctl("start", UPDATE_TIMER))
 
 
 def unload(host: ServiceHost) -> None:
@@ -187,10 +202,13 @@ def service_config(
     port: int | None = None,
     log_dir: Path | None = None,
     generation: str | None = None,
+    update_job: bool = True,
 ) -> ServiceConfig:
     """The jobs' program: `executable`/`port`, else those the generation was registered with (its
     `executable`, its endpoint's address and port), else herdr-mcp on PATH and
-    `ServiceConfig`'s default port.
+    `ServiceConfig`'s default port. `update_job`: whether the daily update job is rendered (the
+    caller knows whether a release repository is configured for it). Refuses
+    `service_from_checkout` for an executable installed from a checkout (`service/origin.py`).
 
     When that generation (or, without `generation`, the active one) is managed (installed by
     `update` or `dev sync` into the config dir), the runtime job is `generation up`, run by that
@@ -226,8 +244,39 @@ def service_config(
         host=address,
         log_dir=logs if host.platform == "launchd" else None,
         supervise=supervise,
+        update_job=update_job,
     )
+    origin = install_origin(host.config_dir, config.executable)
+    if origin.kind == "checkout":
+        raise ServiceFromCheckout(
+            "service_from_checkout",
+            f"{config.executable} runs the checkout {origin.checkout} from its venv, which `./scripts/serve` "
+            "reinstalls in place: the services would run whatever the tree holds at their next start. Run "
+            "`herdr-mcp start --service` from the checkout instead: it installs the checkout as a DEV "
+            f"generation in its own venv under {Layout(host.config_dir).runtimes_dir} and the services on it",
+        )
     return config if port is None else replace(config, port=port)
+
+
+def install_warnings(host: ServiceHost, config: ServiceConfig, no_update_job: str | None) -> list[str]:
+    """What the jobs of `config` will not do, one sentence each: no daily update job
+    (`no_update_job` says why), no active generation behind the link, an executable that is not a
+    release install."""
+    warnings = []
+    if not config.update_job:
+        warnings.append(f"no daily `update auto` job is scheduled: {no_update_job or 'not asked for'}")
+    if host.generations().read_status().active is None:
+        warnings.append(
+            "no generation is active, so the link will answer every call `not_delivered` "
+            "(no_active_generation): run `herdr-mcp start --service` instead"
+        )
+    origin = install_origin(host.config_dir, config.executable)
+    if origin.kind == "other":
+        warnings.append(
+            f"{config.executable} is {origin.detail}; `herdr-mcp update` installs the signed release as a "
+            "PROD generation, and `service install` then runs that"
+        )
+    return warnings
 
 
 def install_services(
@@ -242,6 +291,7 @@ def install_services(
     if config.log_dir is not None:
         config.log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     written = write_files(host.target_dir, files)
+    stale = _stale_update_job(host, config)
     activation: str | None = None
     try:
         load(host, written)
@@ -260,7 +310,33 @@ def install_services(
     if host.platform == "launchd":
         installed = store.read_status().active
         recorded = record_rollback(host.config_dir, before, previous_generation, installed) is not None
-    return InstallResult(written, cleared, recorded, activation)
+    return InstallResult(written, cleared, recorded, activation, _remove_update_job(host, stale))
+
+
+def _stale_update_job(host: ServiceHost, config: ServiceConfig) -> list[Path]:
+    """The update job's files an earlier install left, when this one schedules none."""
+    if config.update_job:
+        return []
+    if host.platform == "launchd":
+        names = [f"{launchd_label('update')}.plist"]
+    else:
+        names = [UPDATE_UNIT, UPDATE_TIMER]
+    return [host.target_dir / name for name in names if (host.target_dir / name).exists()]
+
+
+def _remove_update_job(host: ServiceHost, stale: list[Path]) -> tuple[Path, ...]:
+    """Unload and remove an earlier install's update job (`_stale_update_job`)."""
+    if not stale:
+        return ()
+    if host.platform == "launchd":
+        _run(host, launchd_bootout(host.uid, launchd_label("update")), check=False)
+    else:
+        _run(host, systemctl("disable", "--now", UPDATE_TIMER), check=False)
+    for path in stale:
+        path.unlink(missing_ok=True)
+    if host.platform == "systemd":
+        _run(host, systemctl("daemon-reload"), check=False)
+    return tuple(stale)
 
 
 def _restore(host: ServiceHost, files: dict[str, bytes], before: dict[str, bytes]) -> None:

@@ -5,7 +5,9 @@ Three jobs, the same on both platforms:
 - runtime: `herdr-mcp serve --host <loopback> --port <port>`, kept alive;
 - link: `herdr-mcp link`, kept alive (the stable local MCP endpoint);
 - update: `herdr-mcp update auto`, once a day (launchd `StartInterval` 86400 with `RunAtLoad`;
-  systemd a oneshot service started by a daily, persistent timer).
+  systemd a oneshot service started by a daily, persistent timer); rendered only when
+  `ServiceConfig.update_job` (a release repository is configured for the daily job: without one
+  it could only exit 2 every day).
 
 Every job gets `HERDR_MCP_CONFIG_DIR` so all three agree on one config dir. Rendering is pure and
 deterministic (same `ServiceConfig`, same bytes); `write_files` writes atomically (temp file +
@@ -89,6 +91,13 @@ class ServiceConfig:
     #: The runtime job keeps the managed generations running (`generation up`) instead of
     #: serving one runtime itself.
     supervise: bool = False
+    #: Whether the daily `update auto` job is rendered (a release repository is configured).
+    update_job: bool = True
+
+    @property
+    def jobs(self) -> tuple[str, ...]:
+        """The jobs rendered: all of `JOBS`, without `update` when `update_job` is False."""
+        return JOBS if self.update_job else tuple(job for job in JOBS if job != "update")
 
     def arguments(self, job: str) -> list[str]:
         exe = str(self.executable)
@@ -162,7 +171,7 @@ def render_launchd(config: ServiceConfig) -> dict[str, bytes]:
         f"{launchd_label(job)}.plist": plistlib.dumps(
             launchd_plist(config, job), fmt=plistlib.FMT_XML, sort_keys=True
         )
-        for job in JOBS
+        for job in config.jobs
     }
 
 
@@ -335,6 +344,8 @@ def render_systemd(config: ServiceConfig) -> dict[str, bytes]:
             ("Install", [("WantedBy", "timers.target")]),
         ]
     )
+    if not config.update_job:
+        return {RUNTIME_UNIT: runtime, LINK_UNIT: link}
     return {RUNTIME_UNIT: runtime, LINK_UNIT: link, UPDATE_UNIT: update, UPDATE_TIMER: timer}
 
 
