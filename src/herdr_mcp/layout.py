@@ -20,6 +20,10 @@ drift between a writer and its readers (the runtime token's path was built in fo
     dev-plane.json          present while a DEV generation is in charge
     edge-device.json        the Edge this workstation is paired with: device id and secret (0600,
                             fails closed; `link/edge_device.py`)
+    edge-deploy/<worker>/   `herdr-mcp edge deploy`'s (`edge_deploy/`): record.json (the account,
+                            Worker, KV id and origin of the last deploy; 0600, fails closed),
+                            admin-secret (the /pair password, 0600), wrangler.json (the
+                            effective wrangler configuration) and wrangler's own .wrangler/
     native-host/            the Chrome native messaging host's launcher (the path its manifest
                             names) and its log, host.log (`native_host/`)
     ipc/                    0700: the runtimes' Unix sockets for the native host (0600):
@@ -63,6 +67,7 @@ SERVICE_ROLLBACK_FILE = "service-rollback.json"
 DEV_PLANE_FILE = "dev-plane.json"
 EDGE_DEVICE_FILE = "edge-device.json"
 NATIVE_HOST_DIR = "native-host"
+EDGE_DEPLOY_DIR = "edge-deploy"
 IPC_DIR = "ipc"
 RUNTIME_SOCKET = "runtime.sock"
 #: How a generation's launcher tells its runtime which socket is the generation's (`serve` reads it).
@@ -153,6 +158,10 @@ class Layout:
     @property
     def edge_device_file(self) -> Path:
         return self.config_dir / EDGE_DEVICE_FILE
+
+    def edge_deploy_dir(self, worker: str) -> Path:
+        """The files of `herdr-mcp edge deploy` for the Worker `worker` (a checked name)."""
+        return self.config_dir / EDGE_DEPLOY_DIR / worker
 
     @property
     def native_host_dir(self) -> Path:

@@ -97,6 +97,7 @@ DELEGATED: dict[str, tuple[str, str, str]] = {
     "generation": ("herdr_mcp.generations.cli", "run", "build_parser"),
     "audit": ("herdr_mcp.cli.audit", "run", "build_parser"),
     "native-host": ("herdr_mcp.cli.native_host", "run", "build_parser"),
+    "edge": ("herdr_mcp.cli.edge", "run", "build_parser"),
 }
 
 
@@ -190,6 +191,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands.add_parser(
         "native-host", help="the Chrome native messaging host; install|uninstall its manifest", add_help=False
+    )
+    commands.add_parser(
+        "edge",
+        help="deploy: the public Edge on your Cloudflare account (create or reconcile)",
+        add_help=False,
     )
     return with_json(parser)
 
