@@ -28,12 +28,13 @@ from typing import Any
 import pytest
 import rfc8785
 from mcp import Client
-from mcp.client.stdio import StdioServerParameters
-from mcp_types.version import LATEST_HANDSHAKE_VERSION
+from mcp.client.stdio import StdioServerParameters, stdio_client
 
+from herdr_mcp import __version__
 from herdr_mcp.contract import contract_identity
 from herdr_mcp.runtime.stdio import MAX_MESSAGE_BYTES
 from herdr_mcp.sim import SimConfig, SimulatorThread
+from tests.revision_clients import REVISIONS, Wire, negotiated, session_at
 from tests.runtime_harness import make_repo, mcp_client, running_runtime
 
 #: Generous: a loaded 2-core machine starts a Python runtime in well under this.
@@ -172,21 +173,33 @@ def raw(repo: Path, tmp_path: Path) -> Iterator[RawStdio]:
 
 
 def test_tools_list_over_stdio_has_the_http_runtimes_contract_identity(repo: Path, tmp_path: Path) -> None:
-    async def both() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Both at 2026-07-28 (the SDK client's default finds it on both): the same tools and the
+    same server/discover answer (versions, capabilities, instructions, identity, cache hints)."""
+
+    def discovered(client: Client) -> dict[str, Any]:
+        result = client.session.discover_result
+        assert result is not None, "the client fell back to initialize"
+        return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+    async def both() -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
         with (
             SimulatorThread(SimConfig.for_roots([repo]), tmp_path / "herdr.sock"),
             running_runtime(tmp_path / "herdr.sock", tmp_path / "http-config") as runtime,
         ):
             async with mcp_client(runtime.url, runtime.token) as http:
                 over_http = _wire_tools(await http.list_tools())
+                http_discover = discovered(http)
         async with Client(_params(repo, tmp_path / "config")) as stdio:
             over_stdio = _wire_tools(await stdio.list_tools())
-        return over_http, over_stdio
+            stdio_discover = discovered(stdio)
+        return over_http, over_stdio, http_discover, stdio_discover
 
-    over_http, over_stdio = asyncio.run(both())
+    over_http, over_stdio, http_discover, stdio_discover = asyncio.run(both())
     identity = contract_identity()
     assert len(over_stdio) == identity.tool_count == 18
     assert contract_hash(over_stdio) == contract_hash(over_http) == identity.hash
+    assert stdio_discover == http_discover
+    assert stdio_discover["supportedVersions"] == ["2026-07-28"]
 
 
 def test_sdk_client_initializes_lists_and_calls(repo: Path, tmp_path: Path) -> None:
@@ -194,8 +207,8 @@ def test_sdk_client_initializes_lists_and_calls(repo: Path, tmp_path: Path) -> N
         async with Client(_params(repo, tmp_path / "config")) as client:
             assert client.server_info is not None and client.server_info.name == "herdr-mcp"
             assert client.instructions and "herdr_inspect" in client.instructions
-            # The SDK client probes server/discover first, gets -32601 and falls back.
-            assert client.protocol_version == LATEST_HANDSHAKE_VERSION
+            # The SDK client probes server/discover first; answered, it speaks 2026-07-28.
+            assert client.protocol_version == "2026-07-28"
             read = await client.call_tool("herdr_fs_read", {"path": str(repo / "four.txt")})
             assert not read.is_error and read.structured_content is not None
             assert read.structured_content["content"] == "0123456789abcde\n" * 256
@@ -273,8 +286,9 @@ def test_protocol_errors_get_json_rpc_answers_and_the_session_goes_on(raw: RawSt
         "error": {"code": -32700, "message": raw_message(raw)},
     }
     assert raw.request(1, "resources/list")["error"]["code"] == -32601
-    # A 2026-07-28 client's probe: not served, so the client falls back to initialize.
-    assert raw.request(2, "server/discover")["error"]["code"] == -32601
+    # A 2026-07-28 client's probe is answered, after a handshake as before one.
+    discovered = raw.request(2, "server/discover", {"_meta": ENVELOPE})
+    assert discovered["result"]["supportedVersions"] == ["2026-07-28"], discovered
     raw.send([{"jsonrpc": "2.0", "id": 3, "method": "ping"}])
     batch = raw.receive()
     assert batch["id"] is None and batch["error"]["code"] == -32600
@@ -286,6 +300,102 @@ def test_protocol_errors_get_json_rpc_answers_and_the_session_goes_on(raw: RawSt
     raw.send({"jsonrpc": "2.0", "method": "notifications/roots/list_changed"})
     tools = raw.request("six", "tools/list")  # type: ignore[arg-type]
     assert tools["id"] == "six" and len(tools["result"]["tools"]) == 18
+
+
+#: The `_meta` of a 2026-07-28 request (basic/index.mdx, "Per-request protocol fields").
+ENVELOPE = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {},
+    "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+}
+
+
+def test_2026_07_28_requests_are_checked_and_answered_next_to_the_handshake(
+    raw: RawStdio, repo: Path
+) -> None:
+    """No initialize first: each request carries its revision. Then the handshake on the same
+    process, and both eras answered side by side (each request by its own envelope)."""
+    discovered = raw.request(1, "server/discover", {"_meta": ENVELOPE})["result"]
+    assert discovered["supportedVersions"] == ["2026-07-28"]
+    assert discovered["resultType"] == "complete"
+    assert discovered["capabilities"] == {"tools": {"listChanged": False}}
+    assert discovered["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "herdr-mcp"
+    assert "herdr_inspect" in discovered["instructions"]
+    tools = raw.request(2, "tools/list", {"_meta": ENVELOPE})["result"]
+    assert len(tools["tools"]) == 18 and tools["resultType"] == "complete"
+    assert tools["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "herdr-mcp"
+    read = raw.request(
+        3,
+        "tools/call",
+        {"name": "herdr_fs_read", "arguments": {"path": str(repo / "README.md")}, "_meta": ENVELOPE},
+    )["result"]
+    assert read["structuredContent"]["content"] == "# demo\n" and read["resultType"] == "complete"
+    assert read["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "herdr-mcp"
+    # The envelope's required pair: without capabilities the request is malformed (-32602).
+    half = {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}
+    malformed = raw.request(4, "tools/list", {"_meta": half})["error"]
+    assert malformed["code"] == -32602 and "clientCapabilities" in malformed["message"]
+    # A revision not served: -32022 naming every one that is, both eras, and the one asked.
+    future = {**ENVELOPE, "io.modelcontextprotocol/protocolVersion": "2099-01-01"}
+    unsupported = raw.request(5, "tools/list", {"_meta": future})["error"]
+    assert unsupported["code"] == -32022
+    assert unsupported["data"] == {
+        "supported": ["2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"],
+        "requested": "2099-01-01",
+    }
+    # ping left MCP in 2026-07-28; server/discover without the envelope is no 2026 request.
+    assert raw.request(6, "ping", {"_meta": ENVELOPE})["error"]["code"] == -32601
+    assert raw.request(7, "server/discover")["error"]["code"] == -32601
+    raw.initialize()
+    assert raw.request(8, "ping") == {"jsonrpc": "2.0", "id": 8, "result": {}}
+    handshake_tools = raw.request(9, "tools/list")["result"]
+    assert "_meta" not in handshake_tools and len(handshake_tools["tools"]) == 18
+    assert raw.request(10, "tools/list", {"_meta": ENVELOPE})["result"]["_meta"]
+
+
+@pytest.mark.parametrize("revision", REVISIONS)
+def test_the_sdk_client_held_to_each_revision_lists_and_calls(
+    repo: Path, tmp_path: Path, revision: str
+) -> None:
+    """The SDK's stdio client launching `herdr-mcp stdio`, held to one revision: what it sent
+    shows no fallback (2026-07-28 pinned sends neither server/discover nor initialize; the
+    default probe gets its DiscoverResult; the handshake revisions initialize at theirs)."""
+    wire = Wire()
+
+    async def session() -> tuple[str | None, Any, Any]:
+        transport = stdio_client(_params(repo, tmp_path / "config"))
+        async with session_at(transport, revision, wire) as client:
+            tools = await client.list_tools()
+            read = await client.call_tool("herdr_fs_read", {"path": str(repo / "README.md")})
+            return client.protocol_version, tools, read
+
+    version, tools, read = asyncio.run(session())
+    methods = wire.methods()
+    print(f"\nstdio {revision}: protocol {version}; sent {methods}; errors {wire.errors()}")
+    assert version == negotiated(revision)
+    assert wire.errors() == []
+    assert contract_hash(_wire_tools(tools)) == contract_identity().hash
+    assert not read.is_error and read.structured_content["content"] == "# demo\n"
+    if revision == "2026-07-28":
+        assert methods == ["tools/list", "tools/call"]
+    elif revision == "auto":
+        assert methods == ["server/discover", "tools/list", "tools/call"]
+    else:
+        assert methods == ["initialize", "notifications/initialized", "tools/list", "tools/call"]
+        assert wire.sent[0]["params"]["protocolVersion"] == revision
+    stamp = {"name": "herdr-mcp", "version": __version__}
+    for answer in wire.received:
+        meta = answer["result"].get("_meta", {})
+        if version == "2026-07-28":
+            assert answer["result"]["resultType"] == "complete"
+            assert meta["io.modelcontextprotocol/serverInfo"] == stamp
+        else:
+            assert "io.modelcontextprotocol/serverInfo" not in meta
+    for request in wire.sent:
+        sent_meta = request.get("params", {}).get("_meta", {})
+        assert sent_meta.get("io.modelcontextprotocol/protocolVersion") == (
+            "2026-07-28" if version == "2026-07-28" else None
+        ), request
 
 
 def raw_message(raw: RawStdio) -> Any:

@@ -7,12 +7,20 @@ through several memory streams and task groups: about 1 ms per call before any t
 (measured, docs/runtime.md). This loop reads and writes the pipes from the event loop itself
 and serialises the tool list once.
 
-What it speaks: the initialize handshake (the protocol revisions the SDK negotiates by
-handshake), `notifications/initialized`, `ping`, `tools/list`, `tools/call` (each call a task,
-so calls run concurrently and answer in completion order), and `notifications/cancelled` (the
-call's task is cancelled and, as the specification asks, not answered). Anything else that
-expects an answer gets JSON-RPC's `-32601`; `server/discover` among them, so a 2026-07-28
-client falls back to the handshake, as the SDK client does by itself.
+What it speaks, in both eras of the protocol (a dual-era server, MCP 2026-07-28
+basic/versioning.mdx), request by request rather than locked by the first one (the revision
+lets a server serve both eras on one process):
+- the handshake revisions (2024-11-05 to 2025-11-25): `initialize`, `notifications/initialized`,
+  `ping`, `tools/list`, `tools/call`;
+- 2026-07-28, stateless: a request whose `params._meta` carries
+  `io.modelcontextprotocol/protocolVersion` is checked as the SDK's own server checks it
+  (`classify_inbound_request`: the envelope, then the revision; -32602, or -32022 naming every
+  revision served, both eras) and answered `server/discover`, `tools/list` or `tools/call`,
+  each result with `resultType` and the server's identity in `_meta`; `initialize` is always
+  the handshake, and `ping`, gone from 2026-07-28, is -32601 there;
+- `notifications/cancelled` in both (the call's task is cancelled and, as the specification
+  asks, not answered). Each call is a task, so calls run concurrently and answer in completion
+  order. Anything else that expects an answer gets JSON-RPC's `-32601`.
 
 Nothing but JSON-RPC reaches the wire: while serving, the wire moves to private descriptors and
 fd 1 is pointed at stderr (stray prints, child processes), fd 0 at /dev/null (a child reading
@@ -35,7 +43,13 @@ from typing import Any
 
 import mcp_types as types
 from mcp.server.lowlevel import Server
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
+from mcp.shared.inbound import InboundLadderRejection, classify_inbound_request
+from mcp_types.version import (
+    HANDSHAKE_PROTOCOL_VERSIONS,
+    LATEST_HANDSHAKE_VERSION,
+    LATEST_MODERN_VERSION,
+    MODERN_PROTOCOL_VERSIONS,
+)
 
 from herdr_mcp.runtime.server import ToolDispatcher
 from herdr_mcp.text import dumps
@@ -61,6 +75,9 @@ INVALID_PARAMS = -32602
 
 RequestId = str | int
 
+#: What an unsupported-revision error names: the stateless revisions, then the handshake ones.
+SUPPORTED_VERSIONS = (*MODERN_PROTOCOL_VERSIONS, *reversed(HANDSHAKE_PROTOCOL_VERSIONS))
+
 
 @dataclass(frozen=True)
 class Wire:
@@ -83,10 +100,22 @@ class StdioSession:
         self._capabilities = _dump(options.capabilities)
         self._server_info = _dump(server.server_info)
         self._instructions = options.instructions
-        # The tool list never changes in a process: serialised once, as the HTTP app serves it.
-        self._tools_json = json.dumps(
-            _dump(dispatcher.list_result), ensure_ascii=False, separators=(",", ":")
-        )
+        # The tool list never changes in a process: serialised once per era, as the HTTP app
+        # serves it (2026-07-28 results also carry the server's identity, `_stamp`).
+        tools = _dump(dispatcher.list_result)
+        self._tools_json = _compact(tools)
+        self._stamp = {types.SERVER_INFO_META_KEY: server.server_info_stamp}
+        self._modern_tools_json = _compact({**tools, "_meta": self._stamp})
+        self._discover = {
+            "supportedVersions": list(MODERN_PROTOCOL_VERSIONS),
+            "capabilities": _dump(server.get_capabilities(protocol_version=LATEST_MODERN_VERSION)),
+            **({"instructions": self._instructions} if self._instructions else {}),
+            # The cache hints the HTTP runtime's discover carries: stale at once, this client only.
+            "ttlMs": 0,
+            "cacheScope": "private",
+            "resultType": "complete",
+            "_meta": self._stamp,
+        }
 
     @property
     def calls_in_flight(self) -> int:
@@ -168,7 +197,10 @@ class StdioSession:
         if params is not None and not isinstance(params, dict):
             await self._send_error(request_id, INVALID_PARAMS, "params must be an object")
             return
-        await self._request(request_id, method, params or {})
+        if method != "initialize" and _has_modern_envelope(params):
+            await self._modern_request(request_id, method, params or {})
+        else:
+            await self._request(request_id, method, params or {})
 
     async def _request(self, request_id: RequestId, method: str, params: dict[str, Any]) -> None:
         if method == "tools/call":
@@ -183,6 +215,28 @@ class StdioSession:
             await self._initialize(request_id, params)
         else:
             await self._send_error(request_id, METHOD_NOT_FOUND, f"method not found: {method}")
+
+    async def _modern_request(self, request_id: RequestId, method: str, params: dict[str, Any]) -> None:
+        """A 2026-07-28 request: its envelope checked, then answered (module docstring)."""
+        route = classify_inbound_request({"method": method, "params": params})
+        if isinstance(route, InboundLadderRejection):
+            data = route.data
+            if route.code == types.UNSUPPORTED_PROTOCOL_VERSION and isinstance(data, dict):
+                # Every revision served, both eras, newest first (as the Edge names them): a
+                # client without 2026-07-28 learns that initialize is there for it.
+                data = {**data, "supported": list(SUPPORTED_VERSIONS)}
+            await self._send_error(request_id, route.code, route.message, data)
+        elif method == "tools/call":
+            await self._start_call(request_id, params, modern=True)
+        elif method == "tools/list":
+            await self._send_raw(
+                f'{{"jsonrpc":"2.0","id":{json.dumps(request_id)},"result":{self._modern_tools_json}}}'
+            )
+        elif method == "server/discover":
+            await self._send_result(request_id, self._discover)
+        else:
+            message = f"method not found at {route.protocol_version}: {method}"
+            await self._send_error(request_id, METHOD_NOT_FOUND, message)
 
     async def _initialize(self, request_id: RequestId, params: dict[str, Any]) -> None:
         try:
@@ -207,7 +261,7 @@ class StdioSession:
                 task.cancel()
         # notifications/initialized and anything else need nothing from us.
 
-    async def _start_call(self, request_id: RequestId, params: dict[str, Any]) -> None:
+    async def _start_call(self, request_id: RequestId, params: dict[str, Any], modern: bool = False) -> None:
         name, arguments = params.get("name"), params.get("arguments")
         if not isinstance(name, str) or not (arguments is None or isinstance(arguments, dict)):
             message = "tools/call needs a string name and an object of arguments"
@@ -219,7 +273,7 @@ class StdioSession:
             return
         meta = params.get("_meta")
         task = asyncio.create_task(
-            self._call(request_id, name, arguments, meta if isinstance(meta, dict) else None)
+            self._call(request_id, name, arguments, meta if isinstance(meta, dict) else None, modern)
         )
         self._calls[request_id] = task
         task.add_done_callback(lambda _: self._calls.pop(request_id, None))
@@ -230,18 +284,27 @@ class StdioSession:
         name: str,
         arguments: Mapping[str, Any] | None,
         meta: dict[str, Any] | None = None,
+        modern: bool = False,
     ) -> None:
         try:
             result = await self._dispatcher.call(name, arguments, session=None, meta=meta)
         except asyncio.CancelledError:
             return  # cancelled by the client (not answered) or at shutdown
-        await self._send_result(request_id, _dump(result))
+        answer = _dump(result)
+        if modern:
+            answer["_meta"] = {**answer.get("_meta", {}), **self._stamp}
+        await self._send_result(request_id, answer)
 
     async def _send_result(self, request_id: RequestId, result: dict[str, Any]) -> None:
         await self._send({"jsonrpc": "2.0", "id": request_id, "result": result})
 
-    async def _send_error(self, request_id: RequestId | None, code: int, message: str) -> None:
-        await self._send({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}})
+    async def _send_error(
+        self, request_id: RequestId | None, code: int, message: str, data: Any = None
+    ) -> None:
+        error: dict[str, Any] = {"code": code, "message": message}
+        if data is not None:
+            error["data"] = data
+        await self._send({"jsonrpc": "2.0", "id": request_id, "error": error})
 
     async def _send(self, message: dict[str, Any]) -> None:
         await self._send_raw(dumps(message, ensure_ascii=False, separators=(",", ":")))
@@ -254,6 +317,18 @@ class StdioSession:
             except (BrokenPipeError, ConnectionResetError):
                 # The client is gone; stdin's end of file follows and ends the session.
                 log.debug("client closed the wire before an answer could be written")
+
+
+def _has_modern_envelope(params: Any) -> bool:
+    """Whether a request is of the 2026-07-28 era: its `_meta` carries the reserved protocol
+    version key, which no handshake-era request has (a bare `_meta` is not enough: those carry
+    `progressToken` there). The key alone decides, so a half-built envelope is refused -32602."""
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return isinstance(meta, dict) and types.PROTOCOL_VERSION_META_KEY in meta
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def _valid_id(value: Any) -> bool:
