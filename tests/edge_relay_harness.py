@@ -237,9 +237,14 @@ class PairedLink:
         return cli_json("link", "status", *self.where)
 
 
+def device_headers(device: dict[str, Any]) -> dict[str, str]:
+    """The paired device's own credential, as the link sends it (/link/connect, /status)."""
+    return {"Authorization": f"Device {device['device_id']}.{device['device_secret']}"}
+
+
 def edge_status(edge: Edge, device_id: str) -> dict[str, Any]:
-    """/status/<device> on the Edge (what herdr_devices shows, without a token)."""
-    answer = edge.get(f"/status/{device_id}")
+    """/status/<device> on the Edge (what herdr_devices shows), read with the owner's ADMIN_SECRET."""
+    answer = edge.get(f"/status/{device_id}", headers=edge.admin_headers())
     assert answer.status_code == 200, answer.text
     status: dict[str, Any] = answer.json()
     return status

@@ -16,15 +16,19 @@ import httpx2
 from tests.edge_harness import WRANGLER, ensure_edge_packages, running_edge, wrangler_env
 
 EDGE_DIR = Path(__file__).resolve().parent.parent / "edge"
-TEST_ROUTES = ("/__test/control", "/__test/clock", "/__test/kv", "/__test/legacy-grant")
+TEST_ROUTES = ("/__test/control", "/__test/clock", "/__test/kv", "/__test/legacy-grant", "/__test/outbound")
+#: Variables only the test harness sets (through running_edge's extra_vars): the test routes, and
+#: the loopback origins of the tests' client metadata document servers (src/outbound.ts).
+TEST_VARIABLES = ("EDGE_TEST_ROUTES", "EDGE_TEST_CIMD_ORIGINS")
 
 
 def test_the_deployed_configuration_never_enables_the_test_routes() -> None:
-    for name in ("wrangler.jsonc", "package.json"):
-        assert "EDGE_TEST_ROUTES" not in (EDGE_DIR / name).read_text(), name
     workflow = Path(__file__).resolve().parent.parent / ".github" / "workflows" / "edge.yml"
     deploy = workflow.read_text().split("wrangler deploy", 1)[1]
-    assert "EDGE_TEST_ROUTES" not in deploy
+    for variable in TEST_VARIABLES:
+        for name in ("wrangler.jsonc", "package.json"):
+            assert variable not in (EDGE_DIR / name).read_text(), (variable, name)
+        assert variable not in deploy, variable
 
 
 def test_without_the_variable_every_test_route_is_a_404_that_changes_nothing(tmp_path: Path) -> None:

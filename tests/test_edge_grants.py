@@ -302,3 +302,59 @@ def test_the_code_of_a_grant_revoked_before_the_exchange_is_refused_even_if_kv_s
     answer = exchange_code(edge, approved)
     assert answer.status_code == 400
     assert answer.json()["error"] == "invalid_grant"
+
+
+def test_a_grant_revoked_for_a_replayed_code_leaves_the_list_even_while_kv_lags(
+    edge: Edge, device: dict[str, Any]
+) -> None:
+    """A code presented a second time revokes its grant (OAuth 2.1 section 4.1.3; the library does
+    it in its KV): the registry revokes it everywhere, so grant.list stops showing it at once,
+    also while a lagging KV read still shows the library's grant."""
+    approved = approve(edge, device)
+    first = exchange_code(edge, approved)
+    assert first.status_code == 200, first.text
+    access = first.json()["access_token"]
+    assert approved.grant_id in grants(edge, device)
+    saved = kv_entries(edge, grant_key(device, approved.grant_id))
+    replayed = exchange_code(edge, approved)
+    assert replayed.status_code == 400, replayed.text
+    assert replayed.json()["error"] == "invalid_grant"
+    assert "already used" in replayed.json()["error_description"]
+    for key, value in saved.items():
+        kv(edge, "put", key, value)
+    assert approved.grant_id not in grants(edge, device)
+    assert mcp_status(edge, access) == 401
+
+
+def test_a_grant_whose_refresh_token_the_client_revoked_leaves_the_list(
+    edge: Edge, device: dict[str, Any]
+) -> None:
+    """RFC 7009 revocation of a refresh token (the library serves it at /token) revokes the grant
+    in the library's KV; the registry follows, so grant.list stops showing it."""
+    approved = approve(edge, device)
+    issued = exchange_code(edge, approved).json()
+    assert approved.grant_id in grants(edge, device)
+    answer = edge.post(
+        "/token",
+        data={
+            "token": issued["refresh_token"],
+            "token_type_hint": "refresh_token",
+            "client_id": approved.client_id,
+        },
+    )
+    assert answer.status_code == 200, answer.text
+    assert approved.grant_id not in grants(edge, device)
+    assert mcp_status(edge, issued["access_token"]) == 401
+
+
+def test_a_failed_code_exchange_leaves_the_code_usable_once(edge: Edge, device: dict[str, Any]) -> None:
+    """The registry claims a code before the library runs; a refused exchange (a wrong PKCE
+    verifier) releases it, so the right one still works, and only once."""
+    approved = approve(edge, device)
+    right = approved.verifier
+    approved.verifier = pkce_pair()[0]
+    wrong = exchange_code(edge, approved)
+    assert wrong.status_code == 400 and wrong.json()["error"] == "invalid_grant", wrong.text
+    approved.verifier = right
+    assert exchange_code(edge, approved).status_code == 200
+    assert approved.grant_id in grants(edge, device)

@@ -41,7 +41,14 @@ def client_document(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Client
 
 @pytest.fixture(scope="module")
 def edge(tmp_path_factory: pytest.TempPathFactory, client_document: ClientDocument) -> Iterator[Edge]:
-    with running_edge(tmp_path_factory.mktemp("edge-oauth"), trust_ca=client_document.ca_file) as running:
+    # The Edge fetches no loopback document unless the test configuration names its origin
+    # (src/outbound.ts; tests/test_edge_doors.py refuses the rest).
+    origin = client_document.client_id.rsplit("/", 1)[0]
+    with running_edge(
+        tmp_path_factory.mktemp("edge-oauth"),
+        extra_vars={"EDGE_TEST_CIMD_ORIGINS": origin},
+        trust_ca=client_document.ca_file,
+    ) as running:
         yield running
 
 
@@ -444,11 +451,15 @@ def test_client_id_metadata_documents_are_enabled(edge: Edge) -> None:
     assert metadata["client_id_metadata_document_supported"] is True
 
 
-def test_a_client_id_document_that_cannot_be_fetched_is_refused(edge: Edge, device: dict[str, Any]) -> None:
+def test_a_client_id_document_that_cannot_be_fetched_is_refused(
+    edge: Edge, device: dict[str, Any], client_document: ClientDocument
+) -> None:
     before = pending_ids(edge, device)
-    # An https client_id is a metadata document URL; this one points at a closed loopback port
-    # (the Worker's fetches are strictly public anyway), so it cannot be fetched.
-    answer = edge.get(authorize_url(edge, "https://127.0.0.1:9/client.json", pkce_pair()[1]))
+    # An https client_id is a metadata document URL; this one is on the allowed document server,
+    # which answers 404 for it. (A host the Edge does not fetch at all is refused before any
+    # fetch with invalid_client_metadata_url: tests/test_edge_doors.py.)
+    missing = client_document.client_id.rsplit("/", 1)[0] + "/missing.json"
+    answer = edge.get(authorize_url(edge, missing, pkce_pair()[1]))
     assert answer.status_code == 400
     assert "location" not in answer.headers
     assert answer.headers["x-error-code"] == "invalid_client"

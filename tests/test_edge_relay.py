@@ -24,6 +24,7 @@ from tests.edge_relay_harness import (
     Connector,
     ScriptedLink,
     connect_connector,
+    device_headers,
     open_link,
     runtime_identity,
 )
@@ -346,12 +347,12 @@ def test_herdr_devices_and_status_show_online_state_and_identity_without_secrets
     assert mine["runtime"] == runtime_identity(generation="gen-c") and mine["contract_compatible"] is True
     assert mine["last_heartbeat_at"] is not None
     assert (theirs["online"], theirs["current"], theirs["runtime"]) == (False, False, None)
-    status = edge.get(f"/status/{device['device_id']}")
+    status = edge.get(f"/status/{device['device_id']}", headers=device_headers(device))
     assert status.status_code == 200 and status.json()["online"] is True
     assert status.json()["runtime"]["generation"] == "gen-c"
     for secret in (device["device_secret"], other["device_secret"], connector.token):
         assert secret not in status.text and secret not in json.dumps(result)
-    missing = edge.get("/status/dev_unknown")
+    missing = edge.get("/status/dev_unknown", headers=edge.admin_headers())
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "device_not_found"
     assert _error(connector.call("herdr_devices", {"x": 1}))["code"] == "invalid_argument"
 
@@ -363,7 +364,7 @@ def test_a_heartbeat_handled_while_a_control_request_runs_keeps_its_runtime(
     link.send({"type": "heartbeat", "seq": 1, "runtime": runtime_identity(generation="gen-during-control")})
     seen = {link.recv()["type"], link.recv()["type"]}
     assert seen == {"control_result", "heartbeat"}
-    status = edge.get(f"/status/{device['device_id']}").json()
+    status = edge.get(f"/status/{device['device_id']}", headers=device_headers(device)).json()
     assert status["runtime"]["generation"] == "gen-during-control"
 
 

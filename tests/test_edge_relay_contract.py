@@ -28,6 +28,7 @@ from tests.edge_relay_harness import (
     Connector,
     ScriptedLink,
     connect_connector,
+    device_headers,
     open_link,
     runtime_identity,
 )
@@ -207,7 +208,7 @@ def test_herdr_devices_shows_each_announced_identity_and_whether_it_is_compatibl
         assert mine["contract_compatible"] is True
     finally:
         link.close()
-    status = edge.get(f"/status/{device['device_id']}").json()
+    status = edge.get(f"/status/{device['device_id']}", headers=device_headers(device)).json()
     assert (status["online"], status["contract_compatible"]) == (False, True)
 
 

@@ -14,7 +14,14 @@ from typing import Any
 import pytest
 
 from tests.edge_harness import Edge, running_edge
-from tests.edge_relay_harness import WAIT_S, Connector, connect_connector, open_link, runtime_identity
+from tests.edge_relay_harness import (
+    WAIT_S,
+    Connector,
+    connect_connector,
+    device_headers,
+    open_link,
+    runtime_identity,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -50,7 +57,7 @@ def test_a_silent_link_hears_heartbeats_and_is_closed_1001_at_the_silence_limit(
     assert first["type"] == "heartbeat" and first["seq"] == 1
     assert link.close_code() == 1001
     assert time.monotonic() - opened >= SILENCE_LIMIT_S / 2  # not at once: after heartbeats went unanswered
-    status = edge.get(f"/status/{device['device_id']}").json()
+    status = edge.get(f"/status/{device['device_id']}", headers=device_headers(device)).json()
     assert status["online"] is False and status["disconnected_at"] is not None
 
 

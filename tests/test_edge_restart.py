@@ -45,7 +45,7 @@ def _cli(*argv: str) -> dict[str, Any]:
 
 
 def _online(edge: Edge, device_id: str) -> bool:
-    answer = edge.get(f"/status/{device_id}")
+    answer = edge.get(f"/status/{device_id}", headers=edge.admin_headers())
     return answer.status_code == 200 and answer.json()["online"] is True
 
 

@@ -32,6 +32,7 @@ import {
   sha256Hex,
 } from "./http.js";
 import { type GrantProps, grantHelpers, oauthHelpers, originOf, revokeGrantEverywhere } from "./oauth.js";
+import { METADATA_URL_REFUSED, outboundRefusal, REFUSED_FETCH_PREFIX } from "./outbound.js";
 import { CONSENT_TTL_S, type ConsentRecord, GRANT_CODE_TTL_S, type GrantRecord, registry } from "./registry.js";
 
 export type ControlResult =
@@ -45,6 +46,13 @@ const STATUS_BODY_MAX_BYTES = 4096;
 
 /** `GET /authorize`: validate the request, store the pending consent, show the page. */
 export async function authorize(request: Request, env: Env): Promise<Response> {
+  // A client_id with a scheme claims to be a client metadata document URL: one the Edge would not
+  // fetch is refused here, before the library fetches anything (src/outbound.ts).
+  const claimedUrl = new URL(request.url).searchParams.get("client_id");
+  if (claimedUrl !== null && claimedUrl.includes(":")) {
+    const refusal = outboundRefusal(claimedUrl);
+    if (refusal !== null) return refusedDocumentPage(refusal);
+  }
   const helpers = oauthHelpers(originOf(request), env);
   let authRequest: AuthRequest;
   let described: ConsentDescription;
@@ -58,6 +66,8 @@ export async function authorize(request: Request, env: Env): Promise<Response> {
       return errorPage(400, error.code, error.description);
     }
     if (error instanceof CimdFetchError) {
+      // A redirect to a host the Edge does not fetch was refused before it was followed.
+      if (error.detail.startsWith(REFUSED_FETCH_PREFIX)) return refusedDocumentPage(error.detail.slice(REFUSED_FETCH_PREFIX.length));
       return errorPage(400, "invalid_client", "the client's metadata document (its https client_id) could not be fetched");
     }
     return errorPage(400, "invalid_request", error instanceof Error ? error.message : "invalid authorization request");
@@ -200,6 +210,9 @@ async function consentDecide(
     } catch (error) {
       // A client ID metadata document is fetched again here; the client may have gone meanwhile.
       if (error instanceof CimdFetchError) {
+        if (error.detail.startsWith(REFUSED_FETCH_PREFIX)) {
+          return failure(METADATA_URL_REFUSED, `the client's metadata document URL is not fetched: ${error.detail.slice(REFUSED_FETCH_PREFIX.length)}`);
+        }
         return failure("client_unavailable", "the client's metadata document could not be fetched: connect it again");
       }
       throw error;
@@ -317,6 +330,14 @@ function grantRecordOf(grant: GrantSummary): GrantRecord {
     expires_at: grant.expiresAt ?? grant.createdAt + GRANT_CODE_TTL_S,
     source: "kv",
   };
+}
+
+function refusedDocumentPage(reason: string): Response {
+  return errorPage(
+    400,
+    METADATA_URL_REFUSED,
+    `the client_id names a client metadata document the Edge does not fetch: ${reason}. Nothing was fetched.`,
+  );
 }
 
 function errorPage(status: number, code: string, message: string): Response {

@@ -21,4 +21,8 @@ export interface Env {
   PAIRING_WRONG_CODES_WINDOW_S?: string;
   /** Test configuration only: "1" enables the /__test/ routes (never set in wrangler.jsonc). */
   EDGE_TEST_ROUTES?: string;
+  /** Test configuration only, honoured with EDGE_TEST_ROUTES=1: comma-separated origins of the
+   * tests' loopback client metadata document servers, fetched although loopback (src/outbound.ts;
+   * never set in wrangler.jsonc). */
+  EDGE_TEST_CIMD_ORIGINS?: string;
 }

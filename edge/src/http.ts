@@ -75,6 +75,16 @@ export function escapeHtml(text: string): string {
   return text.replace(/[&<>"']/g, (char) => `&#${char.charCodeAt(0)};`);
 }
 
+/** A percent-encoded path segment decoded, or null when its escapes are not valid UTF-8
+ * (decodeURIComponent throws on `%E0%A4%A`). */
+export function decodePathSegment(segment: string): string | null {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return null;
+  }
+}
+
 /** SHA-256 of `text` (UTF-8), hex. */
 export async function sha256Hex(text: string): Promise<string> {
   const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text));

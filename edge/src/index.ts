@@ -12,17 +12,31 @@ import { originOf, providerFor, tokenEndpoint } from "./oauth.js";
 import { connectLink, isAdmin, redeemPairing, startPairing } from "./pairing.js";
 import { limitedRoute, rateLimited } from "./rate_limit.js";
 import { registry } from "./registry.js";
+import { installOutboundGuard, outboundRefusal } from "./outbound.js";
 import { statusResponse } from "./relay/index.js";
 
 export { DeviceRelay } from "./relay/index.js";
 export { EdgeRegistry } from "./registry.js";
 
+// Every outbound fetch of this isolate (the library's client metadata documents) goes through
+// the host check (src/outbound.ts).
+installOutboundGuard();
+
 /** The Edge's own version, shown by /health. */
 const EDGE_VERSION = "0.1.0";
 
+/** The request's path, or null when its URL does not parse. */
+function requestPath(request: Request): string | null {
+  try {
+    return new URL(request.url).pathname;
+  } catch {
+    return null;
+  }
+}
+
 const routes: ExportedHandler<Env> = {
   async fetch(request, env): Promise<Response> {
-    const { pathname } = new URL(request.url);
+    const pathname = requestPath(request) ?? "";
     const method = request.method;
     if (pathname === "/health" && method === "GET") return jsonResponse({ status: "ok", edge_version: EDGE_VERSION });
     if (pathname === "/authorize" && method === "GET") return authorize(request, env);
@@ -36,7 +50,7 @@ const routes: ExportedHandler<Env> = {
     if (pathname === "/pair" && method === "GET") return startPairing(request, env);
     if (pathname === "/link/pair" && method === "POST") return redeemPairing(request, env);
     if (pathname === "/link/connect" && method === "GET") return connectLink(request, env);
-    if (pathname.startsWith("/status/") && method === "GET") return statusResponse(env, decodeURIComponent(pathname.slice("/status/".length)));
+    if (pathname.startsWith("/status/") && method === "GET") return statusResponse(request, env, pathname.slice("/status/".length));
     if (pathname.startsWith("/__test/") && env.EDGE_TEST_ROUTES === "1") return testRoute(request, env, pathname);
     return errorResponse(404, "not_found", `no route ${method} ${pathname}`);
   },
@@ -61,7 +75,9 @@ function missingSecrets(env: Env): string[] {
  *   library's KV directly (list: the keys under the prefix `key`): what a lagging KV read or list
  *   would show (a new key missing, a deleted one still there);
  * - `POST /__test/legacy-grant` `{grant_id}` turns a grant into one made before the registry
- *   recorded grants (only the library's KV has it).
+ *   recorded grants (only the library's KV has it);
+ * - `POST /__test/outbound` `{url}` answers how workerd's URL parser reads `url` (its hostname)
+ *   and why the outbound check refuses it (null: it would be fetched); nothing is fetched.
  */
 async function testRoute(request: Request, env: Env, pathname: string): Promise<Response> {
   if (request.method !== "POST" || !(await isAdmin(request, env))) {
@@ -93,6 +109,16 @@ async function testRoute(request: Request, env: Env, pathname: string): Promise<
     if (body["op"] === "delete") await env.OAUTH_KV.delete(key);
     return jsonResponse({ key, value: await env.OAUTH_KV.get(key) });
   }
+  if (pathname === "/__test/outbound") {
+    const url = String(body["url"]);
+    let hostname: string | null = null;
+    try {
+      hostname = new URL(url).hostname;
+    } catch {
+      hostname = null;
+    }
+    return jsonResponse({ url, hostname, refusal: outboundRefusal(url) });
+  }
   if (pathname === "/__test/legacy-grant") {
     await registry(env).forgetGrantRecordAsLegacy(String(body["grant_id"]));
     return jsonResponse({ grant_id: body["grant_id"] });
@@ -102,11 +128,21 @@ async function testRoute(request: Request, env: Env, pathname: string): Promise<
 
 export default {
   async fetch(request: Request, env: Env, ctx: ExecutionContext): Promise<Response> {
-    const { pathname } = new URL(request.url);
+    // The URL comes from the Host header and the request line: one no URL parser takes is a 400
+    // here, not an exception in every route below (locally, miniflare's own entry refuses most
+    // such hosts before the Worker runs; edge/README.md, "Decisions").
+    const pathname = requestPath(request);
+    if (pathname === null) return errorResponse(400, "invalid_request_url", "the request's Host header and path do not form a URL");
     const route = limitedRoute(request.method, pathname);
     const refused = route === null ? null : await rateLimited(request, env, route);
     if (refused !== null) return refused;
-    const provider = providerFor(originOf(request), routes);
+    let provider: ReturnType<typeof providerFor>;
+    try {
+      provider = providerFor(originOf(request), routes);
+    } catch {
+      // The library takes only an https origin (http on a loopback host) as its resource.
+      return errorResponse(400, "invalid_origin", "the Edge answers at an https origin (http only on loopback): check the Host header");
+    }
     if (pathname === "/token") return tokenEndpoint(request, env, ctx, provider);
     return provider.fetch(request, env, ctx);
   },

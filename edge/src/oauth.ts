@@ -56,7 +56,8 @@ export function oauthOptions(origin: string, defaultHandler: ExportedHandler<Env
     tokenEndpoint: `${origin}/token`,
     clientRegistrationEndpoint: `${origin}/register`,
     resourceMetadata: { resource: `${origin}/mcp`, resource_name: "herdr-mcp" },
-    // An https client_id names the client's metadata document, fetched by the library (needs the
+    // An https client_id names the client's metadata document, fetched by the library through
+    // the host check of src/outbound.ts (the library also insists on the
     // global_fetch_strictly_public flag, wrangler.jsonc); registration stays open for the rest.
     clientIdMetadataDocumentEnabled: true,
     accessTokenTTL: ACCESS_TOKEN_TTL_S,
@@ -139,6 +140,13 @@ export function grantOf(token: string): { userId: string; grantId: string } | nu
  *    revoked again once the library has written its new tokens, and answered invalid_grant: the
  *    mark comes first in revokeGrantEverywhere, so in every interleaving either the revoke's KV
  *    deletes come after the refresh's writes or this second revoke does.
+ * Authorization codes work once too. The library revokes the grant when a used code comes again,
+ * but only in its KV; here the registry claims each code before the library runs, so a second
+ * presentation (after the first exchange, or in parallel with it) revokes the grant everywhere
+ * (grant.list stops showing it at once) and answers invalid_grant. A failed exchange releases the
+ * claim; should the library have revoked the grant anyway (a code used before the registry
+ * claimed codes) or a revocation request (RFC 7009) have revoked it, the grant goes everywhere
+ * once the library's KV no longer has it.
  */
 export async function tokenEndpoint(
   request: Request,
@@ -151,6 +159,19 @@ export async function tokenEndpoint(
   const code = form?.get("grant_type") === "authorization_code" ? form.get("code") : null;
   const codeGrant = typeof code === "string" ? grantOf(code) : null;
   if (codeGrant !== null && (await registry(env).grantRevoked(codeGrant.grantId))) return revokedGrantAnswer();
+  const codeHash = typeof code === "string" && codeGrant !== null ? await sha256Hex(code) : null;
+  let codeClaimed = false;
+  if (codeGrant !== null && codeHash !== null) {
+    const claim = await registry(env).claimAuthorizationCode(codeGrant.grantId, codeHash);
+    if (claim === "replayed") {
+      await revokeGrantEverywhere(env, codeGrant.userId, codeGrant.grantId);
+      return Response.json(
+        { error: "invalid_grant", error_description: "authorization code already used: the grant is revoked, authorize again" },
+        { status: 400, headers: { "Cache-Control": "no-store" } },
+      );
+    }
+    codeClaimed = claim === "claimed";
+  }
   let consumed: { grantId: string; tokenHash: string } | null = null;
   if (typeof presented === "string") {
     const grant = grantOf(presented);
@@ -169,6 +190,17 @@ export async function tokenEndpoint(
     }
   }
   const response = await provider.fetch(request, env, ctx);
+  if (codeGrant !== null && codeHash !== null) {
+    if (response.ok) {
+      await registry(env).recordAuthorizationCode(codeGrant.grantId, codeHash);
+    } else {
+      if (codeClaimed) await registry(env).releaseAuthorizationCode(codeGrant.grantId, codeHash);
+      await forgetIfLibraryRevoked(env, codeGrant);
+    }
+  }
+  const revoked = form !== null && !form.get("grant_type") ? form.get("token") : null;
+  const revokedGrant = typeof revoked === "string" ? grantOf(revoked) : null;
+  if (response.ok && revokedGrant !== null) await forgetIfLibraryRevoked(env, revokedGrant);
   if (!response.ok && consumed !== null) {
     await registry(env).restoreRefreshToken(consumed.grantId, consumed.tokenHash);
   }
@@ -186,6 +218,14 @@ export async function tokenEndpoint(
     }
   }
   return response;
+}
+
+/** A recorded grant the library revoked on its own (its KV record is gone) is revoked everywhere,
+ * so grant.list and the relay agree with the library. */
+async function forgetIfLibraryRevoked(env: Env, grant: { userId: string; grantId: string }): Promise<void> {
+  if ((await registry(env).grantRecord(grant.userId, grant.grantId)) === null) return;
+  if ((await env.OAUTH_KV.get(`grant:${grant.userId}:${grant.grantId}`)) !== null) return;
+  await revokeGrantEverywhere(env, grant.userId, grant.grantId);
 }
 
 function revokedGrantAnswer(): Response {

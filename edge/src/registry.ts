@@ -86,6 +86,7 @@ const REFRESH_PREFIX = "refresh:";
 const GRANT_USE_PREFIX = "grant-use:";
 const GRANT_RECORD_PREFIX = "grant-record:";
 const GRANT_REVOKED_PREFIX = "grant-revoked:";
+const GRANT_CODE_PREFIX = "grant-code:";
 const LEGACY_DONE_PREFIX = "grant-legacy-done:";
 const GRANTS_SINCE_KEY = "grants_recorded_since";
 /** An approved grant lives 10 minutes until its code is exchanged (the library's code TTL). */
@@ -205,8 +206,39 @@ export class EdgeRegistry extends DurableObject<Env> {
    * id is remembered for a day so a KV list still showing it (lag) cannot bring it back.
    */
   async forgetGrant(grantId: string): Promise<void> {
-    await this.ctx.storage.delete([GRANT_RECORD_PREFIX + grantId, REFRESH_PREFIX + grantId, GRANT_USE_PREFIX + grantId]);
+    await this.ctx.storage.delete([
+      GRANT_RECORD_PREFIX + grantId,
+      REFRESH_PREFIX + grantId,
+      GRANT_USE_PREFIX + grantId,
+      GRANT_CODE_PREFIX + grantId,
+    ]);
     await this.ctx.storage.put(GRANT_REVOKED_PREFIX + grantId, await this.now());
+  }
+
+  /**
+   * The authorization code `codeHash` (SHA-256, hex) of `grantId` is presented: "claimed" the
+   * first time; "replayed" once it was claimed or exchanged (calls run one at a time, so of two
+   * parallel presentations the second is the replay); "other" when another code holds the claim
+   * (a made-up one: the library refuses whichever is not the grant's).
+   */
+  async claimAuthorizationCode(grantId: string, codeHash: string): Promise<"claimed" | "replayed" | "other"> {
+    const held = await this.ctx.storage.get<string>(GRANT_CODE_PREFIX + grantId);
+    if (held === codeHash) return "replayed";
+    if (held !== undefined) return "other";
+    await this.ctx.storage.put(GRANT_CODE_PREFIX + grantId, codeHash);
+    return "claimed";
+  }
+
+  /** The library refused the exchange of a claimed code: it may be presented again. */
+  async releaseAuthorizationCode(grantId: string, codeHash: string): Promise<void> {
+    if ((await this.ctx.storage.get<string>(GRANT_CODE_PREFIX + grantId)) === codeHash) {
+      await this.ctx.storage.delete(GRANT_CODE_PREFIX + grantId);
+    }
+  }
+
+  /** The library exchanged `codeHash` for tokens: any later presentation of it is a replay. */
+  async recordAuthorizationCode(grantId: string, codeHash: string): Promise<void> {
+    await this.ctx.storage.put(GRANT_CODE_PREFIX + grantId, codeHash);
   }
 
   /** Whether `grantId` was revoked in the last day. */
@@ -227,7 +259,9 @@ export class EdgeRegistry extends DurableObject<Env> {
     const records = await this.ctx.storage.list<GrantRecord>({ prefix: GRANT_RECORD_PREFIX });
     const revoked = await this.ctx.storage.list<number>({ prefix: GRANT_REVOKED_PREFIX });
     const gone = [
-      ...[...records.entries()].filter(([, record]) => now >= record.expires_at).map(([key]) => key),
+      ...[...records.entries()]
+        .filter(([, record]) => now >= record.expires_at)
+        .flatMap(([key, record]) => [key, GRANT_CODE_PREFIX + record.grant_id]),
       ...[...revoked.entries()].filter(([, at]) => now >= at + GRANT_REVOKED_RETAIN_S).map(([key]) => key),
     ];
     if (gone.length > 0) await this.ctx.storage.delete(gone);
