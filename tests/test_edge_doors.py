@@ -87,11 +87,13 @@ def recorder() -> Iterator[Recorder]:
 @dataclass
 class DocumentSite:
     """An https server on loopback (its CA the only one the Edge trusts) with client metadata
-    documents: /client.json, /self.json (redirects to a document on the same origin) and
-    /private.json (redirects to the recorder)."""
+    documents: /client.json, /self.json (redirects to a document on the same origin),
+    /private.json (redirects to the recorder) and /switch.json (a document until `turned` is set,
+    then a redirect to the recorder)."""
 
     origin: str
     ca_file: Path
+    turned: threading.Event
 
 
 @contextlib.contextmanager
@@ -102,6 +104,7 @@ def document_site(directory: Path, recorder_port: int) -> Iterator[DocumentSite]
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ca.issue_cert("127.0.0.1").configure_cert(context)
     origin: list[str] = []
+    turned = threading.Event()
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -109,7 +112,13 @@ def document_site(directory: Path, recorder_port: int) -> Iterator[DocumentSite]
                 "/self.json": "/self-target.json",
                 "/private.json": f"https://127.0.0.1:{recorder_port}/client.json",
             }
-            documents = {"/client.json": "/client.json", "/self-target.json": "/self.json"}
+            documents = {
+                "/client.json": "/client.json",
+                "/self-target.json": "/self.json",
+                "/switch.json": "/switch.json",
+            }
+            if turned.is_set():
+                redirects["/switch.json"] = redirects["/private.json"]
             if self.path in redirects:
                 self.send_response(302)
                 self.send_header("Location", redirects[self.path])
@@ -144,7 +153,7 @@ def document_site(directory: Path, recorder_port: int) -> Iterator[DocumentSite]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield DocumentSite(origin[0], ca_file)
+        yield DocumentSite(origin[0], ca_file, turned)
     finally:
         server.shutdown()
         server.server_close()
@@ -271,6 +280,39 @@ def test_a_document_on_an_allowed_origin_is_fetched_and_a_redirect_to_a_private_
     assert (status, code) == (400, REFUSED), message
     assert "a redirect led to 127.0.0.1 is loopback" in message
     assert len(hits.hits) == before
+
+
+def test_an_approval_whose_document_now_redirects_to_a_private_host_fetches_nothing(
+    edge: Edge, site: DocumentSite, hits: Recorder
+) -> None:
+    """The library fetches the document again when the owner approves: a document that now
+    redirects to loopback is refused then too, and no grant is made."""
+    device = edge.pair_device("doors-approver")
+    _verifier, challenge = pkce_pair()
+    query = {
+        "response_type": "code",
+        "client_id": f"{site.origin}/switch.json",
+        "redirect_uri": REDIRECT_URI,
+        "code_challenge": challenge,
+        "code_challenge_method": "S256",
+        "resource": f"{edge.base}/mcp",
+    }
+    page = edge.get(f"/authorize?{urlencode(query)}")
+    assert page.status_code == 200, page.text
+    boot = re.search(r"const boot = (\{.*?\});", page.text)
+    assert boot is not None
+    request_id = json.loads(boot.group(1))["request_id"]
+    before = len(hits.hits)
+    site.turned.set()
+    try:
+        outcome = edge.control(device["device_id"], "consent.approve", {"request_id": request_id})
+    finally:
+        site.turned.clear()
+    print(f"\napproval after the document turned into a redirect to loopback: {outcome}")
+    assert outcome["error"]["code"] == REFUSED, outcome
+    assert "a redirect led to 127.0.0.1 is loopback" in outcome["error"]["message"]
+    assert len(hits.hits) == before
+    assert edge.control(device["device_id"], "grant.list")["result"]["grants"] == []
 
 
 def test_the_token_endpoint_fetches_no_private_document_either(edge: Edge, hits: Recorder) -> None:
