@@ -177,8 +177,9 @@ def workstation(
         authorization = begin_authorization(edge)
         port = link.base.rsplit(":", 1)[1]
         _cli(
-            "connector", "approve", authorization.request_id, "--config-dir", str(config), "--link-port", port
-        )
+            "connector", "approve", authorization.request_id, "--code", authorization.code,
+            "--config-dir", str(config), "--link-port", port,
+        )  # fmt: skip
         yield link, finish_authorization(edge, authorization)
 
 

@@ -271,6 +271,8 @@ def approve_with_cli(edge: Edge, paired: PairedLink) -> Connector:
     """A connector whose consent the owner approved with `herdr-mcp connector approve` (a
     subprocess, through the link); the requests a client makes are made here."""
     authorization = begin_authorization(edge)
-    approved = cli_json("connector", "approve", authorization.request_id, *paired.where)
+    approved = cli_json(
+        "connector", "approve", authorization.request_id, "--code", authorization.code, *paired.where
+    )
     assert (approved["request_id"], approved["code"]) == (authorization.request_id, authorization.code)
     return finish_authorization(edge, authorization)

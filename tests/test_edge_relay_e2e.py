@@ -101,8 +101,8 @@ def _exec(command: str) -> tuple[str, dict[str, Any]]:
 
 class OwnerAtTheWorkstation:
     """The owner's part of the consent: `herdr-mcp connector list` shows the waiting request with
-    its code, `herdr-mcp connector approve <request-id>` approves it; both real processes talking
-    to the running link. Keeps what the CLI printed."""
+    its code, `herdr-mcp connector approve <request-id> --code <the page's code>` approves it; both
+    real processes talking to the running link. Keeps what the CLI printed."""
 
     def __init__(self, paired: PairedLink) -> None:
         self.paired = paired
@@ -111,7 +111,9 @@ class OwnerAtTheWorkstation:
 
     def __call__(self, consent: Consent) -> None:
         self.listed = cli_text("connector", "list", *self.paired.where)
-        self.approved = cli_text("connector", "approve", consent.request_id, *self.paired.where)
+        self.approved = cli_text(
+            "connector", "approve", consent.request_id, "--code", consent.code, *self.paired.where
+        )
 
     def grant_id(self) -> str:
         found = re.search(r"^approved: (\S+)  SDK Connector  (\S+)$", self.approved, re.MULTILINE)
@@ -178,7 +180,7 @@ def _oauth_round_as_a_connector_runs_it(world: World, oauth: SdkOAuth, owner: Ow
         owner.listed
     )
     assert f"approved: {consent.request_id}  SDK Connector  " in owner.approved, owner.approved
-    assert f"  code {consent.code}: it must be the code the consent page shows" in owner.approved
+    assert f"  code {consent.code}, as the consent page shows and you gave" in owner.approved
     return round_length
 
 

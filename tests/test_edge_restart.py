@@ -68,7 +68,7 @@ def test_the_link_reconnects_to_a_restarted_edge_and_the_next_call_works() -> No
             authorization = begin_authorization(edge)
             link_port = link.base.rsplit(":", 1)[1]
             _cli(
-                "connector", "approve", authorization.request_id,
+                "connector", "approve", authorization.request_id, "--code", authorization.code,
                 "--config-dir", str(tmp), "--link-port", link_port,
             )  # fmt: skip
             connector = finish_authorization(edge, authorization)

@@ -512,7 +512,7 @@ def cli(*argv: str) -> tuple[int, str, str]:
 def test_connector_commands_round_trip_through_the_link(tmp_path: Path) -> None:
     consent = {
         "request_id": "req-1",
-        "code": "BX-4821",
+        "code": "HX4K7C",
         "client_name": "ChatGPT",
         "redirect_uri": "https://chatgpt.com/cb",
         "created_at": "2026-12-01T05:00:00Z",
@@ -522,9 +522,11 @@ def test_connector_commands_round_trip_through_the_link(tmp_path: Path) -> None:
         where = ("--config-dir", str(world.config_dir), "--link-port", str(world.port))
         status, out, _ = cli("connector", "list", *where, "--json")
         assert (status, json.loads(out)) == (0, {"pending": [consent]})
-        status, out, _ = cli("connector", "approve", "req-1", *where)
-        assert status == 0 and "BX-4821" in out and "consent page" in out
-        status, out, err = cli("connector", "approve", "req-1", *where, "--json")
+        status, out, _ = cli("connector", "approve", "req-1", "--code", "HX4K7D", *where, "--json")
+        assert status == EXIT_REFUSED and json.loads(out)["error"]["code"] == "consent_code_mismatch"
+        status, out, _ = cli("connector", "approve", "req-1", "--code", "hx4k7c", *where)
+        assert status == 0 and "HX4K7C" in out and "consent page" in out
+        status, out, err = cli("connector", "approve", "req-1", "--code", "HX4K7C", *where, "--json")
         assert status == EXIT_USAGE and json.loads(out)["error"]["code"] == "consent_not_found"
         assert err.startswith("herdr-mcp: error: consent_not_found: ") and len(err.splitlines()) == 1
         status, out, _ = cli("connector", "grants", *where, "--json")
@@ -534,10 +536,14 @@ def test_connector_commands_round_trip_through_the_link(tmp_path: Path) -> None:
         status, out, _ = cli("connector", "grants", *where)
         assert (status, out.strip()) == (0, "no connector holds a grant")
         methods = [item.frame["method"] for item in edge.of_type("control_request")]
+        # The wrong code stopped after consent.list; the approval sent consent.approve once, and the
+        # repeat found the request gone from the list.
         assert methods == [
             "consent.list",
+            "consent.list",
+            "consent.list",
             "consent.approve",
-            "consent.approve",
+            "consent.list",
             "grant.list",
             "grant.revoke",
             "grant.list",

@@ -13,17 +13,27 @@ When `<config dir>/edge-device.json` names a paired Edge, the link also keeps it
 connection to it (`link/edge.py`). `herdr-mcp link pair|unpair|status` manage and show that;
 `herdr-mcp connector ...` (`connector_run`) carries the owner's consent and grant commands to
 the Edge through the running link's `/edge/control` (loopback, the link's bearer).
+
+`connector approve <request-id>` approves only after the owner gave the 6-character code the
+consent page shows: `--code`, or typed at the prompt on a terminal, which shows the request
+(client, where it returns to, its code) first. The Edge's `consent.approve` takes no code
+(docs/edge-protocol.md), so the code is compared here, case-insensitively and in constant time,
+with the one `consent.list` reports for that request; a wrong one is refused
+(`consent_code_mismatch`, exit 3) and `consent.approve` is never sent. Without a terminal and
+without `--code` nothing is approved (`consent_code_required`).
 """
 
 from __future__ import annotations
 
 import argparse
+import hmac
 import json
 import logging
 import sys
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx2
 
@@ -278,6 +288,26 @@ _ACTIONS = {"pair": _pair, "unpair": _unpair, "status": _status}
 
 #: Edge errors that name something the owner typed (a request or grant id).
 _USAGE_CODES = frozenset({"consent_not_found", "consent_expired", "grant_not_found", "method_not_found"})
+#: The consent page's code: its alphabet and length (edge/src/consent.ts, CODE_ALPHABET and
+#: CODE_LENGTH: no 0/O, 1/I/L, 2/Z, 5/S, 8/B).
+CONSENT_CODE_ALPHABET = "ACDEFGHJKMNPQRTUVWXY34679"
+CONSENT_CODE_LENGTH = 6
+
+
+def consent_code(value: str) -> str:
+    """`--code`: the consent page's code, in capitals (it is compared case-insensitively)."""
+    code = value.strip().upper()
+    if len(code) != CONSENT_CODE_LENGTH or not set(code) <= set(CONSENT_CODE_ALPHABET):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a consent code: the page shows {CONSENT_CODE_LENGTH} characters of "
+            f"{CONSENT_CODE_ALPHABET}"
+        )
+    return code
+
+
+def codes_match(given: str, expected: str) -> bool:
+    """Whether the code the owner gave is the request's, case-insensitively, in constant time."""
+    return hmac.compare_digest(given.strip().upper().encode(), expected.strip().upper().encode())
 
 
 def build_connector_parser() -> argparse.ArgumentParser:
@@ -288,9 +318,15 @@ def build_connector_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="action", required=True)
     listed = commands.add_parser("list", help="consent requests waiting for the owner")
     approve = commands.add_parser(
-        "approve", help="approve a consent request (compare the code with the page's)"
+        "approve", help="approve a consent request, given the code its consent page shows"
     )
     approve.add_argument("request_id", help="the request id the consent page shows")
+    approve.add_argument(
+        "--code",
+        type=consent_code,
+        default=None,
+        help="the 6-character code the consent page shows (asked for on a terminal when not given)",
+    )
     deny = commands.add_parser("deny", help="deny a consent request")
     deny.add_argument("request_id", help="the request id the consent page shows")
     grants = commands.add_parser("grants", help="the connectors granted access")
@@ -310,9 +346,10 @@ def connector_run(argv: list[str]) -> int:
     """`herdr-mcp connector ...`: one control request through the running link; raises what the
     CLI's one catch reports."""
     args = build_connector_parser().parse_args(argv)
+    if args.action == "approve":
+        return _approve(args)
     method, params = {
         "list": ("consent.list", {}),
-        "approve": ("consent.approve", {"request_id": getattr(args, "request_id", None)}),
         "deny": ("consent.deny", {"request_id": getattr(args, "request_id", None)}),
         "grants": ("grant.list", {}),
         "revoke": ("grant.revoke", {"grant_id": getattr(args, "grant_id", None)}),
@@ -323,6 +360,68 @@ def connector_run(argv: list[str]) -> int:
         return 0
     _print_control(args.action, result)
     return 0
+
+
+def _approve(args: argparse.Namespace) -> int:
+    """`connector approve`: the request as `consent.list` reports it, the owner's code compared
+    with its code, and only then `consent.approve`."""
+    layout = Layout.of(args.config_dir)
+    listed = _control(layout, args.link_port, "consent.list", {})
+    pending = listed.get("pending")
+    found = next(
+        (
+            item
+            for item in (pending if isinstance(pending, list) else [])
+            if isinstance(item, dict) and item.get("request_id") == args.request_id
+        ),
+        None,
+    )
+    if found is None:
+        raise UsageFault(
+            "consent_not_found",
+            f"no consent request {printable(args.request_id)} is waiting (already decided, expired, or "
+            "not made); `herdr-mcp connector list` shows the waiting ones",
+        )
+    expected = found.get("code")
+    if not isinstance(expected, str) or not expected:
+        raise LocalFault("link_answer_invalid", "the Edge listed the request without its code")
+    given = args.code if args.code is not None else _ask_code(found)
+    if not codes_match(given, expected):
+        raise RefusedFault(
+            "consent_code_mismatch",
+            f"{printable(given)} is not the code of request {printable(args.request_id)}; nothing was "
+            "approved. Compare the request id and the code with the consent page you opened, and run "
+            "the command again",
+        )
+    result = _control(layout, args.link_port, "consent.approve", {"request_id": args.request_id})
+    if args.json:
+        print(json.dumps(result, sort_keys=True))
+        return 0
+    _print_control("approve", result)
+    return 0
+
+
+def _ask_code(consent: dict[str, Any]) -> str:
+    """Show the request on the terminal and read the code the owner types from the page."""
+    if not sys.stdin.isatty():
+        raise UsageFault(
+            "consent_code_required",
+            "pass --code XXXXXX, the code the consent page shows (there is no terminal to ask on); "
+            "nothing was approved",
+        )
+    redirect = str(consent.get("redirect_uri") or "")
+    host = urlsplit(redirect).netloc or redirect
+    lines = [
+        f"consent request {consent.get('request_id')}",
+        f"  client:     {consent.get('client_name')}",
+        f"  returns to: {host}",
+        f"  code:       {consent.get('code')}",
+        "Approve only if the consent page you opened shows this request id and this code.",
+    ]
+    for line in lines:
+        print(printable(line), file=sys.stderr)
+    print("Type the code the page shows: ", end="", file=sys.stderr, flush=True)
+    return sys.stdin.readline().strip()
 
 
 def _control(layout: Layout, link_port: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -370,7 +469,7 @@ def _print_control(action: str, result: dict[str, Any]) -> None:
             print(row(item, "request_id", "code", "client_name", "redirect_uri", "created_at"))
     elif action == "approve":
         print(f"approved: {row(result, 'request_id', 'client_name', 'grant_id')}")
-        print(f"  code {row(result, 'code')}: it must be the code the consent page shows")
+        print(f"  code {row(result, 'code')}, as the consent page shows and you gave")
     elif action == "deny":
         print(f"denied {row(result, 'request_id')}")
     elif action == "grants":
