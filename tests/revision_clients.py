@@ -130,6 +130,22 @@ async def session_at(transport: Any, revision: str, wire: Wire) -> AsyncIterator
         yield session
 
 
+def check_list_and_call(wire: Wire, revision: str) -> None:
+    """What a client held to `revision` sent for one tools/list and one tools/call, with no
+    fallback: pinned at 2026-07-28 neither probe nor handshake, `auto` the probe and no
+    handshake, a handshake revision `initialize` offering exactly it; and no error read."""
+    methods = wire.methods()
+    if revision in MODERN_PROTOCOL_VERSIONS:
+        assert methods == ["tools/list", "tools/call"], methods
+    elif revision == "auto":
+        assert methods == ["server/discover", "tools/list", "tools/call"], methods
+    else:
+        assert methods == ["initialize", "notifications/initialized", "tools/list", "tools/call"], methods
+        assert wire.sent[0]["params"]["protocolVersion"] == revision, wire.sent[0]
+        assert wire.received[0]["result"]["protocolVersion"] == revision, wire.received[0]
+    assert wire.errors() == []
+
+
 def negotiated(revision: str) -> str:
     """The revision a session held to `revision` ends up speaking with a server of both eras."""
     return "2026-07-28" if revision == "auto" else revision

@@ -407,7 +407,8 @@ def test_mcp_initialize_ping_and_unknown_methods(connector: Connector) -> None:
 def test_the_mcp_sdk_client_lists_and_calls_through_the_edge(
     connector: Connector, link: ScriptedLink, calls: ThreadPoolExecutor, mode: str
 ) -> None:
-    """The Python SDK's own client (discovery falling back to initialize, or initialize directly)."""
+    """The Python SDK's own client (discovery answered, so 2026-07-28, or initialize directly;
+    tests/test_edge_mcp_revisions.py holds it to each revision against a real runtime)."""
 
     async def session() -> tuple[str, list[str], dict[str, Any], dict[str, Any]]:
         headers = {"Authorization": f"Bearer {connector.token}"}
@@ -433,7 +434,7 @@ def test_the_mcp_sdk_client_lists_and_calls_through_the_edge(
         {"type": "tool_result", "id": request["id"], "result": {"content": [{"type": "text", "text": "ok"}]}}
     )
     version, tools, devices, relayed = outcome.result(timeout=WAIT_S * 2)
-    assert version == "2025-11-25"
+    assert version == {"auto": "2026-07-28", "legacy": "2025-11-25"}[mode]
     assert len(tools) == 19 and "herdr_devices" in tools and "herdr_inspect" in tools
     assert devices["isError"] is False and devices["structuredContent"]["devices"]
     assert relayed["content"][0]["text"] == "ok"

@@ -29,6 +29,14 @@ interface CatalogFile {
 /** The public Edge contract: what /mcp tools/list serves, always. */
 export const EDGE_TOOLS: readonly Tool[] = (edgeEpoch8 as CatalogFile).tools;
 
+// MCP 2026-07-28 lets a tool's input schema mark parameters (`x-mcp-header`) that clients then
+// mirror into `Mcp-Param-*` headers, which a server must check against the body. /mcp checks
+// only the standard routing headers (src/relay/revisions.ts), so the catalog it serves must mark
+// none: a catalog that does fails here, at load, before a client could rely on it.
+if (EDGE_TOOLS.some((tool) => JSON.stringify(tool.inputSchema).includes('"x-mcp-header"'))) {
+  throw new Error("edge-epoch-8.json marks x-mcp-header parameters, whose Mcp-Param-* headers /mcp does not check");
+}
+
 /** The edge-local tool, as frozen in edge-epoch-8.json. */
 export const DEVICES_TOOL: Tool = findTool(edgeEpoch8 as CatalogFile, "herdr_devices");
 

@@ -6,6 +6,11 @@
  * catalog.ts), whatever the device announces; tools/call relays a runtime tool through the
  * device's Durable Object (which refuses a device on another runtime contract,
  * `contract_mismatch`), and the Edge answers herdr_devices itself.
+ *
+ * Both protocol eras are served (src/relay/revisions.ts picks one per POST): the handshake
+ * revisions 2024-11-05 to 2025-11-25 (initialize, ping, tools/list, tools/call), and 2026-07-28
+ * natively (server/discover, tools/list, tools/call; each request checked for its `_meta` envelope
+ * and routing headers, each result stamped with `resultType` and the Edge's `serverInfo`).
  */
 
 import type { Env } from "../env.js";
@@ -13,18 +18,28 @@ import { type GrantProps, grantOf, revokedTokenResponse } from "../oauth.js";
 import { registry } from "../registry.js";
 import { DEVICES_TOOL, EDGE_TOOLS, RUNTIME_TOOL_NAMES } from "./catalog.js";
 import type { CallOutcome, DeviceRelay, DeviceStatus, RelayError } from "./device_relay.js";
+import {
+  checkModernRequest,
+  eraOf,
+  HANDSHAKE_VERSIONS,
+  INVALID_PARAMS,
+  INVALID_REQUEST,
+  isObject,
+  META_SERVER_INFO,
+  METHOD_NOT_FOUND,
+  MODERN_VERSIONS,
+  modernErrorStatus,
+  PARSE_ERROR,
+  type Rejection,
+  unsupportedVersion,
+} from "./revisions.js";
 
-/** The revisions reachable through `initialize`, oldest first (the last is offered by default). */
-export const PROTOCOL_VERSIONS = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"] as const;
 const SERVER_INFO = { name: "herdr-mcp-edge", title: "herdr-mcp (Edge)", version: "0.1.0" };
+const CAPABILITIES = { tools: { listChanged: false } };
+const INSTRUCTIONS =
+  "herdr-mcp relays these tools to a paired workstation. Call herdr_devices to see whether it is online; a call answered delivery_unknown may have run, so inspect before repeating it.";
 /** A tools/call's arguments must fit one relay frame anyway; a body this size is refused first. */
 const MAX_BODY_BYTES = 1024 * 1024;
-
-// JSON-RPC 2.0 error codes.
-const PARSE_ERROR = -32700;
-const INVALID_REQUEST = -32600;
-const METHOD_NOT_FOUND = -32601;
-const INVALID_PARAMS = -32602;
 
 type JsonRpcId = string | number;
 
@@ -49,10 +64,6 @@ export const mcpApiHandler = {
     if (request.method !== "POST") {
       return new Response(null, { status: 405, headers: { Allow: "POST" } });
     }
-    const version = request.headers.get("MCP-Protocol-Version");
-    if (version !== null && !(PROTOCOL_VERSIONS as readonly string[]).includes(version)) {
-      return rpcError(null, INVALID_REQUEST, `unsupported MCP-Protocol-Version ${version}; supported: ${PROTOCOL_VERSIONS.join(", ")}`, 400);
-    }
     const text = await request.text();
     if (new TextEncoder().encode(text).byteLength > MAX_BODY_BYTES) {
       return rpcError(null, INVALID_REQUEST, `request body larger than ${MAX_BODY_BYTES} bytes`, 413);
@@ -63,19 +74,29 @@ export const mcpApiHandler = {
     } catch {
       return rpcError(null, PARSE_ERROR, "the body is not JSON", 400);
     }
-    if (typeof message !== "object" || message === null || Array.isArray(message)) {
+    if (!isObject(message)) {
       return rpcError(null, INVALID_REQUEST, "send one JSON-RPC message per POST (batches are not supported)", 400);
     }
-    const body = message as Record<string, unknown>;
-    const method = body["method"];
-    const id = body["id"];
+    const era = eraOf(request.headers, message);
+    if (era.era === "contradiction") return rejected(requestIdOf(message), era.rejection);
+    const modern = era.era === "modern";
+    const method = message["method"];
+    const id = message["id"];
     if (typeof method !== "string") {
-      // A response or error from the client: the Edge sends no requests, so there is nothing to match.
-      return new Response(null, { status: 202 });
+      // A response or error from the client: the Edge sends no requests, so there is nothing to
+      // match. The 2026-07-28 transport forbids posting one at all.
+      return modern
+        ? rpcError(null, INVALID_REQUEST, "send a JSON-RPC request or notification (a POST never carries a response)", 400)
+        : new Response(null, { status: 202 });
     }
     const props = ctx.props as GrantProps;
-    const params = isObject(body["params"]) ? body["params"] : {};
+    const params = isObject(message["params"]) ? message["params"] : {};
     if (id === undefined) {
+      // A notification has no _meta to check; only the header that brought it here (the SDK's
+      // server does the same): a revision not served is told so.
+      const header = request.headers.get("MCP-Protocol-Version");
+      const unsupported = modern && header !== null ? unsupportedVersion(header) : null;
+      if (unsupported !== null) return rejected(null, unsupported);
       if (method === "notifications/cancelled" && (typeof params["requestId"] === "string" || typeof params["requestId"] === "number")) {
         await relayOf(env, props.device_id).cancel(await cancelKey(request, params["requestId"]));
       }
@@ -84,59 +105,117 @@ export const mcpApiHandler = {
     if (typeof id !== "string" && typeof id !== "number") {
       return rpcError(null, INVALID_REQUEST, "id must be a string or a number", 400);
     }
-    switch (method) {
-      case "initialize":
-        return rpcResult(id, initializeResult(params));
-      case "ping":
-        return rpcResult(id, {});
-      case "tools/list":
-        return rpcResult(id, { tools: EDGE_TOOLS });
-      case "tools/call":
-        return callTool(request, env, props, id, params);
-      default:
-        return rpcError(id, METHOD_NOT_FOUND, `method ${method} is not served here`, 200);
-    }
+    const incoming: Incoming = { request, env, props, id, method, params };
+    return modern ? modernRequest(incoming) : handshakeRequest(incoming);
   },
 };
 
-/** Version negotiation: the client's revision when the Edge speaks it, else the newest. */
-function initializeResult(params: Record<string, unknown>): Record<string, unknown> {
-  const asked = params["protocolVersion"];
-  const protocolVersion =
-    typeof asked === "string" && (PROTOCOL_VERSIONS as readonly string[]).includes(asked)
-      ? asked
-      : PROTOCOL_VERSIONS[PROTOCOL_VERSIONS.length - 1];
+/** One JSON-RPC request to answer: the POST it came in, its grant's props, its id and params. */
+interface Incoming {
+  request: Request;
+  env: Env;
+  props: GrantProps;
+  id: JsonRpcId;
+  method: string;
+  params: Record<string, unknown>;
+}
+
+/** A request of the handshake era (2024-11-05 to 2025-11-25), answered as it always was. */
+async function handshakeRequest(incoming: Incoming): Promise<Response> {
+  const { id, method, params } = incoming;
+  switch (method) {
+    case "initialize":
+      return rpcResult(id, initializeResult(params));
+    case "ping":
+      return rpcResult(id, {});
+    case "tools/list":
+      return rpcResult(id, { tools: EDGE_TOOLS });
+    case "tools/call": {
+      const outcome = await callTool(incoming, false);
+      return outcome instanceof Response ? outcome : rpcResult(id, outcome);
+    }
+    default:
+      return rpcError(id, METHOD_NOT_FOUND, `method ${method} is not served here`, 200);
+  }
+}
+
+/** A 2026-07-28 request: its envelope and headers checked, then server/discover, tools/list or
+ * tools/call; each result says `resultType` and carries the Edge's identity in `_meta`. An error
+ * is answered with the status the revision gives its code. */
+async function modernRequest(incoming: Incoming): Promise<Response> {
+  const { id, method, params } = incoming;
+  const checked = checkModernRequest(incoming.request.headers, method, params);
+  if ("code" in checked) return rejected(id, checked);
+  switch (method) {
+    case "server/discover":
+      return rpcResult(
+        id,
+        stamped({ supportedVersions: MODERN_VERSIONS, capabilities: CAPABILITIES, instructions: INSTRUCTIONS, ...NOT_CACHED }),
+      );
+    case "tools/list":
+      return rpcResult(id, stamped({ tools: EDGE_TOOLS, ...NOT_CACHED }));
+    case "tools/call": {
+      const outcome = await callTool(incoming, true);
+      return outcome instanceof Response ? outcome : rpcResult(id, stamped(outcome));
+    }
+    case "initialize":
+      return rejected(id, {
+        code: METHOD_NOT_FOUND,
+        message: `initialize is the handshake of ${HANDSHAKE_VERSIONS.join(", ")}; 2026-07-28 has none (send it without the 2026-07-28 header to use the handshake)`,
+      });
+    default:
+      return rejected(id, { code: METHOD_NOT_FOUND, message: `method ${method} is not served at 2026-07-28` });
+  }
+}
+
+/** The cache hints the 2026-07-28 schema requires on DiscoverResult and ListToolsResult: the
+ * answers are the same for every grant, but nothing asks intermediaries to share them and a
+ * redeploy may change them, so each may be reused only within the token that fetched it and is
+ * stale at once. The runtime's SDK server gives the same hints. */
+const NOT_CACHED = { ttlMs: 0, cacheScope: "private" };
+
+/** A 2026-07-28 result: `resultType` (required from that revision; a relayed result keeps its
+ * own) and the Edge's `serverInfo` stamp in `_meta` (the Edge is the server its client talks to,
+ * so it replaces the runtime's; the rest of a relayed `_meta` stays). */
+function stamped(result: Record<string, unknown>): Record<string, unknown> {
+  const meta = isObject(result["_meta"]) ? result["_meta"] : {};
   return {
-    protocolVersion,
-    capabilities: { tools: { listChanged: false } },
-    serverInfo: SERVER_INFO,
-    instructions:
-      "herdr-mcp relays these tools to a paired workstation. Call herdr_devices to see whether it is online; a call answered delivery_unknown may have run, so inspect before repeating it.",
+    ...result,
+    resultType: typeof result["resultType"] === "string" ? result["resultType"] : "complete",
+    _meta: { ...meta, [META_SERVER_INFO]: SERVER_INFO },
   };
 }
 
-async function callTool(
-  request: Request,
-  env: Env,
-  props: GrantProps,
-  id: JsonRpcId,
-  params: Record<string, unknown>,
-): Promise<Response> {
+/** Version negotiation: the client's revision when it is a handshake one the Edge speaks, else the
+ * newest handshake revision (2026-07-28 has no handshake, so an initialize naming it gets
+ * 2025-11-25, as the specification's dual-era servers do). */
+function initializeResult(params: Record<string, unknown>): Record<string, unknown> {
+  const asked = params["protocolVersion"];
+  const protocolVersion =
+    typeof asked === "string" && HANDSHAKE_VERSIONS.includes(asked) ? asked : HANDSHAKE_VERSIONS[HANDSHAKE_VERSIONS.length - 1];
+  return { protocolVersion, capabilities: CAPABILITIES, serverInfo: SERVER_INFO, instructions: INSTRUCTIONS };
+}
+
+/** tools/call: the CallToolResult, or the Response that answers the POST instead (a 401 for a
+ * revoked grant, a -32602 for params that are not a call; its status is the era's). */
+async function callTool(incoming: Incoming, modern: boolean): Promise<Record<string, unknown> | Response> {
+  const { request, env, props, id, params } = incoming;
   const name = params["name"];
   const args = params["arguments"] ?? {};
   if (typeof name !== "string" || !isObject(args)) {
-    return rpcError(id, INVALID_PARAMS, "tools/call needs params.name (a string) and params.arguments (an object)", 200);
+    const message = "tools/call needs params.name (a string) and params.arguments (an object)";
+    return modern ? rejected(id, { code: INVALID_PARAMS, message }) : rpcError(id, INVALID_PARAMS, message, 200);
   }
   // The grant of the bearer token: a revoked one is refused here at once, though its token may
   // still pass the library's KV read for a minute (src/oauth.ts, revokeGrantEverywhere).
   const grantId = grantOf((request.headers.get("Authorization") ?? "").replace(/^Bearer\s+/i, ""))?.grantId ?? null;
   if (name === DEVICES_TOOL.name) {
     if (grantId !== null && (await relayOf(env, props.device_id).grantRevoked(grantId))) return revokedTokenResponse(request);
-    if (Object.keys(args).length > 0) return rpcResult(id, errorResult(invalidArgument("herdr_devices takes no arguments")));
-    return rpcResult(id, jsonResult({ devices: await devices(env, props.device_id) }));
+    if (Object.keys(args).length > 0) return errorResult(invalidArgument("herdr_devices takes no arguments"));
+    return jsonResult({ devices: await devices(env, props.device_id) });
   }
   if (!RUNTIME_TOOL_NAMES.has(name)) {
-    return rpcResult(id, errorResult({ code: "unknown_tool", message: `no tool ${name} in the Edge's contract (epoch 8); call tools/list`, retryable: false, delivery_state: "not_delivered" }));
+    return errorResult({ code: "unknown_tool", message: `no tool ${name} in the Edge's contract (epoch 8); call tools/list`, retryable: false, delivery_state: "not_delivered" });
   }
   let outcome: CallOutcome;
   try {
@@ -153,7 +232,7 @@ async function callTool(
     };
   }
   if ("error" in outcome && outcome.error.code === "grant_revoked") return revokedTokenResponse(request);
-  return rpcResult(id, "error" in outcome ? errorResult(outcome.error) : outcome.result);
+  return "error" in outcome ? errorResult(outcome.error) : outcome.result;
 }
 
 /** herdr_devices: every paired device with its relay's status; `current` marks the grant's own. */
@@ -202,6 +281,19 @@ function rpcError(id: JsonRpcId | null, code: number, message: string, status: n
   return Response.json({ jsonrpc: "2.0", id, error: { code, message } }, { status, headers: { "Cache-Control": "no-store" } });
 }
 
-function isObject(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
+/** A 2026-07-28 error answer (or a handshake-era one of the same codes, which 2026-07-28 defined
+ * the statuses of) with its data, if any. */
+function rejected(id: JsonRpcId | null, rejection: Rejection): Response {
+  const error = rejection.data === undefined ? { code: rejection.code, message: rejection.message } : rejection;
+  return Response.json(
+    { jsonrpc: "2.0", id, error },
+    { status: modernErrorStatus(rejection.code), headers: { "Cache-Control": "no-store" } },
+  );
+}
+
+/** The id of a request whose answer is an error found before it was read (null when it has none
+ * a response could carry). */
+function requestIdOf(message: Record<string, unknown>): JsonRpcId | null {
+  const id = message["id"];
+  return typeof id === "string" || typeof id === "number" ? id : null;
 }
