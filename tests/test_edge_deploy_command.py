@@ -189,6 +189,7 @@ def test_first_deploy_then_a_second_run_changes_nothing_but_the_code(
                 assert all(v.encode() not in call.body for v in values.values()), call.path
 
 
+@pytest.mark.slow
 def test_two_accounts_are_refused_without_an_account_id_and_the_worker_picks_its_account(
     tmp_path: Path, proxy: LoggingProxy
 ) -> None:
@@ -227,6 +228,23 @@ def test_two_accounts_are_refused_without_an_account_id_and_the_worker_picks_its
         assert "edge_account_differs" in moved.stderr
         unknown = deploy({**env, "CLOUDFLARE_ACCOUNT_ID": "c" * 32})
         assert unknown.returncode == 2 and "cloudflare_account_unknown" in unknown.stderr
+
+        # A Worker whose namespace is neither recorded nor of the expected title (deployed by
+        # hand): refused rather than bound to a new, empty namespace; --kv-namespace-id binds it.
+        [kv_id] = api.accounts[OTHER].namespaces
+        api.accounts[OTHER].namespaces[kv_id] = "made-by-hand"
+        by_hand = {**env, "HERDR_MCP_CONFIG_DIR": str(tmp_path / "config-3")}
+        refused_kv = deploy(by_hand)
+        assert refused_kv.returncode == 2 and "edge_kv_unknown" in refused_kv.stderr
+        bound = deploy(by_hand, "--kv-namespace-id", kv_id, "--json")
+        assert bound.returncode == 0, bound.stderr
+        assert json.loads(bound.stdout)["kv_namespace"] == {"id": kv_id, "title": "made-by-hand"}
+        # The recorded namespace deleted: refused, and no new one is made in its place.
+        del api.accounts[OTHER].namespaces[kv_id]
+        gone = deploy(env)
+        assert gone.returncode == 3 and "edge_kv_missing" in gone.stderr
+        assert len(api.requests("POST", "/storage/kv/namespaces")) == 1
+        assert len(secret_puts(api)) == puts
 
 
 def test_errors_are_one_line_with_a_stable_code(tmp_path: Path, proxy: LoggingProxy) -> None:

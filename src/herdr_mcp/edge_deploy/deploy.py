@@ -25,6 +25,7 @@ namespace and Durable Objects, no secret put; only a new version of the code is 
 
 from __future__ import annotations
 
+import concurrent.futures
 import datetime as dt
 import json
 import re
@@ -285,9 +286,10 @@ class _Reconcile:
         if len(accounts) == 1:
             only = next(iter(accounts))
             return only, self._secret_names(only)
-        holders = {
-            account: names for account in accounts if (names := self._secret_names(account)) is not None
-        }
+        # Asked of every account at once: each is a wrangler process of seconds.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, len(accounts))) as pool:
+            found = dict(zip(accounts, pool.map(self._secret_names, accounts), strict=True))
+        holders = {account: names for account, names in found.items() if names is not None}
         if len(holders) == 1:
             account, names = next(iter(holders.items()))
             return account, names
