@@ -10,10 +10,11 @@ told not to (tests/edge_harness.py, OFFLINE_ENV, names the source of each settin
 - https://sparrow.cloudflare.com (usage metrics) and Sentry (crash reports):
   WRANGLER_SEND_METRICS=false, WRANGLER_SEND_ERROR_REPORTS=false.
 
-The proof: `running_edge` in a network namespace that has only loopback (scripts/netns-run), under
-strace following every process it starts (wrangler, node, workerd, esbuild). The Edge must answer
-/health there, and the trace must hold no connect or datagram to an address off loopback and no
-DNS lookup (port 53, on any address). A datagram the child itself sends to 127.0.0.1:53 after the
+The proof: `running_edge` in a network namespace that has only loopback (scripts/netns-run; its
+/etc/resolv.conf names 127.0.0.1, so a lookup shows with its question), under strace following
+every process it starts (wrangler, node, workerd, esbuild). The Edge must answer /health there,
+and the trace must hold no connect or datagram to an address off loopback and no DNS lookup
+(port 53, on any address). A datagram the child itself sends to 127.0.0.1:53 after the
 Edge stops must be found, and be the only finding: the trace is read, and it sees the child.
 
 Every Edge test in such a namespace, by hand (edge/README.md, "Tests"):
@@ -25,6 +26,7 @@ Run as a script, `python tests/test_edge_offline.py --report TRACE` lists what a
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import json
 import os
@@ -48,7 +50,9 @@ PROBE_NAME = "herdr-offline-probe.invalid"
 _SOCKADDR = re.compile(r"\{sa_family=(AF_INET6?),([^{}]*)\}")
 _PORT = re.compile(r"sin6?_port=htons\((\d+)\)")
 _ADDRESS = re.compile(r'inet_addr\("([^"]+)"\)|inet_pton\(AF_INET6, "([^"]+)"')
-_CALL = re.compile(r"^(\d+)\s+(?:<\.\.\. )?(\w+)")
+# A line's start: the process (or thread) id, its command name (strace -Y), the call.
+_CALL = re.compile(r"^(\d+)(?:<([^>]*)>)?\s+(?:<\.\.\. )?(\w+)")
+_FD = re.compile(r"\((\d+)(?:<[^>]*>)?, ")
 
 
 @dataclass(frozen=True)
@@ -56,10 +60,14 @@ class Attempt:
     """One call in a trace that sent to, or connected to, an inet address."""
 
     pid: int
+    #: The command name strace -Y printed for the pid ("" without -Y).
+    command: str
     call: str
     address: str
     port: int
     line: str
+    #: The name a DNS query asked for, where the trace shows it (on the line or a later send).
+    question: str | None = None
 
     @property
     def off_machine(self) -> bool:
@@ -74,24 +82,40 @@ class Attempt:
         return self.port == 53
 
     def describe(self) -> str:
-        name = dns_question(self.line) if self.dns else None
+        name = self.question or (dns_question(self.line) if self.dns else None)
         what = f" (DNS question {name!r})" if name else ""
-        return f"pid {self.pid} {self.call} {self.address} port {self.port}{what}"
+        command = f" ({self.command})" if self.command else ""
+        return f"pid {self.pid}{command} {self.call} {self.address} port {self.port}{what}"
 
 
 def attempts(trace: str) -> list[Attempt]:
-    """Every inet address a traced call named (connect, sendto, sendmsg, sendmmsg)."""
-    found = []
+    """Every inet address a traced call named (connect, sendto, sendmsg, sendmmsg). A DNS query
+    sent on a socket connected before (glibc's resolver: connect, then sendmmsg without an
+    address) names its question on that connect's attempt."""
+    found: list[Attempt] = []
+    connected: dict[tuple[int, int], int] = {}  # (pid, fd) -> index in found of its connect
     for line in trace.splitlines():
         call = _CALL.match(line)
         if call is None:
             continue
-        for _family, fields in _SOCKADDR.findall(line):
+        fd = _FD.match(line, call.end())
+        addresses = _SOCKADDR.findall(line)
+        for _family, fields in addresses:
             port = _PORT.search(fields)
             address = _ADDRESS.search(fields)
             if port is None or address is None:
                 continue
-            found.append(Attempt(int(call[1]), call[2], address[1] or address[2], int(port[1]), line))
+            attempt = Attempt(
+                int(call[1]), call[2] or "", call[3], address[1] or address[2], int(port[1]), line
+            )
+            if fd is not None and call[3] == "connect":
+                connected[int(call[1]), int(fd[1])] = len(found)
+            found.append(attempt)
+        if not addresses and fd is not None and (int(call[1]), int(fd[1])) in connected:
+            index = connected[int(call[1]), int(fd[1])]
+            question = dns_question(line)
+            if found[index].dns and question is not None:
+                found[index] = dataclasses.replace(found[index], question=question)
     return found
 
 
@@ -104,7 +128,7 @@ _ESCAPE = re.compile(r"\\(x[0-9a-fA-F]{2}|[0-7]{1,3}|.)")
 _NAMED_ESCAPES = {"n": 10, "t": 9, "r": 13, "v": 11, "f": 12, "a": 7, "b": 8, "\\": 92, '"': 34}
 
 
-_PAYLOAD = re.compile(r'^\d+\s+sendto\(\d+, "((?:[^"\\]|\\.)*)"|iov_base="((?:[^"\\]|\\.)*)"')
+_PAYLOAD = re.compile(r'^\d+(?:<[^>]*>)?\s+sendto\(\d+, "((?:[^"\\]|\\.)*)"|iov_base="((?:[^"\\]|\\.)*)"')
 
 
 def dns_question(line: str) -> str | None:
@@ -136,6 +160,9 @@ def dns_question(line: str) -> str | None:
 
 def namespace_unavailable() -> str | None:
     """Why a loopback-only namespace under strace cannot be had here, or None."""
+    tracer = re.search(r"^TracerPid:\s*(\d+)", Path("/proc/self/status").read_text(), re.MULTILINE)
+    if tracer is not None and tracer[1] != "0":
+        return "this run is traced already (scripts/netns-run --trace), and a process has one tracer"
     for tool in ("unshare", "ip", "strace"):
         if shutil.which(tool) is None:
             return f"{tool} is not installed"
@@ -232,8 +259,8 @@ def test_the_trace_reader_names_what_wrangler_looked_up_without_the_settings() -
     registry_query = r"\203\303\1\0\0\1\0\0\0\0\0\0\10registry\5npmjs\3org\0\0\1\0\1"
     trace = "\n".join(
         [
-            f"25689 connect(19, {_inet('192.0.2.53', 53)}, 16) = 0",
-            "26142 sendmmsg(19, [{msg_hdr={msg_name=NULL, msg_namelen=0, "
+            f"26142<node> connect(19, {_inet('192.0.2.53', 53)}, 16) = 0",
+            "26142<node> sendmmsg(19, [{msg_hdr={msg_name=NULL, msg_namelen=0, "
             f'msg_iov=[{{iov_base="{registry_query}", iov_len=36}}], msg_iovlen=1}}, msg_len=36}}], 2) = 2',
             f"26111 connect(19, {_inet('203.0.113.80', 443)}, 16) = -1 EINPROGRESS",
             f"26149 connect(18, {_inet('127.0.0.1', 38523)}, 16 <unfinished ...>",
@@ -243,11 +270,14 @@ def test_the_trace_reader_names_what_wrangler_looked_up_without_the_settings() -
         ]
     )
     assert [(a.pid, a.address, a.port) for a in findings(trace)] == [
-        (25689, "192.0.2.53", 53),
+        (26142, "192.0.2.53", 53),
         (26111, "203.0.113.80", 443),
         (26150, "::1", 53),
     ]
     assert len(attempts(trace)) == 5
+    assert findings(trace)[0].describe() == (
+        "pid 26142 (node) connect 192.0.2.53 port 53 (DNS question 'registry.npmjs.org')"
+    )
     assert dns_question(trace.splitlines()[1]) == "registry.npmjs.org"
     cf_query = r"\1\2\1\0\0\1\0\0\0\0\0\0\7workers\ncloudflare\3com\0"
     assert dns_question(f'26142 sendmmsg(19, [{{iov_base="{cf_query}"') == "workers.cloudflare.com"
