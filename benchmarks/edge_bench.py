@@ -39,6 +39,9 @@ for a core, and the figures grow with the load. An edit under edge/src while thi
 `wrangler dev` rebuild the Worker on a new workerd and port: run it on a quiet tree.
 
 Run from the repository root with the project installed: `python benchmarks/edge_bench.py`.
+wrangler runs with the harness's OFFLINE_ENV, so nothing leaves loopback; to show it, run it as
+`scripts/netns-run --trace /tmp/bench.trace python benchmarks/edge_bench.py` (a loopback-only
+network namespace under strace; it lists anything off loopback and any DNS lookup).
 """
 
 from __future__ import annotations
