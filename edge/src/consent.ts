@@ -356,7 +356,8 @@ function consentPage(consent: ConsentRecord, pollToken: string): string {
 <code>${escapeHtml(new URL(consent.redirect_uri).host || consent.redirect_uri)}</code>.</p>
 <p>Code: <strong id="code" style="font-size: 2em; letter-spacing: 0.2em">${escapeHtml(consent.code)}</strong></p>
 <p>On the workstation run <code>herdr-mcp connector approve <span id="request-id">${escapeHtml(consent.request_id)}</span></code>
-and check that it shows the same code. This page continues by itself once you approved.</p>
+and type the code above when it asks (or pass it as <code>--code</code>). Approve only a request you started yourself.
+This page continues by itself once you approved.</p>
 <p id="status">Waiting for approval...</p>
 <script>
 const boot = ${boot};
