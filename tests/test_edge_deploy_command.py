@@ -8,6 +8,7 @@ and the tests check that the proxy saw nothing. Run with `-s` to see the two run
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import stat
@@ -99,6 +100,7 @@ def files_under(*roots: Path) -> Iterator[Path]:
         yield from (p for p in root.rglob("*") if p.is_file())
 
 
+@pytest.mark.slow
 def test_first_deploy_then_a_second_run_changes_nothing_but_the_code(
     tmp_path: Path, proxy: LoggingProxy
 ) -> None:
@@ -275,6 +277,12 @@ def test_errors_are_one_line_with_a_stable_code(tmp_path: Path, proxy: LoggingPr
         one_error(refused, 3, "cloudflare_api_refused")
         assert "9109" in refused.stderr
         assert json.loads(refused.stdout)["error"]["code"] == "cloudflare_api_refused"
+        # Another deploy of the Worker holding the lock.
+        lock = tmp_path / "config" / "edge-deploy" / "herdr-mcp-edge" / "deploy.lock"
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        with lock.open("a") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)
+            one_error(deploy(env), 4, "edge_deploy_busy")
         # Bad arguments and no Edge sources.
         one_error(deploy(env, "--name", "Not_A_Name"), 2, "invalid_argument")
         one_error(deploy(env, "--kv-namespace-id", "xyz"), 2, "invalid_argument")
@@ -286,6 +294,25 @@ def test_errors_are_one_line_with_a_stable_code(tmp_path: Path, proxy: LoggingPr
             timeout=RUN_TIMEOUT_S,
         )
         one_error(missing, 2, "edge_sources_missing")
+
+
+def test_an_api_off_this_machine_would_go_through_the_proxy_and_fails_as_unreachable(tmp_path: Path) -> None:
+    """What makes the other tests' empty proxy record mean something: a lookup of a host that is
+    not loopback goes to the proxy (which fails it), so none happened there."""
+    with LoggingProxy("fail") as recording:
+        env = environment(
+            tmp_path,
+            None,
+            recording,
+            CLOUDFLARE_API_BASE_URL="https://api.cloudflare.invalid/client/v4",
+            CLOUDFLARE_API_TOKEN="unused",
+        )
+        done = deploy(env)
+        assert done.returncode == 4, done.stderr
+        assert done.stderr.startswith("herdr-mcp: error: cloudflare_unreachable: ")
+        assert [seen.request_line for seen in recording.requests()] == [
+            "CONNECT api.cloudflare.invalid:443 HTTP/1.1"
+        ]
 
 
 def test_the_dry_run_bundles_offline_with_no_account(tmp_path: Path, proxy: LoggingProxy) -> None:

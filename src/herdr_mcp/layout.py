@@ -23,7 +23,8 @@ drift between a writer and its readers (the runtime token's path was built in fo
     edge-deploy/<worker>/   `herdr-mcp edge deploy`'s (`edge_deploy/`): record.json (the account,
                             Worker, KV id and origin of the last deploy; 0600, fails closed),
                             admin-secret (the /pair password, 0600), wrangler.json (the
-                            effective wrangler configuration) and wrangler's own .wrangler/
+                            effective wrangler configuration), deploy.lock and wrangler's
+                            own .wrangler/
     native-host/            the Chrome native messaging host's launcher (the path its manifest
                             names) and its log, host.log (`native_host/`)
     ipc/                    0700: the runtimes' Unix sockets for the native host (0600):

@@ -8,8 +8,8 @@ picks one. What it does is `herdr_mcp.edge_deploy.deploy`'s docstring; edge/READ
 
 Exit codes: 0 deployed (or, with --dry-run, bundled); 2 a request it cannot carry out as given
 (an ambiguous account, an unknown KV namespace, no Edge sources); 3 Cloudflare refused a step;
-4 the workstation (no Node, not logged in, npm ci failed). Under `--json` the result, or the
-failure as `{"error": {"code", "message"}}`, is one object on stdout.
+4 the workstation (no Node, not logged in, npm ci failed, the API unreachable). Under `--json`
+the result, or the failure as `{"error": {"code", "message"}}`, is one object on stdout.
 """
 
 from __future__ import annotations

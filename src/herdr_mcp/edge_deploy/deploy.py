@@ -26,11 +26,14 @@ namespace and Durable Objects, no secret put; only a new version of the code is 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import datetime as dt
+import fcntl
 import json
 import re
 import secrets
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,6 +85,10 @@ class DeployFiles:
     def wrangler_config(self) -> Path:
         return self.directory / "wrangler.json"
 
+    @property
+    def lock(self) -> Path:
+        return self.directory / "deploy.lock"
+
 
 @dataclass(frozen=True)
 class DeployRequest:
@@ -104,10 +111,26 @@ def run(request: DeployRequest) -> dict[str, Any]:
     wrangler = Wrangler.prepare(request.edge_dir, request.env)
     config = committed_config(request.edge_dir)
     files = DeployFiles(request.layout.edge_deploy_dir(request.worker))
-    record = read_record(files.record)
     if request.dry_run:
-        return _dry_run(wrangler, request, config, record)
-    return _Reconcile(wrangler, request, config, files, record).run()
+        return _dry_run(wrangler, request, config, read_record(files.record))
+    with _exclusive(files):
+        return _Reconcile(wrangler, request, config, files, read_record(files.record)).run()
+
+
+@contextlib.contextmanager
+def _exclusive(files: DeployFiles) -> Iterator[None]:
+    """One deploy of a Worker at a time on this workstation (two would both create a namespace)."""
+    files.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with open(files.lock, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise EdgeDeployError(
+                "edge_deploy_busy",
+                f"another `herdr-mcp edge deploy` of this Worker is running ({files.lock}); "
+                "wait for it to finish",
+            ) from None
+        yield
 
 
 def read_record(path: Path) -> dict[str, Any] | None:
@@ -439,6 +462,11 @@ def _json(text: str) -> Any:
         return None
 
 
+#: How a request that never got an answer reads in wrangler's failure (undici's "fetch failed",
+#: Node's socket errors).
+_UNREACHABLE = ("fetch failed", "econnrefused", "enotfound", "etimedout", "econnreset", "eai_again")
+
+
 def _refused(done: Outcome, step: str) -> CloudflareRefused | EdgeDeployError:
     """The one-line failure of a wrangler step."""
     code, message = done.failure()
@@ -448,6 +476,12 @@ def _refused(done: Outcome, step: str) -> CloudflareRefused | EdgeDeployError:
             "cloudflare_not_logged_in",
             f"{step}: Cloudflare refused the login ({message}); run `npx wrangler login` in the "
             "Edge's directory, or export a valid CLOUDFLARE_API_TOKEN",
+        )
+    if code is None and any(sign in lowered for sign in _UNREACHABLE):
+        return EdgeDeployError(
+            "cloudflare_unreachable",
+            f"{step}: the Cloudflare API did not answer ({message}); check the network (and any "
+            "HTTPS_PROXY) and try again",
         )
     where = f" [code: {code}]" if code is not None else ""
     return CloudflareRefused("cloudflare_api_refused", f"{step}: {message}{where}", api_code=code)
