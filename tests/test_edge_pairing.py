@@ -6,16 +6,23 @@ is authenticated by device secret in a header before anything reaches its Durabl
 from __future__ import annotations
 
 import base64
+import contextlib
+import io
+import json
 import re
 import socket
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
 
+from herdr_mcp.cli import main as cli_main
+from herdr_mcp.edge_deploy.deploy import RECORD, DeployFiles
+from herdr_mcp.layout import Layout
 from tests import edge_harness
 from tests.edge_harness import ADMIN_SECRET, EDGE_HMAC_KEY, Edge, live_group_members, running_edge
 
@@ -222,3 +229,44 @@ def test_the_harness_retries_a_port_taken_before_wrangler_binds_it(
         with running_edge(tmp_path) as edge:
             assert edge.get("/health").status_code == 200
             assert edge.base != f"http://127.0.0.1:{taken.getsockname()[1]}"
+
+
+def test_link_pair_without_a_code_starts_the_pairing_with_the_deploys_admin_secret(
+    edge: Edge, tmp_path: Path
+) -> None:
+    """`herdr-mcp link pair --edge <origin>` with no --code: the ADMIN_SECRET `edge deploy` kept
+    for the Worker at that origin starts the pairing (GET /pair, as the page does), then the code
+    is redeemed. A wrong secret is the Edge's own refusal, and no record of that origin asks for
+    the page's code; neither writes a device."""
+
+    def pair(config: Path, *extra: str) -> tuple[int, dict[str, Any]]:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            argv = ["link", "pair", "--edge", edge.base, "--config-dir", str(config), *extra, "--json"]
+            status = cli_main(argv)
+        return status, json.loads(out.getvalue())
+
+    # No deploy of that origin here: the page's code is asked for.
+    status, answer = pair(tmp_path / "none")
+    assert (status, answer["error"]["code"]) == (2, "pairing_code_required"), answer
+    assert not Layout(tmp_path / "none").edge_device_file.exists()
+
+    # A deploy record of this origin with its ADMIN_SECRET file (what `edge deploy` writes).
+    config = tmp_path / "deployed"
+    files = DeployFiles(Layout(config).edge_deploy_dir("herdr-mcp-edge"))
+    files.directory.mkdir(parents=True)
+    files.admin_secret.write_text(ADMIN_SECRET + "\n")
+    files.admin_secret.chmod(0o600)
+    RECORD.write(files.record, {"worker": "herdr-mcp-edge", "origin": edge.base, "account_id": "a" * 32})
+    status, answer = pair(config, "--name", "deployed-box")
+    assert status == 0, answer
+    print(f"link pair --edge {edge.base} (no --code): paired as {answer['device_id']} ({answer['name']})")
+    assert answer["device_id"].startswith("dev_") and ADMIN_SECRET not in json.dumps(answer)
+    assert Layout(config).edge_device_file.exists()
+
+    # A wrong secret: the Edge refuses, nothing written.
+    wrong = tmp_path / "wrong-secret"
+    wrong.write_text("not-the-admin-secret-" + "x" * 20 + "\n")
+    status, answer = pair(tmp_path / "wrong", "--admin-secret-file", str(wrong))
+    assert (status, answer["error"]["code"]) == (3, "admin_unauthorized"), answer
+    assert not Layout(tmp_path / "wrong").edge_device_file.exists()

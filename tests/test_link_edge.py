@@ -11,6 +11,7 @@ import functools
 import io
 import json
 import os
+import socket
 import stat
 import threading
 from collections.abc import Iterator
@@ -733,7 +734,21 @@ def test_the_edge_is_reached_through_the_environment_proxy_and_never_for_loopbac
 
         monkeypatch.setenv("NO_PROXY", "edge.invalid")
         monkeypatch.setenv("no_proxy", "edge.invalid")
+        # A direct attempt resolves the name itself. `.invalid` never resolves (RFC 6761 6.4), but
+        # asking the machine's resolver would send the question off this machine: this process
+        # answers it as such a resolver must, and records that it was asked.
+        asked: list[str] = []
+        real_getaddrinfo = socket.getaddrinfo
+
+        def no_such_name(host: Any, *args: Any, **kwargs: Any) -> Any:
+            if isinstance(host, str) and host.rstrip(".").endswith(".invalid"):
+                asked.append(host)
+                raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+            return real_getaddrinfo(host, *args, **kwargs)
+
+        monkeypatch.setattr(socket, "getaddrinfo", no_such_name)
         with linked(tmp_path / "exempt", edge, None, edge_url=remote) as world:
             wait_until(lambda: world.link.status()["reconnects"] >= 1, "an attempt without the proxy")
             assert world.link.status()["state"] != "connected"  # edge.invalid does not resolve
+        assert "edge.invalid" in asked  # the link went direct: it resolved the name itself
         assert len(proxy.requests()) == len(lines)  # NO_PROXY: the proxy was not asked again

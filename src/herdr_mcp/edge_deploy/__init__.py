@@ -12,6 +12,6 @@ and passes `--edge-dir`. `npm ci` of the lockfile runs when the installed wrangl
 pinned one.
 """
 
-from herdr_mcp.edge_deploy.deploy import DeployRequest, run
+from herdr_mcp.edge_deploy.deploy import DeployRequest, deployed_admin_secret_file, run
 
-__all__ = ["DeployRequest", "run"]
+__all__ = ["DeployRequest", "deployed_admin_secret_file", "run"]

@@ -144,6 +144,26 @@ def read_record(path: Path) -> dict[str, Any] | None:
         ) from None
 
 
+def deployed_admin_secret_file(layout: Layout, origin: str) -> Path | None:
+    """The ADMIN_SECRET file a deploy kept for the Worker whose recorded origin is `origin`, or
+    None (no such record, or the secret was set before a deploy kept it). A record that cannot
+    be read is passed over here: `edge deploy` itself says what is wrong with it."""
+    parent = layout.edge_deploy_dir("x").parent
+    try:
+        directories = sorted(entry for entry in parent.iterdir() if entry.is_dir())
+    except OSError:
+        return None
+    for directory in directories:
+        files = DeployFiles(directory)
+        try:
+            record = read_record(files.record)
+        except EdgeDeployError:
+            continue
+        if record is not None and record.get("origin") == origin.rstrip("/") and files.admin_secret.is_file():
+            return files.admin_secret
+    return None
+
+
 def _dry_run(
     wrangler: Wrangler, request: DeployRequest, config: dict[str, Any], record: dict[str, Any] | None
 ) -> dict[str, Any]:

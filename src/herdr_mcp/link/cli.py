@@ -38,11 +38,21 @@ from urllib.parse import urlsplit
 import httpx2
 
 from herdr_mcp.cli.arguments import CommandParser, dir_path, file_path, port, run_guarded, with_json
+from herdr_mcp.edge_deploy import deployed_admin_secret_file
 from herdr_mcp.errors import LocalFault, RefusedFault, UsageFault
 from herdr_mcp.generations import GenerationStore, recover_interrupted
 from herdr_mcp.layout import DEFAULT_LINK_PORT, LOOPBACK_HOSTS, Layout
 from herdr_mcp.link.edge import EdgeLink
-from herdr_mcp.link.edge_device import EdgeDevice, pair, read_device, remove_device, write_device
+from herdr_mcp.link.edge_device import (
+    PAIR_TIMEOUT_S,
+    EdgeDevice,
+    check_edge_url,
+    pair,
+    read_device,
+    remove_device,
+    start_pairing,
+    write_device,
+)
 from herdr_mcp.link.router import LinkConfig, LinkHandler, LinkRefusal
 from herdr_mcp.link.server import LinkServer
 from herdr_mcp.local_http import local_client
@@ -77,7 +87,16 @@ def build_parser() -> argparse.ArgumentParser:
         "pair", help="pair this workstation with an Edge (code from its pairing page)"
     )
     paired.add_argument("--edge", required=True, help="the Edge's origin, https://<host>[:<port>]")
-    paired.add_argument("--code", required=True, help="the 6-digit pairing code the Edge shows")
+    paired.add_argument(
+        "--code",
+        help="the 6-digit pairing code the Edge's /pair page shows (without it: started here with "
+        "the ADMIN_SECRET `herdr-mcp edge deploy` kept, or --admin-secret-file)",
+    )
+    paired.add_argument(
+        "--admin-secret-file",
+        type=file_path,
+        help="a file holding the Edge's ADMIN_SECRET, to start the pairing without the /pair page",
+    )
     paired.add_argument("--name", help="the name the Edge shows for this workstation (default: host name)")
     _config_dir_option(paired)
     unpaired = commands.add_parser("unpair", help="forget the paired Edge (device id and secret)")
@@ -212,7 +231,10 @@ def _pair(args: argparse.Namespace) -> int:
             f"this workstation is paired with {present.edge_url} as {present.device_id}; "
             "run `herdr-mcp link unpair` first",
         )
-    device = pair(args.edge, args.code, args.name)
+    code = args.code
+    if code is None:
+        code = start_pairing(args.edge, _admin_secret(args), timeout_s=PAIR_TIMEOUT_S)
+    device = pair(args.edge, code, args.name)
     write_device(path, device)
     if args.json:
         print(json.dumps({"paired": True, **device.public(), "record": str(path)}, sort_keys=True))
@@ -220,6 +242,29 @@ def _pair(args: argparse.Namespace) -> int:
         print(f"paired with {device.edge_url} as {device.device_id} ({device.name})")
         print(f"  device record: {path}; restart the link (`herdr-mcp link`) to connect")
     return 0
+
+
+def _admin_secret(args: argparse.Namespace) -> str:
+    """The ADMIN_SECRET to start a pairing with: `--admin-secret-file`, else the one `herdr-mcp
+    edge deploy` kept for the Worker whose recorded origin is `--edge`."""
+    path: Path | None = args.admin_secret_file
+    if path is None:
+        origin = check_edge_url(args.edge)
+        path = deployed_admin_secret_file(Layout.of(args.config_dir), origin)
+        if path is None:
+            raise UsageFault(
+                "pairing_code_required",
+                f"no `herdr-mcp edge deploy` of this config dir deployed {origin}: open {origin}/pair "
+                "(password: the Edge's ADMIN_SECRET) and pass its code as --code, or pass "
+                "--admin-secret-file",
+            )
+    try:
+        secret = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LocalFault("admin_secret_unreadable", f"cannot read {path}: {exc}") from None
+    if not secret or not secret.isprintable():
+        raise UsageFault("admin_secret_invalid", f"{path} holds no ADMIN_SECRET on its first line")
+    return secret
 
 
 def _unpair(args: argparse.Namespace) -> int:
@@ -267,7 +312,7 @@ def _status(args: argparse.Namespace) -> int:
     elif record_error:
         print(f"device record unusable: {record_error}")
     else:
-        print("not paired (`herdr-mcp link pair --edge <url> --code <code>`)")
+        print("not paired (`herdr-mcp link pair --edge <url>`; `--code <code>` from its /pair page)")
     for key in (
         "state",
         "connection_id",

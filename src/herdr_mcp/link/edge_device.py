@@ -11,6 +11,11 @@ The Edge URL is an origin: `https://host[:port]`, or `http://` only for a loopba
 literal (a test Edge under workerd); `http://` to anything else is refused
 (`edge_url_insecure`): the device secret grants a shell on this workstation.
 
+Without `--code`, `link pair` starts the pairing itself with the owner's ADMIN_SECRET
+(`start_pairing`: `GET <edge>/pair`, the same request the pairing page makes in a browser):
+the secret comes from `--admin-secret-file`, else from the file `herdr-mcp edge deploy` kept for
+the Worker deployed at that origin. The secret is sent to that origin only, never printed.
+
 Pairing follows no redirect. It goes through the proxy the environment names for the Edge's host
 (`proxies.py`: `HTTPS_PROXY`/`ALL_PROXY`, `NO_PROXY`; never for a loopback Edge), the same rule as
 the updater's downloads and the link's WebSocket.
@@ -215,20 +220,57 @@ def pair(
     return _pairing_answer(origin, device_name, status, data)
 
 
+def start_pairing(edge_url: str, admin_secret: str, *, timeout_s: float = PAIR_TIMEOUT_S) -> str:
+    """`GET <edge>/pair` with the owner's ADMIN_SECRET (as a Bearer token): the Edge starts a
+    pairing and answers its 6-digit code as JSON, the same code its pairing page shows a browser.
+    Raises as `pair` does; a wrong secret is the Edge's own `admin_unauthorized`."""
+    origin = check_edge_url(edge_url)
+    parts = urlsplit(origin)
+    try:
+        with httpx2.Client(
+            trust_env=False,
+            follow_redirects=False,
+            timeout=timeout_s,
+            proxy=proxy_for(parts.scheme, parts.hostname or ""),
+        ) as http:
+            answer = http.get(
+                f"{origin}/pair",
+                headers={"authorization": f"Bearer {admin_secret}", "accept": "application/json"},
+            )
+    except httpx2.HTTPError as exc:
+        raise LocalFault(
+            "edge_unreachable",
+            f"cannot reach {origin} ({type(exc).__name__}: {exc}); check the URL and the network",
+        ) from None
+    data = answer.content[: MAX_PAIR_ANSWER_BYTES + 1]
+    try:
+        document = load_strict(data) if len(data) <= MAX_PAIR_ANSWER_BYTES else None
+    except RecordInvalid:
+        document = None
+    if answer.status_code != 200:
+        raise _refusal(document, "start a pairing", f"{origin}/pair answered HTTP {answer.status_code}")
+    code = document.get("code") if document else None
+    if not isinstance(code, str) or not PAIRING_CODE.match(code):
+        raise RefusedFault("edge_answer_invalid", f"{origin}/pair answered no pairing code")
+    return code
+
+
+def _refusal(document: dict[str, Any] | None, what: str, otherwise: str) -> RefusedFault:
+    """The Edge's own `{"error": {code, message}}` as a refusal, else `edge_answer_invalid`."""
+    error = document.get("error") if document else None
+    code, message = (error.get("code"), error.get("message")) if isinstance(error, dict) else (None, None)
+    if isinstance(code, str) and isinstance(message, str):
+        return RefusedFault(code, f"the Edge refused to {what}: {message}")
+    return RefusedFault("edge_answer_invalid", otherwise)
+
+
 def _pairing_answer(origin: str, name: str, status: int, data: bytes) -> EdgeDevice:
     try:
         document = load_strict(data)
     except RecordInvalid:
         document = None
     if status != 200:
-        error = document.get("error") if document else None
-        if (
-            isinstance(error, dict)
-            and isinstance(error.get("code"), str)
-            and isinstance(error.get("message"), str)
-        ):
-            raise RefusedFault(error["code"], f"the Edge refused the pairing: {error['message']}")
-        raise RefusedFault("edge_answer_invalid", f"{origin}/link/pair answered HTTP {status}")
+        raise _refusal(document, "pair", f"{origin}/link/pair answered HTTP {status}")
     device_id = document.get("device_id") if document else None
     secret = document.get("device_secret") if document else None
     if not isinstance(device_id, str) or not DEVICE_ID.match(device_id):
