@@ -29,6 +29,7 @@ from herdr_mcp.browser_ipc import active_socket
 from herdr_mcp.generations import GenerationStore
 from herdr_mcp.layout import Layout
 from herdr_mcp.local_http import local_client
+from herdr_mcp.service import detached
 from herdr_mcp.sim import SimConfig, SimulatorThread
 from herdr_mcp.update.apply import UpdatePaths
 from tests.native_host_harness import native_host
@@ -175,6 +176,45 @@ def test_the_checkout_only_dev_plane_shows_and_has_nothing_to_roll_back_to(start
     auto = answer(herdr_mcp("update", "auto", "--json", env={**os.environ, "HERDR_MCP_CONFIG_DIR": config}))
     print(f"update auto: {auto['action']} ({auto['reason']})")
     assert auto["action"] == "skipped" and auto["reason"] == "plane_not_prod"
+
+
+@pytest.mark.slow
+def test_start_service_installs_the_services_on_the_dev_generation_without_an_update_job(
+    started: Started, tmp_path: Path
+) -> None:
+    """`start --service` (after the tests above: it replaces the detached link): the units run the
+    DEV generation's own executable (`generation up`, `link`), not the checkout's .venv, and no
+    update job is written (no release repository; a DEV plane). systemctl is a recording script."""
+    bin_dir, log = tmp_path / "fakebin", tmp_path / "systemctl.log"
+    bin_dir.mkdir()
+    (bin_dir / "systemctl").write_text(f'#!/bin/sh\necho "systemctl $*" >> "{log}"\nexit 0\n')
+    (bin_dir / "systemctl").chmod(0o755)
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "XDG_CONFIG_HOME": str(tmp_path),
+    }
+    done = herdr_mcp(*started.start_args, "--service", "--json", env=env)
+    document = answer(done)
+    units = tmp_path / "systemd" / "user"
+    names = sorted(path.name for path in units.iterdir())
+    runtime_unit = (units / "herdr-mcp-runtime.service").read_text()
+    exe = started.store.read_control().find(started.first["generation"]).executable
+    print(f"\nstart --service: {document['done']}; units {names}")
+    assert names == ["herdr-mcp-link.service", "herdr-mcp-runtime.service"]
+    assert f'ExecStart="{exe}" "generation" "up"' in runtime_unit
+    assert f'ExecStart="{exe}" "link"' in (units / "herdr-mcp-link.service").read_text()
+    assert "no daily `update auto` job is scheduled" in done.stderr
+    assert document["link"]["mode"] == "service"
+    assert "stopped the detached link (the services run the link now)" in document["done"]
+    assert any(line.startswith("installed the user services into") for line in document["done"])
+    assert detached.running_link(started.config) is None
+    assert "systemctl --user restart herdr-mcp-runtime.service herdr-mcp-link.service" in log.read_text()
+    # Run again: the services are installed as they would be written, so nothing is restarted.
+    calls = log.read_text()
+    again = answer(herdr_mcp(*started.start_args, "--service", "--json", env=env))
+    print(f"start --service again: changed={again['changed']}")
+    assert again["changed"] is False and log.read_text() == calls
 
 
 def test_no_active_generation_names_the_command_that_fixes_it(tmp_path: Path) -> None:

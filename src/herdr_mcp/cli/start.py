@@ -339,10 +339,7 @@ def _ensure_link(paths: UpdatePaths, spec: Generation, args: argparse.Namespace,
     if args.service:
         if stop_link(config_dir):
             did("stopped the detached link (the services run the link now)")
-        from herdr_mcp.service.cli import run as service_run
-
-        service_run(["install", "--config-dir", str(config_dir)], update_check=update_job_blocker)
-        did("installed the user services (runtime, link)")
+        _install_services(config_dir, did)
         return {
             "mode": "service",
             "url": f"http://127.0.0.1:{DEFAULT_LINK_PORT}/mcp",
@@ -375,6 +372,26 @@ def _ensure_link(paths: UpdatePaths, spec: Generation, args: argparse.Namespace,
         "token_file": token_file,
         "log": str(started.log),
     }
+
+
+def _install_services(config_dir: Path, did: Say) -> None:
+    """`service install` for this config dir, with the daily job's rule; its warnings said."""
+    from herdr_mcp.service.install import install_services, install_warnings, service_config, service_host
+    from herdr_mcp.service.units import read_existing, render
+
+    host = service_host(config_dir)
+    blocker = update_job_blocker(config_dir)
+    config = service_config(host, update_job=blocker is None)
+    for warning in install_warnings(host, config, blocker):
+        print(printable(f"herdr-mcp: warning: {warning}"), file=sys.stderr)
+    files = render(host.platform, config)
+    stale = [name for name in host.names if name not in files and (host.target_dir / name).exists()]
+    current = read_existing(host.target_dir, list(files)) == files and not stale
+    if current and services_executable(config_dir) == config.executable:
+        return  # installed as they would be written: a reinstall would only restart them
+    result = install_services(host, config)
+    jobs = ", ".join(path.name for path in result.written)
+    did(f"installed the user services into {host.target_dir}: {jobs}")
 
 
 def _summary(document: dict[str, Any], config_dir: Path) -> list[str]:
