@@ -217,6 +217,25 @@ def test_start_service_installs_the_services_on_the_dev_generation_without_an_up
     assert again["changed"] is False and log.read_text() == calls
 
 
+@pytest.mark.slow
+def test_an_install_that_is_neither_a_release_nor_a_checkout_is_refused(
+    started: Started, tmp_path: Path
+) -> None:
+    """The DEV generation's own herdr-mcp, on another (empty) config dir, is a venv installed from
+    a wheelhouse with no checkout behind it: `start` refuses, naming `herdr-mcp update`."""
+    exe = started.store.read_control().find(started.first["generation"]).executable
+    assert exe is not None
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    done = subprocess.run(
+        [exe, "start", "--config-dir", str(tmp_path / "fresh"), "--link-port", "0", "--json"],
+        capture_output=True, text=True, timeout=CLI_TIMEOUT_S, check=False, env=env,
+    )  # fmt: skip
+    print(f"\nstart from {exe} on an empty config dir: exit {done.returncode}, {error_of(done)['code']}")
+    assert done.returncode == 3 and error_of(done)["code"] == "start_not_installable"
+    assert "herdr-mcp update" in error_of(done)["message"]
+    assert not (tmp_path / "fresh" / "runtimes").exists()
+
+
 def test_no_active_generation_names_the_command_that_fixes_it(tmp_path: Path) -> None:
     from tests.link_harness import running_link
 

@@ -2,7 +2,8 @@
 
 Resolved again for every request and every new stream (docs/browser-protocol.md section 1), so
 an A/B activation is picked up without restarting the browser. The socket is
-`browser_ipc.active_socket`'s (the active generation's, else `<config dir>/ipc/runtime.sock`).
+`browser_ipc.active_socket`'s (the active generation's own, else `<config dir>/ipc/runtime.sock`
+when no generation is active or the runtime listening there is the active generation's).
 The bearer is the one the gate uses for that generation: its registered `token_file`, else the
 config dir's token. The token itself is read when a request is forwarded and kept nowhere else.
 """
