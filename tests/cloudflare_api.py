@@ -42,7 +42,10 @@ Endpoints (https://developers.cloudflare.com/api/ pages named per handler):
 - GET|POST /accounts/{a}/storage/kv/namespaces      kv/subresources/namespaces/methods/list|create
 
 A script that does not exist is error 10007 (the code wrangler itself tests for,
-`WORKER_NOT_FOUND_ERR_CODE` in wrangler-dist/cli.js), HTTP 404.
+`WORKER_NOT_FOUND_ERR_CODE` in wrangler-dist/cli.js), HTTP 404. The other error codes with a
+source named beside them are the API's; 10019, 10021 and 10079 (a malformed request, a
+migration whose old_tag is not the script's) are this stand-in's own choice, and no test or
+code here depends on their numbers.
 """
 
 from __future__ import annotations
@@ -263,8 +266,8 @@ class CloudflareApi:
             self.calls.append(call)
             try:
                 if authorization != f"Bearer {self.token}":
-                    # A missing or wrong token: HTTP 400/403 with code 10000 "Authentication
-                    # error" (https://developers.cloudflare.com/fundamentals/api/troubleshooting/).
+                    # A missing or wrong token: code 10000 "Authentication error" (as wrangler
+                    # users quote it: cloudflare/workers-sdk issues #2863, #3582).
                     raise ApiError(403, 10000, "Authentication error")
                 if not call.path.startswith(PREFIX + "/"):
                     raise ApiError(404, *NO_ROUTE)
@@ -362,6 +365,7 @@ class CloudflareApi:
                 if not isinstance(title, str) or not title:
                     raise ApiError(400, 10019, "title is required")
                 if title in account.namespaces.values():
+                    # The API's words and code (quoted in cloudflare/workers-sdk issue #13242).
                     raise ApiError(400, 10014, "a namespace with this account ID and title already exists")
                 namespace_id = _hex_id()
                 account.namespaces[namespace_id] = title
@@ -492,9 +496,14 @@ class CloudflareApi:
                 binding.get("type") == "kv_namespace"
                 and binding.get("namespace_id") not in account.namespaces
             ):
-                # A KV binding must name a namespace of the account (the API refuses the upload;
-                # wrangler users meet it as "KV namespace '<id>' is not valid", code 10041).
-                raise ApiError(400, 10041, f"KV namespace '{binding.get('namespace_id')}' is not valid.")
+                # A KV binding must name a namespace of the account: the API refuses the upload
+                # with code 10042 (quoted in cloudflare/workers-sdk issue #14249, 2026).
+                raise ApiError(
+                    400,
+                    10042,
+                    f"KV namespace '{binding.get('namespace_id')}' is not valid. Please verify the "
+                    "namespace_id in your configuration.",
+                )
         # A new version inherits the previous one's secrets unless it names them itself: secrets
         # persist across deploys (https://developers.cloudflare.com/workers/configuration/secrets/;
         # wrangler 4.74.0's release notes: "Secrets not included in the file will be inherited

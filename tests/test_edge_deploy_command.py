@@ -277,6 +277,11 @@ def test_errors_are_one_line_with_a_stable_code(tmp_path: Path, proxy: LoggingPr
         one_error(refused, 3, "cloudflare_api_refused")
         assert "9109" in refused.stderr
         assert json.loads(refused.stdout)["error"]["code"] == "cloudflare_api_refused"
+        # A token that logs in but may not create KV namespaces (the API's code 10000).
+        api.refusals = {("POST", "/storage/kv/namespaces"): (403, 10000, "Authentication error")}
+        api.accounts[MAIN].namespaces.clear()
+        one_error(deploy(env), 3, "cloudflare_not_authorized")
+        api.refusals = {}
         # Another deploy of the Worker holding the lock.
         lock = tmp_path / "config" / "edge-deploy" / "herdr-mcp-edge" / "deploy.lock"
         lock.parent.mkdir(parents=True, exist_ok=True)

@@ -284,7 +284,7 @@ class _Reconcile:
                 "directory, or export CLOUDFLARE_API_TOKEN (template 'Edit Cloudflare Workers')",
             )
         if done.returncode != 0 or not isinstance(document, dict):
-            raise _refused(done, "listing your Cloudflare accounts (wrangler whoami)")
+            raise _refused(done, "listing your Cloudflare accounts (wrangler whoami)", login=True)
         accounts = {
             str(a["id"]): str(a.get("name", ""))
             for a in document.get("accounts") or []
@@ -487,15 +487,23 @@ def _json(text: str) -> Any:
 _UNREACHABLE = ("fetch failed", "econnrefused", "enotfound", "etimedout", "econnreset", "eai_again")
 
 
-def _refused(done: Outcome, step: str) -> CloudflareRefused | EdgeDeployError:
-    """The one-line failure of a wrangler step."""
+def _refused(done: Outcome, step: str, *, login: bool = False) -> CloudflareRefused | EdgeDeployError:
+    """The one-line failure of a wrangler step (`login`: the step that checks the login)."""
     code, message = done.failure()
     lowered = message.lower()
-    if "not authenticated" in lowered or "cloudflare_api_token" in lowered or code in (9106, 10000):
+    if "not authenticated" in lowered or "cloudflare_api_token" in lowered or (login and code == 10000):
         return EdgeDeployError(
             "cloudflare_not_logged_in",
             f"{step}: Cloudflare refused the login ({message}); run `npx wrangler login` in the "
             "Edge's directory, or export a valid CLOUDFLARE_API_TOKEN",
+        )
+    if code == 10000:
+        # The API's answer to missing, expired or insufficient credentials for one request.
+        return CloudflareRefused(
+            "cloudflare_not_authorized",
+            f"{step}: Authentication error [code: 10000]; the login or API token lacks the "
+            "permission for this (an API token from the 'Edit Cloudflare Workers' template has them)",
+            api_code=code,
         )
     if code is None and any(sign in lowered for sign in _UNREACHABLE):
         return EdgeDeployError(

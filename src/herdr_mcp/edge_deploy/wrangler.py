@@ -38,6 +38,8 @@ NPM_CI_TIMEOUT_S = 900
 #: The last lines of a failed command's output a refusal quotes.
 TAIL_LINES = 6
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_QUOTED_CODE = re.compile(r"\[code: (\d+)\]")
+_ENVELOPE_CODE = re.compile(r'"errors":\s*\[\s*\{\s*"code":\s*(\d+)')
 
 
 class EdgeDeployError(LocalFault):
@@ -77,9 +79,11 @@ class Outcome:
         failed = self.entry("command-failed")
         if failed is not None:
             code = failed.get("code")
-            return (code if isinstance(code, int) else None), str(failed.get("message", "")).strip()
+            message = str(failed.get("message", "")).strip()
+            return (code if isinstance(code, int) else _api_code(message)), message
         lines = [_ANSI.sub("", line).strip() for line in (self.stderr + "\n" + self.stdout).splitlines()]
-        return None, " ".join(line for line in lines if line)[-600:]
+        message = " ".join(line for line in lines if line)[-600:]
+        return _api_code(message), message
 
 
 @dataclass
@@ -222,6 +226,13 @@ def _npm_ci(edge_dir: Path, env: dict[str, str], node: str) -> None:
     if done.returncode != 0:
         tail = " ".join(done.stderr.strip().splitlines()[-TAIL_LINES:])
         raise EdgeDeployError("npm_ci_failed", f"npm ci in {edge_dir} failed: {tail}")
+
+
+def _api_code(message: str) -> int | None:
+    """The API's error code quoted in a message: wrangler's "[code: N]", or the first code of an
+    API envelope some commands print raw (`kv namespace create`: `{"errors":[{"code":N,...`)."""
+    match = _QUOTED_CODE.search(message) or _ENVELOPE_CODE.search(message)
+    return int(match[1]) if match else None
 
 
 def _entries(path: Path) -> list[dict[str, Any]]:
