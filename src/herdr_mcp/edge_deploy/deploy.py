@@ -300,7 +300,8 @@ class _Reconcile:
     def _account(self, accounts: dict[str, str]) -> tuple[str, set[str] | None]:
         """The account to deploy to, and the Worker's secret names there (None: no Worker)."""
         env = self.wrangler.env
-        chosen = (env.get("CLOUDFLARE_ACCOUNT_ID") or "").strip() or None
+        # CF_ACCOUNT_ID is wrangler's older name of the variable (it still reads it).
+        chosen = (env.get("CLOUDFLARE_ACCOUNT_ID") or env.get("CF_ACCOUNT_ID") or "").strip() or None
         recorded = (self.record or {}).get("account_id")
         listing = ", ".join(f"{i} ({n})" for i, n in sorted(accounts.items()))
         if chosen is not None:

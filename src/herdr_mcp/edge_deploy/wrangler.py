@@ -129,6 +129,7 @@ class Wrangler:
         script = self.edge_dir / "node_modules" / "wrangler" / "bin" / "wrangler.js"
         env = {**self.env, "WRANGLER_HIDE_BANNER": "true", "WRANGLER_LOG": "log"}
         env.pop("CLOUDFLARE_ACCOUNT_ID", None)
+        env.pop("CF_ACCOUNT_ID", None)
         if account_id is not None:
             env["CLOUDFLARE_ACCOUNT_ID"] = account_id
         self.history.append(list(args))
