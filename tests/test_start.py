@@ -62,12 +62,16 @@ def error_of(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     return error
 
 
-def _commit_snapshot(checkout: Path) -> None:
-    snapshot_tree(ROOT, checkout)
+def _git_commit(checkout: Path, message: str, *first: list[str]) -> None:
     env = {**os.environ, "GIT_AUTHOR_NAME": "dev", "GIT_AUTHOR_EMAIL": "dev@example.invalid"}
     env |= {"GIT_COMMITTER_NAME": "dev", "GIT_COMMITTER_EMAIL": "dev@example.invalid"}
-    for command in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "the checkout"]):
+    for command in (*first, ["add", "-A"], ["commit", "-q", "-m", message]):
         subprocess.run(["git", *command], cwd=checkout, check=True, env=env)
+
+
+def _commit_snapshot(checkout: Path) -> None:
+    snapshot_tree(ROOT, checkout)
+    _git_commit(checkout, "the checkout", ["init", "-q", "-b", "main"])
 
 
 @dataclass
@@ -152,10 +156,17 @@ def test_a_second_start_changes_nothing(started: Started) -> None:
     again = answer(herdr_mcp(*started.start_args, "--json"))
     text = herdr_mcp(*started.start_args)
     print(f"\nsecond start: changed={again['changed']} done={again['done']}; {text.stdout.splitlines()[0]}")
-    assert again["changed"] is False and again["done"] == []
+    assert again["changed"] is False and again["done"] == [] and again["notes"] == []
     assert text.returncode == 0 and text.stdout.startswith("already up: nothing changed")
     assert (store.control_path.read_bytes(), store.status_path.read_bytes()) == before
     assert (started.config / "link.pid").read_bytes() == link_pid
+    # A new commit in the checkout is not built by start (that is `dev sync`): it says so, changes nothing.
+    (started.checkout / "NEW").write_text("x\n")
+    _git_commit(started.checkout, "a new commit")
+    noted = answer(herdr_mcp(*started.start_args, "--json"))
+    print(f"after a new commit: changed={noted['changed']}, note: {noted['notes']}")
+    assert noted["changed"] is False and "`herdr-mcp dev sync` runs it" in noted["notes"][0]
+    assert (store.control_path.read_bytes(), store.status_path.read_bytes()) == before
     # Other runtime options for the running generation are refused, not applied behind its back.
     other = herdr_mcp(*started.start_args, "--read-only", "--json")
     print(f"start with other options: exit {other.returncode}, {error_of(other)['code']}")

@@ -44,6 +44,7 @@ import httpx2
 
 from herdr_mcp.cli import _runtime_options
 from herdr_mcp.cli.arguments import CommandParser, dir_path, existing_dir, port, run_guarded, with_json
+from herdr_mcp.dev.plane import DevPlaneError, read_plane, source_provenance, start_checkout
 from herdr_mcp.errors import HerdrMcpError, LocalFault, RefusedFault, UsageFault
 from herdr_mcp.generations.control import Generation
 from herdr_mcp.generations.process import (
@@ -173,7 +174,8 @@ def run(argv: list[str]) -> int:
             done.append(line)
             say(line)
 
-        plane = _ensure_generation(paths, args.source, serve_args, did)
+        notes: list[str] = []
+        plane = _ensure_generation(paths, args.source, serve_args, did, notes)
         spec = _active_spec(paths)
         version = _health(spec)
         link = _ensure_link(paths, spec, args, did)
@@ -185,6 +187,7 @@ def run(argv: list[str]) -> int:
         "endpoint": spec.endpoint,
         "version": version,
         "link": link,
+        "notes": notes,
     }
     if args.json:
         print(json.dumps(document, indent=2, sort_keys=True))
@@ -197,9 +200,10 @@ def run(argv: list[str]) -> int:
 
 
 def _ensure_generation(
-    paths: UpdatePaths, source: Path | None, serve_args: tuple[str, ...] | None, did: Say
+    paths: UpdatePaths, source: Path | None, serve_args: tuple[str, ...] | None, did: Say, notes: list[str]
 ) -> str:
-    """Steps 1 and 2 of the module docstring; the plane of the active generation, as a phrase."""
+    """Steps 1 and 2 of the module docstring; the plane of the active generation, as a phrase.
+    What the user may have expected and `start` did not do goes into `notes`."""
     store = paths.generations
     active = store.read_status().active
     if active is not None:
@@ -207,14 +211,14 @@ def _ensure_generation(
         if is_managed(paths.config_dir, spec):
             _check_options(paths, spec, serve_args)
     ensure_running(store, paths.config_dir, did)  # says what it restarts
-    if store.read_status().active is not None:
-        return _plane_of(paths, _active_spec(paths))
     origin = install_origin(paths.config_dir, this_executable())
+    if store.read_status().active is not None:
+        spec = _active_spec(paths)
+        notes.extend(_not_built(spec, source or origin.checkout))
+        return _plane_of(paths, spec)
     if origin.kind == "generation" and origin.generation is not None and source is None:
         _activate_own(paths, origin, serve_args, did)
     elif origin.kind == "checkout" or source is not None:
-        from herdr_mcp.dev.plane import start_checkout
-
         checkout = source or origin.checkout
         assert checkout is not None
         result, _ = start_checkout(paths, checkout, serve_args=serve_args, say=did)
@@ -229,6 +233,23 @@ def _ensure_generation(
             "`herdr-mcp start` from a checkout (`./scripts/serve` once, then `.venv/bin/herdr-mcp start`)",
         )
     return _plane_of(paths, _active_spec(paths))
+
+
+def _not_built(spec: Generation, checkout: Path | None) -> list[str]:
+    """A note when the checkout `start` would build is not what the active generation runs."""
+    if checkout is None:
+        return []
+    provenance = spec.provenance or {}
+    try:
+        head = source_provenance(checkout)
+    except DevPlaneError:
+        return []
+    if provenance.get("path") == head["path"] and provenance.get("commit") == head["commit"]:
+        return []
+    return [
+        f"generation {spec.generation} is active, so {head['path']} at {head['describe']} was not built: "
+        "`herdr-mcp dev sync` runs it (start only starts what is there)"
+    ]
 
 
 def _check_options(paths: UpdatePaths, spec: Generation, serve_args: tuple[str, ...] | None) -> None:
@@ -278,8 +299,6 @@ def _active_spec(paths: UpdatePaths) -> Generation:
 def _plane_of(paths: UpdatePaths, spec: Generation) -> str:
     provenance = spec.provenance or {}
     if provenance.get("plane") == "dev":
-        from herdr_mcp.dev.plane import read_plane
-
         plane = read_plane(paths.config_dir)
         pinned = plane is not None and plane.pinned_prod is not None
         where = provenance.get("describe") or provenance.get("commit", "?")
@@ -414,6 +433,7 @@ def _summary(document: dict[str, Any], config_dir: Path) -> list[str]:
         lines.append("  the user services keep the runtime and the link running (`herdr-mcp service status`)")
     else:
         lines.append("  the link runs in this terminal now: Ctrl-C ends it")
+    lines.extend(f"  note: {note}" for note in document["notes"])
     lines.append(
         "  for ChatGPT: pair with the Edge (`herdr-mcp link pair --edge <url> --code <code>`); "
         f"config dir {config_dir}"
