@@ -501,6 +501,13 @@ def _control(layout: Layout, link_port: int, method: str, params: dict[str, Any]
     return result
 
 
+def _utc(seconds: object) -> object:
+    """Epoch seconds as the Edge sends them, shown as UTC time; anything else as it is."""
+    if isinstance(seconds, int) and not isinstance(seconds, bool) and 0 <= seconds < 2**37:
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+    return seconds
+
+
 def _print_control(action: str, result: dict[str, Any]) -> None:
     def row(item: object, *keys: str) -> str:
         fields = item if isinstance(item, dict) else {}
@@ -511,7 +518,9 @@ def _print_control(action: str, result: dict[str, Any]) -> None:
         if not pending:
             print("no consent request is waiting")
         for item in pending:
-            print(row(item, "request_id", "code", "client_name", "redirect_uri", "created_at"))
+            fields = item if isinstance(item, dict) else {}
+            shown = {**fields, "created_at": _utc(fields.get("created_at"))}
+            print(row(shown, "request_id", "code", "client_name", "redirect_uri", "created_at"))
     elif action == "approve":
         print(f"approved: {row(result, 'request_id', 'client_name', 'grant_id')}")
         print(f"  code {row(result, 'code')}, as the consent page shows and you gave")
@@ -522,6 +531,8 @@ def _print_control(action: str, result: dict[str, Any]) -> None:
         if not grants:
             print("no connector holds a grant")
         for item in grants:
-            print(row(item, "grant_id", "client_name", "created_at", "last_used_at"))
+            fields = item if isinstance(item, dict) else {}
+            when = {key: _utc(fields.get(key)) for key in ("created_at", "last_used_at")}
+            print(row({**fields, **when}, "grant_id", "client_name", "created_at", "last_used_at"))
     else:
         print(f"revoked {row(result, 'grant_id')}")
