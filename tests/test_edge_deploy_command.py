@@ -174,6 +174,7 @@ def test_first_deploy_then_a_second_run_changes_nothing_but_the_code(
         assert api.accounts[MAIN].scripts["herdr-mcp-edge"].secrets == values
         assert f"ChatGPT connector URL: {origin}/mcp" in second.stdout
         assert "secret EDGE_HMAC_KEY (kept, never replaced)" in second.stdout
+        assert f"  herdr-mcp link pair --edge {origin}\n" in second.stdout
         assert f"origin {origin}" in second.stdout
         assert json.loads(record.read_text())["origin"] == origin
 
@@ -221,6 +222,7 @@ def test_two_accounts_are_refused_without_an_account_id_and_the_worker_picks_its
         assert len(secret_puts(api)) == puts
         assert result["admin_secret_file"] is None
         assert "ADMIN_SECRET was set before" in render(result)
+        assert "/pair (user name anything" in render(result) and "--code <the 6 digits>" in render(result)
         assert len(api.requests("POST", "/storage/kv/namespaces")) == 1
         assert not api.accounts[MAIN].scripts
 

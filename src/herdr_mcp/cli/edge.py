@@ -156,10 +156,15 @@ def render(result: dict[str, Any]) -> str:
         lines.append(f"ADMIN_SECRET (the /pair password) is in {result['admin_secret_file']}")
     else:
         lines.append("ADMIN_SECRET was set before this tool kept it: use the value you kept")
-    if origin is not None:
+    if origin is not None and result["admin_secret_file"]:
         lines += [
-            "Next: pair this workstation. Open "
-            f"{origin}/pair (user name anything, password ADMIN_SECRET), then run",
+            "Next: pair this workstation (it starts the pairing with the ADMIN_SECRET kept above):",
+            f"  herdr-mcp link pair --edge {origin}",
+        ]
+    elif origin is not None:
+        lines += [
+            f"Next: pair this workstation. Open {origin}/pair (user name anything, password "
+            "ADMIN_SECRET), then run",
             f"  herdr-mcp link pair --edge {origin} --code <the 6 digits>",
         ]
     lines.append(f"Record: {result['record']}")
