@@ -58,6 +58,7 @@ from herdr_mcp.generations.process import (
 )
 from herdr_mcp.generations.supervisor import ensure_running
 from herdr_mcp.layout import CONFIG_DIR_ENV, DEFAULT_LINK_PORT, Layout, default_config_dir
+from herdr_mcp.link.edge_device import read_device
 from herdr_mcp.local_http import local_client
 from herdr_mcp.progress import printable_steps
 from herdr_mcp.service.cli import build_parser as build_service_parser
@@ -434,11 +435,23 @@ def _summary(document: dict[str, Any], config_dir: Path) -> list[str]:
     else:
         lines.append("  the link runs in this terminal now: Ctrl-C ends it")
     lines.extend(f"  note: {note}" for note in document["notes"])
-    lines.append(
-        "  for ChatGPT: pair with the Edge (`herdr-mcp link pair --edge <url> --code <code>`); "
-        f"config dir {config_dir}"
-    )
+    lines.append(f"  config dir {config_dir}")
+    lines.append(_edge_line(config_dir))
     return lines
+
+
+def _edge_line(config_dir: Path) -> str:
+    """Where the link stands with the Edge: paired (and where), or the next step for ChatGPT."""
+    try:
+        device = read_device(Layout(config_dir).edge_device_file)
+    except HerdrMcpError as exc:
+        return f"  the Edge record is unusable ({exc.code}): `herdr-mcp link unpair`, then pair again"
+    if device is None:
+        return (
+            "  for ChatGPT: `herdr-mcp edge deploy`, then `herdr-mcp link pair --edge <origin>` "
+            '(README, "Use it from ChatGPT")'
+        )
+    return f"  paired with {device.edge_url} as {device.device_id} (`herdr-mcp link status`: the connection)"
 
 
 def _exec_link(executable: Path, config_dir: Path, link_port: int) -> None:

@@ -240,7 +240,10 @@ def _pair(args: argparse.Namespace) -> int:
         print(json.dumps({"paired": True, **device.public(), "record": str(path)}, sort_keys=True))
     else:
         print(f"paired with {device.edge_url} as {device.device_id} ({device.name})")
-        print(f"  device record: {path}; restart the link (`herdr-mcp link`) to connect")
+        print(
+            f"  device record: {path}; the link connects when it starts (`herdr-mcp start`; "
+            "a link already running: `herdr-mcp stop`, then `herdr-mcp start`)"
+        )
     return 0
 
 
