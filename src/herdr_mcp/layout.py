@@ -7,6 +7,8 @@ drift between a writer and its readers (the runtime token's path was built in fo
 
     token                   the runtime's bearer token (0600; `tokens.py`)
     link-token              the link's bearer token (0600)
+    link.pid, link.log      the link `herdr-mcp start` runs detached: its pid and its output
+                            (`service/detached.py`; `herdr-mcp stop` ends it)
     state.db, audit.jsonl   the runtime's durable state and its audit log of tool calls
     exec/                   the spool of exec sessions
     generations/            runtime-control.json, runtime-status.json, generations.lock
@@ -54,6 +56,8 @@ LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
 
 TOKEN_FILE = "token"  # noqa: S105 (a file name, not a secret)
 LINK_TOKEN_FILE = "link-token"  # noqa: S105 (a file name)
+LINK_PID_FILE = "link.pid"
+LINK_LOG_FILE = "link.log"
 STATE_FILE = "state.db"
 AUDIT_FILE = "audit.jsonl"
 EXEC_SPOOL_DIR = "exec"

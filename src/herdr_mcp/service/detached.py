@@ -16,11 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from herdr_mcp.generations.process import PID_RECORD, launch_detached, recorded_pid, stop_recorded
-from herdr_mcp.layout import CONFIG_DIR_ENV
+from herdr_mcp.layout import CONFIG_DIR_ENV, LINK_LOG_FILE, LINK_PID_FILE
 from herdr_mcp.records import atomic_write
 
-LINK_PID_FILE = "link.pid"
-LINK_LOG_FILE = "link.log"
 #: The line `herdr-mcp link` prints first, naming its URL.
 LINK_SERVING = "herdr-mcp link serving "
 #: A link binds and prints its URL in well under a second; a cold start on a loaded disk takes longer.

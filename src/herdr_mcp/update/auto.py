@@ -152,7 +152,8 @@ def skip_reason(config_dir: Path, channel: str | None = None) -> AutoDecision | 
         return skip(
             "plane_not_prod",
             "this workstation runs a DEV generation; `update auto` only updates PROD "
-            "(`herdr-mcp dev rollback` returns to PROD)",
+            "(`herdr-mcp dev status` says whether a PROD is pinned: `herdr-mcp dev rollback` "
+            "returns to it; a checkout-only workstation has none)",
         )
     try:
         settings = read_settings(config_dir)
