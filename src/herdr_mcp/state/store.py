@@ -78,6 +78,15 @@ def _version_read_only(path: Path) -> int:
         raise StateError(f"{path} is not a readable SQLite database ({exc}); move it aside") from exc
 
 
+def schema_of(path: Path) -> int | None:
+    """The schema version of the database at `path` (None when there is no file), read without
+    writing a byte to it: what a process that has not opened the database may ask (`dev status`,
+    the DEV plane's schema check). Raises StateError for a file that is not a SQLite database."""
+    if not path.exists():
+        return None
+    return _version_read_only(path)
+
+
 def _read_version(uri: str) -> int:
     with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
         has_meta = conn.execute(
