@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import IO
 
 
 def alive(pid: int) -> bool:
@@ -12,3 +13,14 @@ def alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return text[text.rfind(")") + 2 :].split()[0] not in ("Z", "X")
+
+
+def read_until(stream: IO[str], wanted: str) -> list[str]:
+    """Read `stream` line by line until a line that is `wanted` (stripped); the lines read.
+    Raises AssertionError, with them, when the stream ends first."""
+    seen = []
+    for line in stream:
+        seen.append(line)
+        if line.strip() == wanted:
+            return seen
+    raise AssertionError(f"{wanted!r} never came: {''.join(seen)}")

@@ -377,7 +377,6 @@ MALFORMED = [
     pytest.param(lambda _: b"{}", id="no-content"),
     pytest.param(lambda _: b"\xff\xfe", id="not-utf8"),
     pytest.param(lambda _: b"[" * 100_000, id="deeply-nested"),
-    pytest.param(lambda _: b" " * (attestation.MAX_BUNDLE_BYTES + 1), id="oversized"),
     pytest.param(lambda bundle: _edit_json(bundle, _junk_certificate), id="junk-certificate"),
     pytest.param(lambda bundle: _edit_json(bundle, _no_log_entry), id="no-log-entry"),
     pytest.param(lambda bundle: _edit_json(bundle, _both_contents), id="two-contents"),
@@ -394,6 +393,17 @@ def test_malformed_signature_bundles(fixtures: Path, make: Callable[[bytes], byt
     _refused(
         "attestation_bundle_malformed", lambda: verify_artifact_signature(artifact, broken, RFC8785_POLICY)
     )
+
+
+def test_an_oversized_bundle_is_evidence_too_large(fixtures: Path) -> None:
+    artifact, _ = _signature_inputs(fixtures, "cve")
+    refused = _refused(
+        "evidence_too_large",
+        lambda: verify_artifact_signature(
+            artifact, b" " * (attestation.MAX_BUNDLE_BYTES + 1), RFC8785_POLICY
+        ),
+    )
+    assert f"over its cap of {attestation.MAX_BUNDLE_BYTES} bytes" in refused.message
 
 
 def test_bundle_kinds_are_not_interchangeable(fixtures: Path) -> None:

@@ -111,6 +111,19 @@ def test_a_staged_bundle_installs_offline_and_probes_against_the_target_contract
         with pytest.raises(ReleaseDataError) as caught:
             probe(generation.herdr_mcp, expected, version, timeout=PROBE_TIMEOUT)
         assert caught.value.code == code
+    # The state schema the candidate reports must be the one the manifest declares.
+    declared = release.manifest.state_schema
+    probe(generation.herdr_mcp, target_contract, built.version, timeout=PROBE_TIMEOUT, state_schema=declared)
+    with pytest.raises(ReleaseDataError) as schema:
+        probe(
+            generation.herdr_mcp,
+            target_contract,
+            built.version,
+            timeout=PROBE_TIMEOUT,
+            state_schema=declared + 1,
+        )
+    assert schema.value.code == "probe_state_schema_mismatch"
+    assert f"reports state schema {declared}, the release declares {declared + 1}" in schema.value.message
 
     # An existing id is refused and the generation stays as it was.
     before = sorted(str(path.relative_to(generation.path)) for path in generation.path.rglob("*"))

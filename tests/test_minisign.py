@@ -309,7 +309,7 @@ def test_verification_refusals(our_keys: tuple[PublicKey, Path, Path]) -> None:
         "garbled base64": (DATA, first + "%%%%\n" + trusted + global_line, pinned, "signature_malformed"),
         "short signature": (DATA, with_raw(raw[:-1]), pinned, "signature_malformed"),
         "not UTF-8": (DATA, signature.encode() + b"\xff", pinned, "signature_malformed"),
-        "huge": (DATA, signature + "x" * 20000, pinned, "signature_malformed"),
+        "huge": (DATA, signature + "x" * 20000, pinned, "evidence_too_large"),
     }
     results = {name: code_of(verify, data, sig, keys) for name, (data, sig, keys, _) in cases.items()}
     assert results == {name: case[3] for name, case in cases.items()}

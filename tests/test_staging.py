@@ -22,11 +22,12 @@ from herdr_mcp.update.admission import (
     AdmissionRefused,
     TrustedRelease,
 )
-from herdr_mcp.update.errors import ReleaseDataError, UpdateTransportError, UpdateUsageError
+from herdr_mcp.update.errors import LocalStateError, ReleaseDataError, UpdateTransportError, UpdateUsageError
 from herdr_mcp.update.staging import DownloadConfig, StagedAsset, stage
 from tests.admitted_release import REPOSITORY, TARGET, VERSION, Keys, admitted
 from tests.admitted_release import keys as keys  # the module-scoped signing keys fixture
 from tests.repository_sim import Behavior, ReleaseRepositorySimulator, SimRelease
+from tests.tmpfs import mounted_tmpfs
 
 NAME = f"herdr-mcp-{VERSION}-{TARGET}.tar.gz"
 CHUNK = 64 * 1024
@@ -280,3 +281,17 @@ def test_the_config_refuses_unusable_limits() -> None:
     with pytest.raises(UpdateUsageError) as caught:
         DownloadConfig(read_timeout=0)
     assert caught.value.code == "update_config_invalid"
+
+
+def test_a_full_disk_while_staging_is_disk_full_naming_the_disk(
+    sim: ReleaseRepositorySimulator, keys: Keys, tmp_path: Path
+) -> None:
+    """A real ENOSPC: the 1 MiB bundle streamed into a 256 KiB tmpfs."""
+    published = publish(sim, keys, tmp_path)
+    with mounted_tmpfs(tmp_path / "disk", 256 * 1024) as disk:
+        with pytest.raises(LocalStateError) as caught:
+            run_stage(published, disk / "jobs")
+        assert caught.value.code == "disk_full", caught.value
+        assert caught.value.message.startswith("No space left on device (ENOSPC) while staging: writing ")
+        assert f"(mounted at {disk})" in caught.value.message
+        assert list((disk / "jobs").iterdir()) == []  # the job directory is gone again

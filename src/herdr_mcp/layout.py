@@ -77,6 +77,10 @@ IPC_DIR = "ipc"
 RUNTIME_SOCKET = "runtime.sock"
 #: How a generation's launcher tells its runtime which socket is the generation's (`serve` reads it).
 IPC_SOCKET_ENV = "HERDR_MCP_IPC_SOCKET"
+#: The runtime dir of the generation a launcher started the process for: how a runtime whose pid
+#: was never recorded (its updater was killed) is found again in /proc (`generations/process.py`).
+#: `serve` drops it from its own environment, so the commands it runs do not carry it.
+GENERATION_TAG_ENV = "HERDR_MCP_GENERATION_DIR"
 
 
 def default_config_dir(env: Mapping[str, str] | None = None) -> Path:

@@ -7,6 +7,8 @@ A generation installed by the updater (or built by `dev sync`) lives in its own 
     launch.json    how it is started: the `serve` arguments, kept so the next generation is
                    started the same way (Herdr socket, read-only mode, write roots)
     runtime.pid    {"pid", "executable"} of the process started last
+    starting.json  the start marker: written before the process is started, removed once its pid
+                   is in runtime.pid (present afterwards: the starter died in between)
     runtime.log    its stdout and stderr
 
 `start_runtime` runs `<executable> serve --host 127.0.0.1 --port 0 --config-dir <config dir>
@@ -18,8 +20,19 @@ generations never race for one. `stop_runtime` sends SIGTERM, then SIGKILL after
 and only to a process whose command line still names the generation's executable (a recycled
 pid is left alone).
 
+A process of a generation can be found without its pid (`generation_processes`, Linux: /proc):
+the launcher puts the runtime dir in its environment (`HERDR_MCP_GENERATION_DIR`; the updater's
+install steps, venv and pip, carry it too). `serve` drops it from its own environment, so the
+commands it runs do not inherit it, while /proc/<pid>/environ keeps showing it for the runtime
+itself. Nothing else is matched: the link or `generation up` run from a generation's venv too
+and are not that generation's processes. `stop_runtime` stops the recorded pid and then every
+tagged process, and checks that none is left (`runtime_stop_failed` otherwise), so an updater
+killed between starting a runtime and recording its pid leaves nothing the next clean-up cannot
+stop. Elsewhere (macOS) only the recorded pid is known.
+
 Errors: `GenerationError` with `runtime_start_failed` (exited, or never said where it listens,
-with the tail of its log), `runtime_dir_invalid` (an unreadable launch.json).
+with the tail of its log), `runtime_dir_invalid` (an unreadable launch.json), `runtime_stop_failed`
+(a process of the generation survived SIGKILL).
 """
 
 from __future__ import annotations
@@ -31,17 +44,18 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from herdr_mcp.generations.control import Generation, GenerationError, GenerationStateError, check_endpoint
-from herdr_mcp.layout import IPC_SOCKET_ENV, RUNTIMES_DIR, Layout
+from herdr_mcp.layout import GENERATION_TAG_ENV, IPC_SOCKET_ENV, RUNTIMES_DIR, Layout
 from herdr_mcp.records import FailRule, RecordInvalid, RecordKind, atomic_write
 
 LAUNCH_FILE = "launch.json"
 PID_FILE = "runtime.pid"
 LOG_FILE = "runtime.log"
+START_MARKER = "starting.json"
 #: A runtime opens state.db, binds and prints its address in about a second; a cold venv on a slow
 #: disk may need ten.
 START_TIMEOUT_S = 60.0
@@ -121,12 +135,17 @@ def start_runtime(
     *,
     port: int = 0,
     timeout_s: float = START_TIMEOUT_S,
+    on_spawn: Callable[[int], None] | None = None,
 ) -> StartedRuntime:
     """Start the generation's runtime and wait until it listens (module docstring); `port` 0 lets
-    the kernel choose."""
+    the kernel choose. `on_spawn(pid)` runs between the start and the recording of the pid (the
+    updater's test hook for a kill in that window)."""
     args = check_serve_args(serve_args)
     runtime_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     record_serve_args(runtime_dir, args)
+    tag = generation_tag(runtime_dir)
+    marker = runtime_dir / START_MARKER
+    atomic_write(marker, json.dumps({"tag": tag, "starter_pid": os.getpid()}).encode() + b"\n")
     command = [
         str(executable), "serve", "--host", "127.0.0.1", "--port", str(port),
         "--config-dir", str(config_dir), *args,
@@ -136,10 +155,22 @@ def start_runtime(
     # (`browser_ipc.active_socket`); a runtime too old to know it ignores the variable.
     env[IPC_SOCKET_ENV] = str(Layout(config_dir).generation_socket(runtime_dir.name))
     env.pop("PYTHONPATH", None)  # the generation runs its own venv's code, nothing else
+    env[GENERATION_TAG_ENV] = tag
     log_path = runtime_dir / LOG_FILE
-    pid, announced = launch_detached(
-        executable, command, env, log_path, runtime_dir / PID_FILE, _SERVING, timeout_s=timeout_s
-    )
+    try:
+        pid, announced = launch_detached(
+            executable,
+            command,
+            env,
+            log_path,
+            runtime_dir / PID_FILE,
+            _SERVING,
+            timeout_s=timeout_s,
+            on_spawn=on_spawn,
+            recorded=lambda: marker.unlink(missing_ok=True),
+        )
+    finally:
+        marker.unlink(missing_ok=True)
     if not announced.endswith("/mcp"):
         _terminate(pid)
         raise GenerationStateError(
@@ -157,12 +188,15 @@ def launch_detached(
     prefix: str,
     *,
     timeout_s: float = START_TIMEOUT_S,
+    on_spawn: Callable[[int], None] | None = None,
+    recorded: Callable[[], None] | None = None,
 ) -> tuple[int, str]:
     """Run `command` in its own session (it outlives this process) with its output appended to
     `log_path`, record `{"pid", "executable"}` in `pid_path`, and wait until it prints a line
     starting with `prefix`; the pid and the rest of that line. A process that exits first, or
     says nothing within `timeout_s` (it is stopped then), raises
-    `GenerationStateError("runtime_start_failed")` with the tail of its log."""
+    `GenerationStateError("runtime_start_failed")` with the tail of its log. `on_spawn(pid)` runs
+    right after the start, `recorded()` right after the pid is recorded."""
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
     try:
         offset = os.fstat(fd).st_size
@@ -176,7 +210,11 @@ def launch_detached(
             ) from None
     finally:
         os.close(fd)
+    if on_spawn is not None:
+        on_spawn(pid)
     atomic_write(pid_path, json.dumps({"pid": pid, "executable": str(executable)}).encode() + b"\n")
+    if recorded is not None:
+        recorded()
     deadline = time.monotonic() + timeout_s
     what = " ".join(command[1:2])
     while True:
@@ -321,8 +359,82 @@ def _reap(pid: int) -> None:
 
 
 def stop_runtime(runtime_dir: Path, *, grace_s: float = STOP_GRACE_S) -> bool:
-    """Stop the generation's runtime if it runs; True if a process was stopped."""
-    return stop_recorded(runtime_dir / PID_FILE, grace_s=grace_s)
+    """Stop the generation's runtime if it runs, and every other process of the generation
+    (`generation_processes`); True if a process was stopped. Raises
+    `GenerationStateError("runtime_stop_failed")` when one is still there afterwards."""
+    stopped = stop_recorded(runtime_dir / PID_FILE, grace_s=grace_s)
+    found = generation_processes(runtime_dir)
+    for pid in found:
+        _terminate(pid, grace_s)
+    left = generation_processes(runtime_dir)
+    if left:
+        raise GenerationStateError(
+            "runtime_stop_failed",
+            f"processes {', '.join(map(str, left))} of the generation in {runtime_dir} survived "
+            "SIGTERM and SIGKILL; its directory is left in place",
+        )
+    return stopped or bool(found)
+
+
+def generation_tag(runtime_dir: Path) -> str:
+    """The value of `HERDR_MCP_GENERATION_DIR` for the processes of the generation in
+    `runtime_dir`: its absolute path."""
+    return os.path.abspath(runtime_dir)
+
+
+def generation_processes(runtime_dir: Path) -> list[int]:
+    """The live processes of the generation in `runtime_dir` (module docstring), this process and
+    its ancestors excepted; [] where there is no /proc."""
+    tag = f"{GENERATION_TAG_ENV}={generation_tag(runtime_dir)}".encode()
+    return [pid for pid, environ in _processes() if tag in environ]
+
+
+def tagged_generations(runtimes: Path) -> dict[str, list[int]]:
+    """The live tagged processes of every generation under `runtimes`, by generation name
+    (directory present or not: an older clean-up removed directories but not their processes)."""
+    prefix = f"{GENERATION_TAG_ENV}={generation_tag(runtimes)}{os.sep}".encode()
+    found: dict[str, list[int]] = {}
+    for pid, environ in _processes():
+        for entry in environ:
+            if entry.startswith(prefix):
+                name = entry[len(prefix) :].decode("utf-8", "replace")
+                if name and os.sep not in name:
+                    found.setdefault(name, []).append(pid)
+                break
+    return found
+
+
+def _processes() -> Iterator[tuple[int, list[bytes]]]:
+    """(pid, environment entries) of every live process readable here, but this one and its
+    ancestors."""
+    if sys.platform != "linux":
+        return
+    mine = _ancestors()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return
+    for entry in entries:
+        if not entry.isdigit() or int(entry) in mine:
+            continue
+        pid = int(entry)
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:  # gone, or not ours to read
+            continue
+        if not _zombie(pid):
+            yield pid, environ
+
+
+def _ancestors() -> set[int]:
+    pids, pid = set(), os.getpid()
+    while pid > 1 and pid not in pids:
+        pids.add(pid)
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            break
+    return pids
 
 
 def stop_recorded(pid_path: Path, *, grace_s: float = STOP_GRACE_S) -> bool:

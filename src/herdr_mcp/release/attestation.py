@@ -10,6 +10,7 @@ into the signing certificate.
 
 Every refusal is an `AttestationError` with a stable code:
 
+- `evidence_too_large`: the bundle is over `MAX_BUNDLE_BYTES` (`herdr_mcp.release.evidence`).
 - `attestation_bundle_malformed`: the bundle is not a Sigstore bundle of the expected kind.
 - `attestation_trusted_root_invalid`: the trust root file is missing or unreadable.
 - `attestation_untrusted_root`: the signing certificate does not chain to the trust root.
@@ -60,8 +61,10 @@ from sigstore.verify.policy import (
 )
 
 from herdr_mcp.errors import RefusedFault
+from herdr_mcp.release.evidence import EVIDENCE_TOO_LARGE, too_large_message
 
 AttestationErrorCode = Literal[
+    "evidence_too_large",
     "attestation_bundle_malformed",
     "attestation_trusted_root_invalid",
     "attestation_untrusted_root",
@@ -371,7 +374,9 @@ def _parse_bundle(bundle_json: bytes, content: Literal["messageSignature", "dsse
     """The one parse boundary for bundles: everything wrong with the bytes is `bundle_malformed`."""
     kind = "signature (hashedrekord)" if content == "messageSignature" else "attestation (DSSE)"
     if len(bundle_json) > MAX_BUNDLE_BYTES:
-        raise _malformed(f"the bundle is {len(bundle_json)} bytes, over the {MAX_BUNDLE_BYTES}-byte limit")
+        raise AttestationError(
+            EVIDENCE_TOO_LARGE, too_large_message(f"the {kind} bundle", MAX_BUNDLE_BYTES, len(bundle_json))
+        )
     try:
         document = json.loads(bundle_json)
     except (ValueError, RecursionError) as exc:

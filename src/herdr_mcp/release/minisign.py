@@ -23,7 +23,8 @@ Decisions:
   Actions secret, `HERDR_MCP_RELEASE_SECRET_KEY`) or a 0600 file, and `minisign -C -W` removes
   a password. Keys we generate are written 0600 and never printed.
 
-Every failure is a `SignatureError` with a stable code: `no_pinned_keys`, `signature_malformed`,
+Every failure is a `SignatureError` with a stable code: `no_pinned_keys`, `evidence_too_large`
+(a signature file over `MAX_SIGNATURE_FILE_BYTES`, `herdr_mcp.release.evidence`), `signature_malformed`,
 `signature_algorithm_unsupported`, `signature_key_not_pinned`, `signature_invalid`,
 `signature_comment_invalid`, `public_key_malformed`, `public_key_conflict`, `pinned_keys_unreadable`,
 `secret_key_missing`, `secret_key_unreadable`, `secret_key_malformed`, `secret_key_encrypted`,
@@ -50,6 +51,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption,
 
 from herdr_mcp.errors import RefusedFault
 from herdr_mcp.records import atomic_write
+from herdr_mcp.release.evidence import EVIDENCE_TOO_LARGE, too_large_message
 
 #: The environment variable that may hold the release secret key file's text (GitHub secret).
 SECRET_KEY_ENV = "HERDR_MCP_RELEASE_SECRET_KEY"  # noqa: S105 (a variable name, not a secret)
@@ -265,7 +267,10 @@ def _parse_signature_file(signature_text: str | bytes) -> _SignatureFile:
     covered by any signature and may hold any bytes (minisign itself ignores it), so it is never
     decoded; the trusted comment is kept as the exact bytes the global signature covers."""
     if len(signature_text) > MAX_SIGNATURE_FILE_BYTES:
-        raise SignatureError("signature_malformed", f"larger than {MAX_SIGNATURE_FILE_BYTES} bytes")
+        raise SignatureError(
+            EVIDENCE_TOO_LARGE,
+            too_large_message("the minisign signature", MAX_SIGNATURE_FILE_BYTES, len(signature_text)),
+        )
     raw_file = (
         signature_text.encode("utf-8", "surrogateescape")
         if isinstance(signature_text, str)

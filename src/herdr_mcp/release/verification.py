@@ -11,7 +11,7 @@ from reading the packaged Sigstore trust root, or the one `SigstoreTrust.trusted
 The checklist, numbered in `verify_release` exactly as here:
 
 1. the minisign signature over the exact manifest bytes, by a pinned key, before anything is
-   parsed (the minisign codes: `no_pinned_keys`, `signature_malformed`,
+   parsed (the minisign codes: `no_pinned_keys`, `evidence_too_large`, `signature_malformed`,
    `signature_algorithm_unsupported`, `signature_key_not_pinned`, `signature_invalid`);
 2. parse, through the one parse boundary `RuntimeManifest.from_bytes` (the `manifest_*` codes);
 3. the release's own tag identity: `tag` is "v" + `version` and `source.ref` is
@@ -48,6 +48,7 @@ from herdr_mcp.release.attestation import (
     AttestationError,
     IdentityPolicy,
     Statement,
+    trusted_root_age,
     verify_artifact_signature,
     verify_attestation,
 )
@@ -125,6 +126,19 @@ class VerifiedRelease:
     def __post_init__(self, _verified: object) -> None:
         if _verified is not _VERIFIED:
             raise TypeError("a VerifiedRelease is made by verify_release() only")
+
+
+def trust_root_warning(sigstore: SigstoreTrust | UnsafeSkipSigstore) -> str | None:
+    """The warning for a trust root past the project's age limit, by the rule `release verify`
+    applies (`attestation.TrustedRootAge.warning`: no key newer than `TRUSTED_ROOT_STALE_AFTER`),
+    for the root `sigstore` checks against; None when it is fresh, when the checks are skipped,
+    or when it cannot be read (the verification itself then refuses, saying why)."""
+    if isinstance(sigstore, UnsafeSkipSigstore):
+        return None
+    try:
+        return trusted_root_age(sigstore.trusted_root).warning
+    except AttestationError:
+        return None
 
 
 def verify_release(published: PublishedRelease, trust: ReleaseTrust) -> VerifiedRelease:

@@ -2,7 +2,8 @@
 
 The first two steps of an update, and nothing else: discovery picks the single candidate, then
 only `runtime-manifest.json`, its `.minisig`, its `.sigstore.json` and the release's
-`runtime-provenance.sigstore.json` are fetched, size-capped, and handed to admission (a release
+`runtime-provenance.sigstore.json` are fetched, each capped at its parser's cap
+(`evidence_too_large` past it, `release/evidence.py`), and handed to admission (a release
 without one of them is refused there, `sigstore_missing` or `provenance_missing`). No bundle or
 other asset is downloaded, whatever the outcome; the highest-seen version is not raised by a
 check (only an install that follows an admission raises it).
@@ -20,7 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from herdr_mcp.release.attestation import MAX_BUNDLE_BYTES
+from herdr_mcp.release.evidence import EVIDENCE_TOO_LARGE, too_large_message
 from herdr_mcp.release.manifest import MANIFEST_FILENAME, MAX_MANIFEST_BYTES
+from herdr_mcp.release.minisign import MAX_SIGNATURE_FILE_BYTES
 from herdr_mcp.release.verification import (
     PROVENANCE_BUNDLE_NAME,
     SIGNATURE_NAME,
@@ -40,8 +43,6 @@ from herdr_mcp.update.transport import (
     stream_get,
 )
 
-#: A minisign signature file is four short lines.
-MAX_SIGNATURE_BYTES = 64 * 1024
 #: The whole check (three small files after discovery) must finish within this many seconds.
 FETCH_DEADLINE_SECONDS = 120.0
 
@@ -160,7 +161,7 @@ def fetch_and_admit(
 
         published = PublishedRelease(
             manifest=fetch(files.manifest_url, MANIFEST_FILENAME, MAX_MANIFEST_BYTES),
-            signature=fetch(files.signature_url, SIGNATURE_NAME, MAX_SIGNATURE_BYTES),
+            signature=fetch(files.signature_url, SIGNATURE_NAME, MAX_SIGNATURE_FILE_BYTES),
             sigstore_bundle=fetch_evidence(files.sigstore_url, SIGSTORE_BUNDLE_NAME),
             provenance_bundle=fetch_evidence(files.provenance_url, PROVENANCE_BUNDLE_NAME),
         )
@@ -176,14 +177,15 @@ def fetch_and_admit(
 def _read_capped(
     chunks: Iterator[bytes], declared: int | None, name: str, cap: int, deadline: float
 ) -> bytes:
-    """The body, refused as soon as it is known to exceed `cap` (before or while reading)."""
+    """The body, refused as soon as it is known to exceed `cap` (before or while reading) with
+    the one code for oversized evidence (`release/evidence.py`)."""
     if declared is not None and declared > cap:
-        raise ReleaseDataError("manifest_too_large", f"{name} is larger than {cap} bytes; refused")
+        raise ReleaseDataError(EVIDENCE_TOO_LARGE, too_large_message(name, cap, declared))
     body = bytearray()
     for chunk in chunks:
         body += chunk
         if len(body) > cap:
-            raise ReleaseDataError("manifest_too_large", f"{name} is larger than {cap} bytes; refused")
+            raise ReleaseDataError(EVIDENCE_TOO_LARGE, too_large_message(name, cap))
         if time.monotonic() > deadline:
             raise UpdateTransportError("manifest_timeout", f"fetching {name} did not finish in time")
     return bytes(body)

@@ -12,7 +12,10 @@
    regular files and directories, no absolute path, no "..", nothing outside the one top
    directory, no link of any kind, at most `MAX_MEMBERS` members and `MAX_UNPACKED_BYTES` bytes
    (`bundle_unsafe_member`, `bundle_malformed`);
-4. `python -m venv generations_dir/<id>/venv`;
+3b. the filesystem of `generations_dir` must have room for the venv, estimated from the
+   bundle's wheels, plus the live runtime's margin (`update/diskspace.py`: `disk_space_low`);
+4. `python -m venv --without-pip generations_dir/<id>/venv`, then its `python -m ensurepip`
+   (run apart so that its own error, e.g. ENOSPC, is what the failure reports);
 5. `pip install --no-index --find-links wheelhouse --require-hashes -r requirements.txt` with the
    network disabled: in a network namespace with no interfaces (`unshare --net`, as root or with
    `--map-root-user`) or, on macOS, `sandbox-exec` denying network. Where neither works, pip still
@@ -24,12 +27,15 @@ bundle no release signed: an `UnsafeLocalBundle`, which the DEV plane builds fro
 (`herdr-mcp dev sync`). It runs steps 1 to 5; step 0 has nothing to check it against.
 
 On any failure the generation directory this call created is removed; the unpacked bundle stays in
-the job directory of the stage (its owner cleans it).
+the job directory of the stage (its owner cleans it). Every step's processes carry the
+generation's tag (`HERDR_MCP_GENERATION_DIR`), so the next update's clean-up finds and stops
+what a killed updater left running. A step that runs out of space is `disk_full` (naming the
+disk), not a bare exit status.
 
 Errors: `UpdateUsageError` (`install_unverified`, `generation_id_invalid`, `generation_exists`),
 `ReleaseDataError` (`bundle_unsafe_member`, `bundle_malformed`, `install_hash_mismatch`: the signed
 bundle itself is wrong) and `LocalStateError` (`install_bundle_changed`, `install_venv_failed`,
-`install_failed`, `install_unwritable`).
+`install_failed`, `install_unwritable`, `disk_space_low`, `disk_full`).
 """
 
 from __future__ import annotations
@@ -45,7 +51,17 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path, PurePosixPath
 
+from herdr_mcp.generations.process import generation_tag
+from herdr_mcp.layout import GENERATION_TAG_ENV
 from herdr_mcp.release.bundle import BUNDLE_SUFFIX, REQUIREMENTS_FILE, WHEELHOUSE_DIR
+from herdr_mcp.update.diskspace import (
+    SpaceNeed,
+    check_free_space,
+    disk_full_error,
+    estimate_venv,
+    is_enospc,
+    names_enospc,
+)
 from herdr_mcp.update.errors import LocalStateError, ReleaseDataError, UpdateUsageError
 from herdr_mcp.update.staging import StagedRelease
 
@@ -84,11 +100,17 @@ class UnsafeLocalBundle:
 
 
 def install_generation(
-    staged: StagedRelease, generations_dir: Path, generation_id: str, *, python: str = sys.executable
+    staged: StagedRelease,
+    generations_dir: Path,
+    generation_id: str,
+    *,
+    python: str = sys.executable,
+    config_dir: Path | None = None,
 ) -> Generation:
     """Install the bundle `stage` verified into the new generation `generation_id` (steps 0 to 5
-    of the module docstring). `python` makes the venv and must be the target's interpreter.
-    Raises the errors of the module docstring."""
+    of the module docstring). `python` makes the venv and must be the target's interpreter;
+    `config_dir` is the one whose live runtime's margin is kept free (default: the parent of
+    `generations_dir`, as `<config>/runtimes`). Raises the errors of the module docstring."""
     # 0. Only what stage() verified against an admitted release, and still those bytes.
     if not isinstance(staged, StagedRelease):
         raise UpdateUsageError(
@@ -98,17 +120,22 @@ def install_generation(
             "install_unsafe_local_bundle()",
         )
     _check_unchanged(staged)
-    return _install(staged.path, staged.job_dir, generations_dir, generation_id, python)
+    return _install(staged.path, staged.job_dir, generations_dir, generation_id, python, config_dir)
 
 
 def install_unsafe_local_bundle(
-    bundle: UnsafeLocalBundle, generations_dir: Path, generation_id: str, *, python: str = sys.executable
+    bundle: UnsafeLocalBundle,
+    generations_dir: Path,
+    generation_id: str,
+    *,
+    python: str = sys.executable,
+    config_dir: Path | None = None,
 ) -> Generation:
     """UNSAFE: install a bundle no release signed (the DEV plane's build of a checkout) into the
     new generation `generation_id`: steps 1 to 5 of the module docstring, with the same
     isolation. Raises the errors of the module docstring but `install_unverified` and
     `install_bundle_changed`."""
-    return _install(bundle.path, bundle.job_dir, generations_dir, generation_id, python)
+    return _install(bundle.path, bundle.job_dir, generations_dir, generation_id, python, config_dir)
 
 
 def _check_unchanged(staged: StagedRelease) -> None:
@@ -130,7 +157,12 @@ def _check_unchanged(staged: StagedRelease) -> None:
 
 
 def _install(
-    archive: Path, job_dir: Path, generations_dir: Path, generation_id: str, python: str
+    archive: Path,
+    job_dir: Path,
+    generations_dir: Path,
+    generation_id: str,
+    python: str,
+    config_dir: Path | None,
 ) -> Generation:
     # 1. The id.
     if GENERATION_ID.fullmatch(generation_id) is None or generation_id in (".", ".."):
@@ -148,15 +180,25 @@ def _install(
             "generation_exists", f"generation {generation_id} already exists at {path}; choose a new id"
         ) from None
     except OSError as exc:
+        if is_enospc(exc):
+            raise disk_full_error(generations_dir, f"creating {path}") from None
         raise LocalStateError("install_unwritable", f"cannot create {path}: {exc}") from None
     try:
-        # 3. Unpack.
+        # 3. Unpack, 3b. room for the venv.
         top = unpack_bundle(archive, job_dir / f"unpacked-{generation_id}")
-        # 4, 5. Venv, then pip with no network.
         venv = path / "venv"
+        check_free_space(
+            [SpaceNeed(venv, estimate_venv(top / WHEELHOUSE_DIR), "the new generation's venv")],
+            config_dir if config_dir is not None else generations_dir.parent,
+        )
+        # 4, 5. Venv, ensurepip, then pip with no network; every process tagged as the generation's.
         prefix, isolation = offline_prefix()
         env = _pip_env(job_dir, offline=bool(prefix))
-        _run([*prefix, python, "-m", "venv", str(venv)], env, top, "install_venv_failed", VENV_TIMEOUT)
+        env[GENERATION_TAG_ENV] = generation_tag(path)
+        make = [*prefix, python, "-m", "venv", "--without-pip", str(venv)]
+        _run(make, env, top, "install_venv_failed", VENV_TIMEOUT, writes=path)
+        ensurepip = [*prefix, str(venv / "bin" / "python"), "-m", "ensurepip", "--upgrade", "--default-pip"]
+        _run(ensurepip, env, top, "install_venv_failed", VENV_TIMEOUT, writes=path)
         _pip_install(prefix, venv, env, top)
     except BaseException:
         shutil.rmtree(path, ignore_errors=True)
@@ -186,6 +228,8 @@ def unpack_bundle(archive: Path, destination: Path) -> Path:
             "bundle_malformed", f"{archive.name} is not a readable tar.gz: {exc}"
         ) from None
     except OSError as exc:
+        if is_enospc(exc):
+            raise disk_full_error(destination, f"unpacking {archive.name}") from None
         raise LocalStateError("install_unwritable", f"cannot unpack {archive.name}: {exc}") from None
     top = destination / expected_top
     if not (top / REQUIREMENTS_FILE).is_file() or not (top / WHEELHOUSE_DIR).is_dir():
@@ -260,7 +304,7 @@ def _pip_install(prefix: tuple[str, ...], venv: Path, env: dict[str, str], top: 
         *("--no-index", "--find-links", WHEELHOUSE_DIR, "--require-hashes", "-r", REQUIREMENTS_FILE),
     ]
     try:
-        _run(command, env, top, "install_failed", PIP_TIMEOUT)
+        _run(command, env, top, "install_failed", PIP_TIMEOUT, writes=venv)
     except LocalStateError as exc:
         if "DO NOT MATCH THE HASHES" in exc.message:
             raise ReleaseDataError(
@@ -270,7 +314,11 @@ def _pip_install(prefix: tuple[str, ...], venv: Path, env: dict[str, str], top: 
         raise
 
 
-def _run(command: list[str], env: dict[str, str], cwd: Path, code: str, timeout: int) -> None:
+def _run(
+    command: list[str], env: dict[str, str], cwd: Path, code: str, timeout: int, *, writes: Path
+) -> None:
+    """Run one install step; a failure is `code` with the tail of its output, or `disk_full` when
+    the output says it ran out of space writing under `writes`."""
     try:
         completed = subprocess.run(
             command,
@@ -285,4 +333,10 @@ def _run(command: list[str], env: dict[str, str], cwd: Path, code: str, timeout:
         raise LocalStateError(code, f"{command[0]} could not run: {exc}") from None
     if completed.returncode != 0:
         tail = "\n".join(completed.stderr.strip().splitlines()[-15:])
+        said = [
+            line.strip() for line in (completed.stderr + completed.stdout).splitlines() if names_enospc(line)
+        ]
+        if said:
+            step = f"{' '.join(command[-4:])} (exit {completed.returncode})"
+            raise disk_full_error(writes, step, "\n".join(said[:3]))
         raise LocalStateError(code, f"{' '.join(command)} exited {completed.returncode}:\n{tail}")

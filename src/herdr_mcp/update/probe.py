@@ -1,6 +1,7 @@
 """Probe: ask an installed candidate what it is, and hold it to the TARGET contract.
 
-`probe(executable, expected, expected_version, timeout=...)` runs `<executable> version --json`
+`probe(executable, expected, expected_version, timeout=..., state_schema=...)` runs
+`<executable> version --json`
 with no stdin and a clean, fixed environment, and checks, in this order:
 
 1. it ran and exited 0 within `timeout` (`probe_failed`, `probe_timeout`);
@@ -10,7 +11,11 @@ with no stdin and a clean, fixed environment, and checks, in this order:
 3. `product` is "herdr-mcp" (`probe_product_mismatch`);
 4. `version` is `expected_version` exactly (`probe_version_mismatch`);
 5. `contract` equals `expected`, the contract of the admitted manifest M, not the local one
-   (`probe_contract_mismatch`, naming both).
+   (`probe_contract_mismatch`, naming both);
+6. `state_schema` is the manifest's `state_schema` (`probe_state_schema_mismatch`, naming both):
+   a candidate that would open `state.db` at another schema than its release declares is not that
+   release (admission judged the declared one). The updater always passes it; None skips this
+   step (for a caller that has no manifest).
 
 Returns a `ProbeResult`; every refusal is a `ReleaseDataError` (the candidate the release shipped
 is at fault) except `probe_failed` for an executable that cannot be started at all, which is a
@@ -48,13 +53,18 @@ class ProbeResult:
 
 
 def probe(
-    executable: Path, expected: ContractIdentity, expected_version: str, *, timeout: float
+    executable: Path,
+    expected: ContractIdentity,
+    expected_version: str,
+    *,
+    timeout: float,
+    state_schema: int | None = None,
 ) -> ProbeResult:
     """Run `<executable> version --json` and check it (module docstring). Raises `ReleaseDataError`
     or `LocalStateError` with the codes listed there."""
     # 1. Run it, 2. parse strictly.
     result = ask_version(executable, timeout=timeout)
-    # 3. Product, 4. version, 5. the TARGET contract.
+    # 3. Product, 4. version, 5. the TARGET contract, 6. the declared state schema.
     if result.product != PRODUCT:
         raise ReleaseDataError(
             "probe_product_mismatch", f"the candidate says it is {result.product!r}, not {PRODUCT!r}"
@@ -69,6 +79,13 @@ def probe(
             "probe_contract_mismatch",
             f"the candidate serves contract {_describe(result.contract)}, the release declares "
             f"{_describe(expected)}; it is not installed as this release",
+        )
+    # 6. The state schema the manifest declares.
+    if state_schema is not None and result.state_schema != state_schema:
+        raise ReleaseDataError(
+            "probe_state_schema_mismatch",
+            f"the candidate reports state schema {result.state_schema}, the release declares "
+            f"{state_schema}; it is not installed as this release",
         )
     return result
 

@@ -27,7 +27,7 @@ the hosted bytes are not the ones the release signed; retrying does not help), `
 `download_http_error`, `download_unreachable`, `download_not_https`, `download_redirect_refused`,
 `download_too_many_redirects`), `UpdateUsageError` (`download_not_https`, `download_host_refused`,
 `download_url_invalid`, `download_url_mismatch`, `update_config_invalid`) and `LocalStateError`
-(`staging_unwritable`).
+(`staging_unwritable`; `disk_full` when a write ran out of space, naming the disk).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from herdr_mcp.progress import download_bar
 from herdr_mcp.release.manifest import Asset
 from herdr_mcp.update.admission import TrustedRelease
 from herdr_mcp.update.discovery import GITHUB_HOSTS
+from herdr_mcp.update.diskspace import disk_full_error, is_enospc
 from herdr_mcp.update.errors import LocalStateError, ReleaseDataError, UpdateTransportError, UpdateUsageError
 from herdr_mcp.update.transport import (
     TransportRules,
@@ -181,8 +182,8 @@ def _make_job_dir(jobs_dir: Path, sha256: str) -> Path:
         job_dir = jobs_dir / name
         job_dir.mkdir(mode=0o700)
     except OSError as exc:
-        raise LocalStateError(
-            "staging_unwritable", f"cannot create the staging job directory {jobs_dir / name}: {exc}"
+        raise _unwritable(
+            exc, jobs_dir, "creating the staging job directory", f"cannot create {jobs_dir / name}: {exc}"
         ) from None
     return job_dir
 
@@ -224,7 +225,7 @@ def _download(
             out.flush()
             os.fsync(out.fileno())
     except OSError as exc:
-        raise LocalStateError("staging_unwritable", f"cannot write {partial}: {exc}") from None
+        raise _unwritable(exc, job_dir, f"writing {partial.name}", f"cannot write {partial}: {exc}") from None
     finally:
         if bar is not None:
             bar.finish()
@@ -243,7 +244,7 @@ def _download(
         os.replace(partial, final)
         _fsync_dir(job_dir)
     except OSError as exc:
-        raise LocalStateError("staging_unwritable", f"cannot keep {final}: {exc}") from None
+        raise _unwritable(exc, job_dir, f"keeping {name}", f"cannot keep {final}: {exc}") from None
     return final
 
 
@@ -251,7 +252,7 @@ def _create(path: Path) -> BinaryIO:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except OSError as exc:
-        raise LocalStateError("staging_unwritable", f"cannot create {path}: {exc}") from None
+        raise _unwritable(exc, path.parent, f"creating {path.name}", f"cannot create {path}: {exc}") from None
     return os.fdopen(fd, "wb")
 
 
@@ -261,6 +262,13 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _unwritable(exc: OSError, where: Path, step: str, message: str) -> LocalStateError:
+    """`disk_full` when `exc` is ENOSPC (the disk named), else `staging_unwritable`."""
+    if is_enospc(exc):
+        return disk_full_error(where, f"staging: {step}")
+    return LocalStateError("staging_unwritable", message)
 
 
 def _truncated(url: str, received: int, size: int) -> UpdateTransportError:
