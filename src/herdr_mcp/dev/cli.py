@@ -47,6 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
     return with_json(parser)
 
 
+def _schema(value: int | None, otherwise: str) -> str:
+    return otherwise if value is None else str(value)
+
+
 def main(argv: list[str]) -> int:
     """`herdr-mcp dev ...` inside the CLI's one catch; the exit status."""
     return run_guarded(lambda: run(argv), argv)
@@ -66,6 +70,14 @@ def run(argv: list[str]) -> int:
                 if pin is None
                 else f", pinned PROD {pin['generation']} ({pin['version']})"
             )
+        schemas = answer["state_schema"]
+        summary += f"; state schema: state.db {_schema(schemas['database'], 'no file yet')}"
+        if answer["plane"] == "dev" and answer["pinned_prod"] is not None:
+            summary += f", PROD {_schema(schemas['pinned_prod'], 'unknown')}"
+        label = "DEV" if answer["plane"] == "dev" else "active"
+        missing = "none active" if answer["active"] is None else "unknown"
+        summary += f", {label} {_schema(schemas['active'], missing)}"
+        summary += "".join(f"\n  note: {note}" for note in answer["state_schema_notes"])
         answer["summary"] = summary
         result: ActivationResult | None = None
     elif args.command == "sync":

@@ -25,7 +25,8 @@ status files, the activation gate); the plane is a fact recorded next to them:
    network as an update installs a release, but as an `UnsafeLocalBundle`: no release signed it,
    so only `install_unsafe_local_bundle` takes it;
 4. probes it (`version --json`); its contract must be the pinned PROD contract (`dev_contract_changed`
-   otherwise: a contract change goes through a release with a contract_migration);
+   otherwise: a contract change goes through a release with a contract_migration), and its state
+   schema must be the one PROD uses (below);
 5. writes the marker, then starts the generation and activates it through the same gate. If the
    gate refuses, the DEV generation is removed, and the marker is put back as it was (removed on
    a first sync): PROD stays active.
@@ -41,9 +42,34 @@ without building anything: its checksum must still be the pinned one (`dev_pin_m
 runtime is started again if it is not running; on `activated` or `active_unchanged` the marker is
 removed and the workstation is PROD again.
 
+The DEV plane never changes PROD's database. Every generation opens the one `<config>/state.db`
+and migrates it forward to its own schema when it starts, so a DEV generation at another schema
+must never start. The schema a build uses is the `state_schema` its probe reports (`version
+--json` prints a constant and opens no database), so the check runs after the install and before
+the marker is written or any process of the build starts:
+
+- with a PROD pin, the build's schema must be the one the pinned executable reports (asked the
+  same way) and, when `state.db` exists, the one it is at; with no pin (`start_checkout`, an
+  unpinned `sync`), the one `state.db` is at, when it exists (none: the build creates it).
+  Otherwise `dev_state_schema_differs`, naming the schemas, `update major-apply` (the one way a
+  schema change reaches a workstation) and, to develop a migration, a config dir of its own
+  (`HERDR_MCP_CONFIG_DIR=<dir> herdr-mcp start --source <checkout>`: its own `state.db`). The
+  build is removed; what was active stays active; the database was not opened;
+- with a PROD pin, a `state.db` at a schema above the pinned one (what a DEV sync did before this
+  check: PROD can no longer open it) is refused `dev_state_schema_ahead` before anything is built,
+  and by `rollback` before anything is started or activated (PROD could not serve on it). The
+  message says how to return to PROD (stop, move the database aside, `dev rollback`): there is no
+  snapshot to restore, only the moved file keeps its data. A successful `rollback` also stops
+  and removes DEV generations at another schema than PROD's, so that nothing (`generation up`,
+  `start`, the previous generation's restart) opens the database with them again.
+
+The database's schema is read without writing a byte (`state/store.py`, `schema_of`).
+
 Errors: `DevPlaneError` (`dev_plane_invalid`, `dev_not_prod`, `dev_no_active_generation`,
 `dev_pin_missing`, `dev_pin_mismatch`, `dev_contract_changed`, `dev_source_invalid`,
-`dev_not_dev`, `dev_no_prod_pin`), plus the updater's and the release toolchain's own errors.
+`dev_not_dev`, `dev_no_prod_pin`, `dev_state_schema_differs`, `dev_state_schema_ahead`,
+`dev_state_unreadable`, `dev_active_unreadable` in `status`'s notes), plus the updater's and
+the release toolchain's own errors.
 """
 
 from __future__ import annotations
@@ -65,10 +91,14 @@ from herdr_mcp.contract import ContractIdentity
 from herdr_mcp.errors import RefusedFault
 from herdr_mcp.generations.control import Generation, GenerationError, parse_contract
 from herdr_mcp.generations.gate import ActivationResult
+from herdr_mcp.generations.process import is_managed, stop_runtime
+from herdr_mcp.generations.registry import remove
+from herdr_mcp.layout import CONFIG_DIR_ENV, Layout, default_config_dir
 from herdr_mcp.records import atomic_write, load_strict, read_capped
 from herdr_mcp.release.build import build, commit_time
 from herdr_mcp.release.bundle import bundle, load_release_config
 from herdr_mcp.service.fence import check_fence
+from herdr_mcp.state.store import StateError, schema_of
 from herdr_mcp.update.apply import (
     DEV_PLANE_MARKER,
     PROBE_TIMEOUT_S,
@@ -249,6 +279,78 @@ def _probe_build(executable: Path) -> ProbeResult:
         raise DevPlaneError("dev_source_invalid", f"the DEV build does not run: {exc.message}") from None
 
 
+def database_schema(config_dir: Path) -> int | None:
+    """The schema `<config_dir>/state.db` is at (None: no file yet), read without writing to it."""
+    try:
+        return schema_of(Layout(config_dir).state_file)
+    except StateError as exc:
+        raise DevPlaneError("dev_state_unreadable", exc.message) from None
+
+
+def prod_schema(pin: PinnedProd) -> int:
+    """The state schema the pinned PROD executable reports (`version --json`)."""
+    try:
+        return ask_version(Path(pin.executable), timeout=PROBE_TIMEOUT_S).state_schema
+    except UpdateError as exc:
+        raise DevPlaneError(
+            "dev_pin_mismatch", f"the pinned PROD generation {pin.generation} does not run: {exc.message}"
+        ) from None
+
+
+def _with_config_dir(config_dir: Path) -> str:
+    """How the commands a message names reach this config dir when it is not the default one."""
+    if config_dir.absolute() == default_config_dir().absolute():
+        return ""
+    return f" (each with {CONFIG_DIR_ENV}={config_dir})"
+
+
+def _check_database_for_prod(paths: UpdatePaths, pin: PinnedProd, prod: int, active: str | None) -> None:
+    """`dev_state_schema_ahead` when `state.db` is at a schema the pinned PROD cannot open."""
+    found = database_schema(paths.config_dir)
+    if found is None or found <= prod:
+        return
+    database = Layout(paths.config_dir).state_file
+    stays = f"; generation {active} stays active" if active is not None else ""
+    raise DevPlaneError(
+        "dev_state_schema_ahead",
+        f"{database} is at state schema {found}, and the pinned PROD generation {pin.generation} "
+        f"({pin.version}) opens schema {prod} at most: PROD cannot start on it (a DEV build at schema "
+        f"{found} migrated it; no copy at schema {prod} was kept). Nothing was changed{stays}. Keep "
+        f"working on a DEV build at schema {found}, or return to PROD with a new, empty database: "
+        "`herdr-mcp stop` (and `herdr-mcp service uninstall` when the user services run), move "
+        f"{database} and its -wal and -shm files aside, then `herdr-mcp dev rollback` and "
+        f"`herdr-mcp start`{_with_config_dir(paths.config_dir)}; the moved file keeps the data, "
+        f"which only a build at schema {found} can read",
+    )
+
+
+def _check_build_schema(
+    paths: UpdatePaths, top: Path, build_schema: int, pin: PinnedProd | None, prod: int | None
+) -> None:
+    """`dev_state_schema_differs` when the build would open `state.db` at another schema than
+    PROD uses (module docstring): it must not start."""
+    database = Layout(paths.config_dir).state_file
+    found = database_schema(paths.config_dir)
+    uses: list[str] = []
+    if pin is not None and prod is not None and prod != build_schema:
+        uses.append(f"the pinned PROD generation {pin.generation} ({pin.version}) uses schema {prod}")
+    if found is not None and found != build_schema:
+        uses.append(f"{database} is at schema {found}")
+    if not uses:
+        return
+    active = paths.generations.read_status().active
+    stays = f"generation {active} stays active" if active is not None else "nothing was activated"
+    raise DevPlaneError(
+        "dev_state_schema_differs",
+        f"the checkout's build uses state schema {build_schema}, and {' and '.join(uses)}: the DEV plane "
+        f"never changes PROD's database, so the build was not started (it is removed; {stays}; the "
+        "database was not opened). A state-schema change reaches a workstation only as a release, "
+        "through `herdr-mcp update major-apply`. To develop a migration, run the checkout on a config "
+        f"dir of its own, which holds its own state.db: `{CONFIG_DIR_ENV}=<a new dir> herdr-mcp start "
+        f"--source {top} --link-port <a free port>`",
+    )
+
+
 def sync(
     paths: UpdatePaths,
     source: Path,
@@ -306,6 +408,9 @@ def _build_and_activate(
     say: Callable[[str], None],
 ) -> tuple[ActivationResult, DevPlane]:
     """Steps 3-5 of `sync` (module docstring), under the update lock the caller holds."""
+    prod = None if pin is None else prod_schema(pin)
+    if pin is not None and prod is not None:
+        _check_database_for_prod(paths, pin, prod, paths.generations.read_status().active)
     provenance = source_provenance(source)
     top = Path(provenance["path"])
     commit_time(top)  # a checkout with a commit, or BuildError now
@@ -333,6 +438,7 @@ def _build_and_activate(
                 f"pinned PROD epoch {pin.contract.epoch} ({pin.contract.hash}); a contract change ships "
                 "as a release with a contract_migration, not as a DEV sync",
             )
+        _check_build_schema(paths, top, found.state_schema, pin, prod)
     except BaseException:
         shutil.rmtree(installed.path, ignore_errors=True)
         raise
@@ -398,15 +504,49 @@ def rollback(
                 f"the pinned PROD generation {pin.generation} is not what was pinned (checksum {checksum}, "
                 f"pinned {pin.checksum}); refusing to activate it",
             )
+        prod = prod_schema(pin)
+        _check_database_for_prod(paths, pin, prod, paths.generations.read_status().active)
         say(f"returning to the pinned PROD generation {pin.generation} ({pin.version})")
         result = start_and_activate(paths, spec, None, keep=(pin.generation,), say=say)
         if result.ok:
             _write_plane(paths.config_dir, None)
+            for gone in _retire_other_schemas(paths, prod):
+                say(f"removed DEV generation {gone} (another state schema than PROD's {prod})")
         return result, pin
 
 
+def _retire_other_schemas(paths: UpdatePaths, prod: int) -> list[str]:
+    """Stop and remove our DEV generations (not the active one) whose build reports another state
+    schema than `prod`: kept as the previous generation, one would be started again (`generation
+    up`, `start`) and migrate the database PROD serves on. Call with the update lock held."""
+    store = paths.generations
+    active = store.read_status().active
+    removed = []
+    for spec in store.read_control().generations:
+        dev = (spec.provenance or {}).get("plane") == "dev"
+        if spec.generation == active or not dev or not is_managed(paths.config_dir, spec):
+            continue
+        assert spec.executable is not None  # is_managed
+        try:
+            schema: int | None = ask_version(Path(spec.executable), timeout=PROBE_TIMEOUT_S).state_schema
+        except UpdateError:
+            schema = None  # a build that no longer runs opens no database either; leave it
+        if schema is None or schema == prod:
+            continue
+        stop_runtime(paths.runtimes / spec.generation)
+        try:
+            remove(store, spec.generation)
+        except GenerationError:
+            continue
+        shutil.rmtree(paths.runtimes / spec.generation, ignore_errors=True)
+        removed.append(spec.generation)
+    return removed
+
+
 def status(paths: UpdatePaths) -> dict[str, Any]:
-    """What `herdr-mcp dev status` prints: the plane, the pin, the active generation."""
+    """What `herdr-mcp dev status` prints: the plane, the pin, the active generation, and the
+    state schemas: `state.db`'s, the pinned PROD's and the active generation's (None where there
+    is no such thing or it cannot be read; `state_schema_notes` says why)."""
     plane = read_plane(paths.config_dir)
     store = paths.generations
     active = store.read_status().active
@@ -426,4 +566,29 @@ def status(paths: UpdatePaths) -> dict[str, Any]:
         out["dev_generation"] = plane.dev_generation
         out["source"] = plane.source
         out["synced_at"] = plane.synced_at
+    notes: list[str] = []
+
+    def noted(ask: Callable[[], int | None]) -> int | None:
+        try:
+            return ask()
+        except DevPlaneError as exc:
+            notes.append(f"{exc.code}: {exc.message}")
+            return None
+
+    def active_schema() -> int | None:
+        if spec is None or spec.executable is None:
+            return None
+        try:
+            return ask_version(Path(spec.executable), timeout=PROBE_TIMEOUT_S).state_schema
+        except UpdateError as exc:
+            raise DevPlaneError("dev_active_unreadable", f"generation {active}: {exc.message}") from None
+
+    pin = plane.pinned_prod if plane is not None else None
+    out["state_db"] = str(Layout(paths.config_dir).state_file)
+    out["state_schema"] = {
+        "database": noted(lambda: database_schema(paths.config_dir)),
+        "pinned_prod": None if pin is None else noted(lambda: prod_schema(pin)),
+        "active": noted(active_schema),
+    }
+    out["state_schema_notes"] = notes
     return out
