@@ -25,6 +25,7 @@ from herdr_mcp.generations import Generation
 from herdr_mcp.generations.process import stop_runtime
 from herdr_mcp.release.build import BuildEnvironment, BuildSystem, build
 from herdr_mcp.release.bundle import Target, bundle, load_release_config
+from herdr_mcp.state import STATE_SCHEMA
 from herdr_mcp.update.apply import UpdatePaths, start_and_activate
 from herdr_mcp.update.install import UnsafeLocalBundle, install_unsafe_local_bundle
 from tests.release_evidence import write_evidence
@@ -95,6 +96,35 @@ def snapshot_tree(source: Path, destination: Path) -> None:
         shutil.copy2(origin, target)
 
 
+#: The migration a `state_step` release adds: a new table and a column on an existing one, so a
+#: database it migrated is one the previous release cannot open (schema too new).
+STEP_MIGRATION = '''"""Test release migration: a note per exec session (added by tests/release_builder.py)."""
+
+from herdr_mcp.state.migrations import Migration
+
+MIGRATION = Migration(
+    name="release_notes",
+    statements=(
+        "CREATE TABLE release_notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL) STRICT",
+        "ALTER TABLE meta ADD COLUMN note TEXT",
+    ),
+)
+'''
+
+
+def add_state_migration(tree: Path) -> None:
+    """Append migration STATE_SCHEMA + 1 to the snapshot `tree` (the numbered, append-only list)."""
+    number = STATE_SCHEMA + 1
+    migrations = tree / "src" / "herdr_mcp" / "state" / "migrations"
+    (migrations / f"m{number:04d}_release_notes.py").write_text(STEP_MIGRATION)
+    init = migrations / "__init__.py"
+    init.write_text(
+        init.read_text()
+        + f"\nfrom herdr_mcp.state.migrations import m{number:04d}_release_notes  # noqa: E402\n\n"
+        + f"MIGRATIONS = (*MIGRATIONS, m{number:04d}_release_notes.MIGRATION)\n"
+    )
+
+
 def _git(tree: Path, *args: str) -> None:
     subprocess.run(["git", *args], cwd=tree, check=True, capture_output=True, env={**os.environ, **_GIT_ENV})
 
@@ -111,10 +141,20 @@ class ReleaseFactory:
         self.target = host_target()
 
     def release(
-        self, version: str, *, epoch: int = 5, migrate_from_epoch: int | None = None, with_bundle: bool = True
+        self,
+        version: str,
+        *,
+        epoch: int = 5,
+        migrate_from_epoch: int | None = None,
+        with_bundle: bool = True,
+        state_step: bool = False,
     ) -> BuiltRelease:
+        """With `state_step`, the release carries one more numbered state migration than this tree
+        (`add_state_migration`) and declares the step in its manifest (`--state-schema-from`)."""
         tree = self.work / f"tree-{version}"
         snapshot_tree(ROOT, tree)
+        if state_step:
+            add_state_migration(tree)
         pyproject = tree / "pyproject.toml"
         text = pyproject.read_text()
         assert 'version = "0.1.0"' in text
@@ -151,6 +191,8 @@ class ReleaseFactory:
                 "--migrate-from",
                 str(tree / "manifests" / "contracts" / f"runtime-epoch-{migrate_from_epoch}.json"),
             ]
+        if state_step:
+            command += ["--state-schema-from", str(STATE_SCHEMA)]
         # The release's own code makes its manifest: the wheel (pure Python) first on the path.
         env = {**os.environ, "PYTHONPATH": str(wheel)}
         subprocess.run(command, check=True, capture_output=True, env=env, cwd=tree)

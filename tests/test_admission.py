@@ -25,7 +25,13 @@ import rfc8785
 from packaging.version import Version
 
 from herdr_mcp.contract import ContractIdentity, contract_identity
-from herdr_mcp.release.manifest import MANIFEST_FILENAME, ContractMigration, RuntimeManifest, Source
+from herdr_mcp.release.manifest import (
+    MANIFEST_FILENAME,
+    ContractMigration,
+    RuntimeManifest,
+    Source,
+    StateMigration,
+)
 from herdr_mcp.release.manifest_build import AssetInput, build_manifest
 from herdr_mcp.release.minisign import PublicKey, SecretKey, keygen, load_secret_key, sign
 from herdr_mcp.release.verification import (
@@ -119,6 +125,7 @@ def release(
     migrate_from: ContractIdentity | None = None,
     state_schema_from: int = STATE_SCHEMA,
     state_schema: int = STATE_SCHEMA,
+    state_step_from: int | None = None,
     repository: str = REPOSITORY,
     repository_id: int = REPOSITORY_ID,
 ) -> RuntimeManifest:
@@ -133,16 +140,17 @@ def release(
         contract=contract,
         contract_migration=migration,
         state_schema=state_schema,
+        state_migration=None if state_step_from is None else StateMigration(state_step_from),
         source=Source(
             repository=repository, repository_id=repository_id, commit=COMMIT, ref=f"refs/tags/v{version}"
         ),
     )
 
 
-def with_unknown_migration_field(manifest: RuntimeManifest) -> bytes:
-    """Canonical bytes of `manifest` with one extra field inside contract_migration (hand-built)."""
+def with_unknown_migration_field(manifest: RuntimeManifest, block: str = "contract_migration") -> bytes:
+    """Canonical bytes of `manifest` with one extra field inside `block` (hand-built)."""
     document: dict[str, Any] = manifest.to_dict()
-    document["contract_migration"]["note"] = "state is compatible"
+    document[block]["note"] = "state is compatible"
     canonical: bytes = rfc8785.dumps(document)
     return canonical + b"\n"
 
@@ -214,6 +222,34 @@ CASES: dict[str, Case] = {
     ),
     "manifest state_schema differs (same contract)": Case(
         LOCAL_5, lambda b: release(b, state_schema=STATE_SCHEMA + 1), "state_schema_mismatch"
+    ),
+    # The state-schema rule (step 9): a declared step is admitted, marked for major-apply.
+    "a declared state step from the local schema": Case(
+        LOCAL_5,
+        lambda b: release(b, state_schema=STATE_SCHEMA + 1, state_step_from=STATE_SCHEMA),
+        "same_contract+state_step",
+    ),
+    "a state step with a contract migration": Case(
+        LOCAL_5,
+        lambda b: release(
+            b, contract=E6, migrate_from=E5, state_schema=STATE_SCHEMA + 1, state_step_from=STATE_SCHEMA
+        ),
+        "contract_migration+state_step",
+    ),
+    "a state step from another schema": Case(
+        LOCAL_5,
+        lambda b: release(b, state_schema=STATE_SCHEMA + 2, state_step_from=STATE_SCHEMA + 1),
+        "state_migration_from_mismatch",
+    ),
+    "an older state schema": Case(
+        LOCAL_5, lambda b: release(b, state_schema=STATE_SCHEMA - 1), "state_schema_downgrade"
+    ),
+    "unknown field inside state_migration": Case(
+        LOCAL_5,
+        lambda b: with_unknown_migration_field(
+            release(b, state_schema=STATE_SCHEMA + 1, state_step_from=STATE_SCHEMA), "state_migration"
+        ),
+        "manifest_unknown_field",
     ),
     # No downgrade (step 7).
     "a downgrade below highest seen": Case(
@@ -410,7 +446,7 @@ def outcome(case: Case, base: RuntimeManifest, keys: Keys) -> tuple[str, Admissi
         return refused.code, refused
     if isinstance(result, AlreadyCurrent):
         return "already_current", None
-    return result.kind, None
+    return result.kind + ("+state_step" if result.state_step else ""), None
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -429,6 +465,8 @@ CONTRACT_CODES = {
     "contract_migration_from_mismatch",
     "contract_migration_state_schema_mismatch",
     "state_schema_mismatch",
+    "state_migration_from_mismatch",
+    "state_schema_downgrade",
 }
 
 

@@ -38,6 +38,7 @@ from herdr_mcp.release.manifest import (
     Provenance,
     RuntimeManifest,
     Source,
+    StateMigration,
 )
 from herdr_mcp.release.manifest_build import (
     AssetInput,
@@ -825,3 +826,45 @@ def test_tamper_table(signed: tuple[bytes, str, PublicKey, SecretKey]) -> None:
     }
     results = {name: refusal(*case) for name, (case, _) in table.items()}
     assert results == {name: code for name, (_, code) in table.items()}
+
+
+def test_a_state_migration_is_built_parsed_and_schema_valid(
+    tmp_path: Path, validator: Draft202012Validator
+) -> None:
+    """`state_migration` (a major migration, docs/updater.md): built from `state_schema_from`
+    below this tree's schema, read back by the one parser, accepted by the JSON Schema."""
+    manifest = build(tmp_path, state_schema_from=STATE_SCHEMA - 1)
+    assert manifest.state_migration == StateMigration(STATE_SCHEMA - 1)
+    document = manifest.to_dict()
+    assert document["state_migration"] == {"state_schema_from": STATE_SCHEMA - 1}
+    assert RuntimeManifest.from_bytes(manifest.to_bytes()) == manifest
+    assert _schema_accepts(validator, document)
+    # The tree's own schema declares no step; a contract migration from the step's schema fits it.
+    assert build(tmp_path, state_schema_from=STATE_SCHEMA).state_migration is None
+    both = build(
+        tmp_path, state_schema_from=STATE_SCHEMA - 1, migrate_from=contract_identity(CURRENT_EPOCH - 1)
+    )
+    assert both.contract_migration is not None
+    assert both.contract_migration.state_schema_from == STATE_SCHEMA - 1
+
+
+@pytest.mark.parametrize("value", [STATE_SCHEMA + 1, 0, -1])
+def test_a_state_migration_that_does_not_move_forward_is_not_built(tmp_path: Path, value: int) -> None:
+    with pytest.raises(ManifestError) as caught:
+        build(tmp_path, state_schema_from=value)
+    assert caught.value.code == "state_migration_invalid"
+
+
+def test_a_parsed_state_migration_must_start_below_the_state_schema(
+    tmp_path: Path, validator: Draft202012Validator
+) -> None:
+    document = build(tmp_path).to_dict()
+    document["state_migration"] = {"state_schema_from": STATE_SCHEMA}
+    with pytest.raises(ManifestError) as caught:
+        RuntimeManifest.from_bytes(json.dumps(document).encode())
+    assert (caught.value.code, caught.value.field) == ("manifest_value", "state_migration.state_schema_from")
+    document["state_migration"] = {"state_schema_from": 1, "steps": [2]}
+    with pytest.raises(ManifestError) as caught:
+        RuntimeManifest.from_bytes(json.dumps(document).encode())
+    assert (caught.value.code, caught.value.field) == ("manifest_unknown_field", "state_migration.steps")
+    assert not _schema_accepts(validator, document)

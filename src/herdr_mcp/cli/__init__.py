@@ -145,12 +145,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ipc.add_argument("--no-ipc-socket", action="store_true", help="serve no Unix socket")
     _runtime_options(serve)
+    _state_db_option(serve)
     serve.set_defaults(run=_cmd_serve)
 
     stdio = commands.add_parser(
         "stdio", help="run the runtime for one local MCP client over stdin/stdout (logs on stderr)"
     )
     _runtime_options(stdio)
+    _state_db_option(stdio)
     stdio.set_defaults(run=_cmd_stdio)
 
     _add_connect(commands)
@@ -198,6 +200,16 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     return with_json(parser)
+
+
+def _state_db_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--state-db",
+        type=_path,
+        default=None,
+        help="the state database (default: <config dir>/state.db; a generation's own copy during a "
+        "major migration, docs/updater.md)",
+    )
 
 
 def _runtime_options(parser: argparse.ArgumentParser) -> None:

@@ -161,6 +161,7 @@ def _cmd_manifest(args: argparse.Namespace) -> int:
         assets=assets,
         migrate_from=migrate_from,
         migrate_state_schema_from=state_schema_from,
+        state_schema_from=args.state_schema_from,
     )
     args.out.write_bytes(manifest.to_bytes())
     _print(args, {"manifest": str(args.out)}, [str(args.out)])
@@ -307,6 +308,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repository-id", type=int, default=None, help="(default: $GITHUB_REPOSITORY_ID)")
     p.add_argument("--published-at", default=None, help="RFC 3339 UTC time (default: now)")
     p.add_argument("--migrate-from", type=Path, default=None, help="previous manifest or contract catalog")
+    p.add_argument(
+        "--state-schema-from",
+        type=int,
+        default=None,
+        help="declare a state migration (major migration) from this state schema to the tree's",
+    )
     p.add_argument(
         "--out",
         type=Path,

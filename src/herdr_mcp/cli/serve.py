@@ -115,6 +115,7 @@ async def _serve(args: argparse.Namespace, stop: StopSignals) -> int:
             read_only=args.read_only,
             write_roots=tuple(path.resolve() for path in args.write_root) if args.write_root else None,
             allow_herdr_classes=frozenset(args.allow_herdr_class or ()),
+            state_db=args.state_db,
         )
         services = Services.create(config)
         app = build_app(services, token)

@@ -52,6 +52,7 @@ async def _stdio(args: argparse.Namespace, stop: StopSignals) -> int:
             read_only=args.read_only,
             write_roots=tuple(path.resolve() for path in args.write_root) if args.write_root else None,
             allow_herdr_classes=frozenset(args.allow_herdr_class or ()),
+            state_db=args.state_db,
         )
         services = Services.create(config)
         dispatcher = ToolDispatcher(services)

@@ -54,10 +54,20 @@ from herdr_mcp.update.options import (
     resolve_options,
 )
 
+MAJOR_MODES = ("major-apply", "major-rollback", "major-status")
+#: How long `major-apply` waits in the foreground for its detached job (seed 001: a bounded wait).
+MAJOR_WAIT_S = 600.0
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = CommandParser(prog="herdr-mcp update", description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("mode", nargs="?", choices=["auto"], help="auto: the scheduled daily run")
+    parser.add_argument(
+        "mode",
+        nargs="?",
+        choices=["auto", *MAJOR_MODES],
+        help="auto: the scheduled daily run; major-apply / major-rollback / major-status: a release "
+        "that migrates the state schema (docs/updater.md)",
+    )
     parser.add_argument("--check", action="store_true", help="only discover and admit")
     parser.add_argument(
         "--manifest-url",
@@ -99,6 +109,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="UNSAFE: do not require the keyless signature and the build provenance (not with auto)",
     )
     parser.add_argument("--config-dir", type=Path, default=None, help="the config dir (default: user config)")
+    parser.add_argument(
+        "--wait",
+        type=float,
+        default=MAJOR_WAIT_S,
+        help=f"major-apply: seconds to wait for the detached job (default {MAJOR_WAIT_S:.0f}); "
+        "it goes on after",
+    )
+    parser.add_argument("--major-worker", action="store_true", help=argparse.SUPPRESS)
     return with_json(parser)
 
 
@@ -111,6 +129,12 @@ def run(argv: Sequence[str]) -> int:
     """Run `update`, `update --check` or `update auto`; raises what the CLI's one catch reports."""
     parser = build_parser()
     args = parser.parse_args(list(argv))
+    if args.mode in MAJOR_MODES:
+        if args.mode == "major-apply" and not args.major_worker:
+            if args.wait < 0:
+                parser.error("--wait takes a number of seconds, 0 or more")
+            return _major_detached(args, argv)
+        return _major(args)
     if args.mode == "auto" and (args.check or args.manifest_url):
         parser.error("`update auto` takes neither --check nor --manifest-url")
     if args.mode == "auto" and args.unsafe_skip_sigstore:
@@ -144,6 +168,55 @@ def run(argv: Sequence[str]) -> int:
         answer["error"] = {"code": code, "message": answer["summary"]}
     print(json.dumps(answer, sort_keys=True, default=str) if args.json else printable(answer["summary"]))
     return EXIT_REFUSED if failed else 0
+
+
+def _major(args: argparse.Namespace) -> int:
+    """`update major-apply | major-rollback | major-status` (update/major.py)."""
+    from herdr_mcp.update.major_job import run_major_apply, run_major_rollback, run_major_status
+
+    config_dir: Path = args.config_dir or default_config_dir()
+    paths = UpdatePaths(config_dir)
+    if args.mode == "major-apply":
+        check_may_update(config_dir)
+        options = _options(args, config_dir)
+        answer = run_major_apply(
+            paths,
+            ReleaseSource(options.discovery, args.manifest_url),
+            options.policy,
+            options.download,
+            fallback=LocalIdentity.of_this_runtime(__version__),
+            say=_say,
+        )
+    elif args.mode == "major-rollback":
+        answer = run_major_rollback(paths, say=_say)
+    else:
+        answer = run_major_status(paths, say=_say)
+    print(json.dumps(answer, sort_keys=True, default=str) if args.json else printable(answer["summary"]))
+    return 0
+
+
+def _major_detached(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """`major-apply` in the foreground: the job runs in a detached worker (its own session, its
+    output in a file), which survives this command; this waits at most `--wait` seconds."""
+    from herdr_mcp.update.major_job import run_detached
+
+    config_dir: Path = args.config_dir or default_config_dir()
+    check_may_update(config_dir)
+    command = [sys.executable, "-m", "herdr_mcp", "update", *argv, "--major-worker"]
+    finished = run_detached(
+        command, config_dir, args.wait, echo=lambda line: print(line, end="", file=sys.stderr)
+    )
+    if finished is None:
+        summary = (
+            f"the major job goes on in the background after {args.wait:.0f} s; "
+            "`herdr-mcp update major-status` shows its phase"
+        )
+        answer = {"status": "running", "summary": summary}
+        print(json.dumps(answer, sort_keys=True) if args.json else summary)
+        return 0
+    code, out = finished
+    print(out, end="")
+    return code
 
 
 def _say(line: str) -> None:
@@ -205,6 +278,17 @@ def _describe(result: CheckResult) -> dict[str, Any]:
             "update_check_incomplete",
             "discovery found a release but admission gave no answer; please report this as a bug",
         )
+    if release.state_step:
+        return {
+            "status": "admitted",
+            "version": str(release.version),
+            "kind": release.kind,
+            "major": True,
+            "state_schema": release.manifest.state_schema,
+            "contract": release.manifest.contract.to_dict(),
+            "summary": f"herdr-mcp {release.version} is available and admitted; it migrates the state "
+            "schema, so `herdr-mcp update major-apply` takes it (`herdr-mcp update` does not)",
+        }
     return {
         "status": "admitted",
         "version": str(release.version),

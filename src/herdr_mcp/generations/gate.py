@@ -52,6 +52,7 @@ from herdr_mcp.generations.control import (
     Validation,
     parse_contract,
 )
+from herdr_mcp.generations.migrated import check_activation_target
 from herdr_mcp.layout import Layout
 from herdr_mcp.local_http import local_client
 from herdr_mcp.strict_json import unique_keys
@@ -462,6 +463,8 @@ def _activate_locked(
 ) -> ActivationResult:
     control = store.read_control()
     spec = control.find(generation)
+    # A generation from before a major migration cannot open the migrated state.db.
+    check_activation_target(store.state_dir.parent, generation)
     if control.desired_active != generation:
         control = store.write_control_locked(
             replace(control, desired_active=generation), expected_revision=control.revision

@@ -12,7 +12,9 @@ Routing, for each `/mcp` request, in this order:
 3. The generation: the one a legacy MCP session is pinned to (`Mcp-Session-Id` seen on an answer
    of that generation), else the `active` one of `runtime-status.json`.
 4. A lease on that generation is held until the answer is fully relayed: a request that entered A
-   finishes on A even when `active` moves to B meanwhile (`/health` counts them).
+   finishes on A even when `active` moves to B meanwhile (`/health` counts them). While a major
+   migration drains that generation (link/drain.py), a request that may mutate is refused here,
+   before anything is sent (503 `not_delivered`, reason `generation_draining`).
 5. The request goes to `<endpoint>/mcp` with that generation's bearer, exactly once; the answer
    (JSON or an SSE stream) is relayed as it arrives, tagged `herdr-mcp-generation: <id>`. A
    client that closes its connection meanwhile ends the exchange with the generation too.
@@ -46,6 +48,7 @@ import contextlib
 import hmac
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -59,6 +62,7 @@ from herdr_mcp.generations import (
     TokenReader,
     default_token_reader,
 )
+from herdr_mcp.link.drain import DRAINING_REASON, Drain
 from herdr_mcp.link.pointer import ActivePointer, Leases, SessionPins
 from herdr_mcp.link.server import MAX_BODY_BYTES, ClientConnection, Request, error_body
 from herdr_mcp.link.upstream import (
@@ -185,6 +189,25 @@ class McpForwarder:
         self._token_file = token_file
         self._tokens = _Tokens(token_reader)
         self._pool = pool
+        self.drain = Drain(store.state_dir)
+        self._stop = threading.Event()
+        threading.Thread(
+            target=self.drain.run_checks, args=(self._stop,), name="link-drain", daemon=True
+        ).start()
+
+    def close(self) -> None:
+        """Stop the drain's timer."""
+        self._stop.set()
+
+    def _enter(self, spec: Generation, body: bytes) -> None:
+        if not self.drain.admit(spec.generation, body):
+            raise LinkRefusal(
+                503,
+                "not_delivered",
+                f"generation {spec.generation} takes no mutations while a major migration (update "
+                "major-apply) moves its state; nothing was sent: resend in a few seconds",
+                DRAINING_REASON,
+            )
 
     def __call__(self, request: Request, client: ClientConnection) -> None:
         authorization = session = b""
@@ -208,12 +231,14 @@ class McpForwarder:
                 )
             # 3. the generation
             spec = self._route(session.decode("latin-1"))
-            # 4. the lease, 5. exactly one send
+            # 4. the drain, the lease, 5. exactly one send
+            self._enter(spec, request.body)
             self.leases.take(spec.generation)
             try:
                 self._relay(request, client, spec, session)
             finally:
                 self.leases.give_back(spec.generation)
+                self.drain.finished(spec.generation, request.body)
         except LinkRefusal as refusal:
             client.answer(refusal.status, _jsonrpc_error(request.body, refusal))
         except ClientGone:
@@ -288,6 +313,7 @@ class McpForwarder:
         `ClientGone` when `watch` says the caller gave up while the generation worked.
         """
         spec = self._route("")
+        self._enter(spec, body)
         self.leases.take(spec.generation)
         try:
             response = self._send(spec, b"POST", b"/mcp", headers, body, watch)
@@ -311,6 +337,7 @@ class McpForwarder:
                 response.close()
         finally:
             self.leases.give_back(spec.generation)
+            self.drain.finished(spec.generation, body)
 
     def _generation_unauthorized(self, spec: Generation) -> LinkRefusal:
         self._tokens.forget(spec)
@@ -504,3 +531,4 @@ class LinkHandler:
     def close(self) -> None:
         """Close the idle upstream connections (exchanges in flight close theirs when they end)."""
         self.pool.close()
+        self.forwarder.close()

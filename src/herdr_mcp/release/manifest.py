@@ -173,6 +173,22 @@ class ContractMigration:
 
 
 @dataclass(frozen=True)
+class StateMigration:
+    """`state_migration`: this release moves the state schema forward from `state_schema_from` to
+    its own `state_schema` through its numbered migrations (a major migration, docs/updater.md).
+    Only `herdr-mcp update major-apply` takes such a release; an updater that predates the field
+    refuses it as unknown, which is the fail-closed outcome (the way across is a bridge release)."""
+
+    state_schema_from: int
+
+    def __post_init__(self) -> None:
+        _check_int(self.state_schema_from, "state_schema_from", minimum=1)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"state_schema_from": self.state_schema_from}
+
+
+@dataclass(frozen=True)
 class Source:
     """`source`: the GitHub repository and the commit and tag ref the release was built from."""
 
@@ -285,6 +301,7 @@ class RuntimeManifest:
     assets: tuple[Asset, ...]
     provenance: Provenance = field(default_factory=Provenance)
     contract_migration: ContractMigration | None = None
+    state_migration: StateMigration | None = None
     schema_version: int = SCHEMA_VERSION
     product: str = PRODUCT
 
@@ -307,6 +324,16 @@ class RuntimeManifest:
         _check_identity(self.contract, "contract")
         if self.contract_migration is not None and not isinstance(self.contract_migration, ContractMigration):
             raise ManifestError("manifest_type", "must be a contract migration", field="contract_migration")
+        if self.state_migration is not None:
+            if not isinstance(self.state_migration, StateMigration):
+                raise ManifestError("manifest_type", "must be a state migration", field="state_migration")
+            if self.state_migration.state_schema_from >= self.state_schema:
+                raise ManifestError(
+                    "manifest_value",
+                    f"a state migration moves the schema forward: state_schema_from "
+                    f"{self.state_migration.state_schema_from} is not below state_schema {self.state_schema}",
+                    field="state_migration.state_schema_from",
+                )
         # 4. Where it was built.
         if not isinstance(self.source, Source):
             raise ManifestError("manifest_type", "must be a source", field="source")
@@ -350,6 +377,8 @@ class RuntimeManifest:
         }
         if self.contract_migration is not None:
             document["contract_migration"] = self.contract_migration.to_dict()
+        if self.state_migration is not None:
+            document["state_migration"] = self.state_migration.to_dict()
         document["source"] = self.source.to_dict()
         document["provenance"] = self.provenance.to_dict()
         document["published_at"] = self.published_at
@@ -491,7 +520,7 @@ def _manifest_from_document(document: object) -> RuntimeManifest:
     # A manifest of another schema version says so before its unknown fields are reported.
     if isinstance(document, dict) and "schema_version" in document:
         _check_schema_version(document["schema_version"])
-    top = _fields(document, "", _TOP_LEVEL, ("contract_migration",))
+    top = _fields(document, "", _TOP_LEVEL, ("contract_migration", "state_migration"))
     migration = None
     if "contract_migration" in top:
         raw = _fields(top["contract_migration"], "contract_migration", ("from", "state_schema_from"))
@@ -501,6 +530,10 @@ def _manifest_from_document(document: object) -> RuntimeManifest:
             from_contract=_identity_from(raw["from"], "contract_migration.from"),
             state_schema_from=raw["state_schema_from"],
         )
+    state_migration = None
+    if "state_migration" in top:
+        raw = _fields(top["state_migration"], "state_migration", ("state_schema_from",))
+        state_migration = construct_at("state_migration", StateMigration, **raw)
     raw_assets = top["assets"]
     if not isinstance(raw_assets, list):
         raise ManifestError("manifest_type", "must be an array", field="assets")
@@ -524,6 +557,7 @@ def _manifest_from_document(document: object) -> RuntimeManifest:
         state_schema=top["state_schema"],
         contract=_identity_from(top["contract"], "contract"),
         contract_migration=migration,
+        state_migration=state_migration,
         source=source,
         provenance=provenance,
         published_at=top["published_at"],

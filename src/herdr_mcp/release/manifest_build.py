@@ -6,7 +6,8 @@ the repository from the arguments or GitHub Actions' environment).
 The model, its one parser and its canonical bytes are `release.manifest`; everything built here
 goes through the same self-validating dataclasses, so a built manifest is well-formed too.
 `build_manifest` refuses to produce a manifest that no workstation could ever admit (SPEC 6): a
-migration that is not exactly one epoch forward, or one that also changes the state schema.
+migration that is not exactly one epoch forward, or one whose state schema is neither this tree's
+nor the declared `state_migration`'s starting point (docs/updater.md, "Major migrations").
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from herdr_mcp.release.manifest import (
     Provenance,
     RuntimeManifest,
     Source,
+    StateMigration,
     construct_at,
 )
 from herdr_mcp.state import STATE_SCHEMA
@@ -70,8 +72,25 @@ def _utc_timestamp(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime(TIMESTAMP_FORMAT)
 
 
+def _state_block(state_schema_from: int | None) -> StateMigration | None:
+    if state_schema_from is None or state_schema_from == STATE_SCHEMA:
+        return None
+    if (
+        isinstance(state_schema_from, bool)
+        or not isinstance(state_schema_from, int)
+        or not (0 < state_schema_from < STATE_SCHEMA)
+    ):
+        raise ManifestError(
+            "state_migration_invalid",
+            f"a release migrates the state schema forward to this tree's {STATE_SCHEMA}, through its "
+            f"numbered migrations: state_schema_from must be 1 to {STATE_SCHEMA - 1}, "
+            f"not {state_schema_from!r}",
+        )
+    return StateMigration(state_schema_from=state_schema_from)
+
+
 def _migration_block(
-    current: ContractIdentity, previous: ContractIdentity, state_schema_from: int
+    current: ContractIdentity, previous: ContractIdentity, state_schema_from: int, local_schema: int
 ) -> ContractMigration | None:
     if previous == current:
         return None
@@ -82,11 +101,12 @@ def _migration_block(
             f"epoch {current.epoch}: a release may migrate exactly one epoch forward, and a contract "
             "change without a new epoch is never admitted",
         )
-    if state_schema_from != STATE_SCHEMA:
+    if state_schema_from != local_schema:
         raise ManifestError(
             "contract_migration_state_schema",
-            f"state_schema_from {state_schema_from} differs from this tree's state schema {STATE_SCHEMA}: "
-            "an update never migrates the state schema, so no workstation could admit this release",
+            f"state_schema_from {state_schema_from} differs from the state schema a workstation taking "
+            f"this release has ({local_schema}: this tree's, or the declared state migration's "
+            "starting point), so no workstation could admit this release",
         )
     return ContractMigration(from_contract=previous, state_schema_from=state_schema_from)
 
@@ -103,6 +123,7 @@ def build_manifest(
     download_base: str | None = None,
     migrate_from: ContractIdentity | None = None,
     migrate_state_schema_from: int | None = None,
+    state_schema_from: int | None = None,
     provenance: Provenance | None = None,
 ) -> RuntimeManifest:
     """The manifest of this tree's release: contract identity from the frozen catalog, state schema
@@ -111,18 +132,22 @@ def build_manifest(
     `download_base` defaults to the GitHub release download URL of the tag. `migrate_from` is the
     previous release's contract (see `contract_migration_from_file`): identical -> no
     `contract_migration`; exactly one epoch lower -> a `contract_migration` whose
-    `state_schema_from` is `migrate_state_schema_from` (default: this tree's state schema).
+    `state_schema_from` is `migrate_state_schema_from` (default: the schema a workstation taking
+    the release has). `state_schema_from` below this tree's schema declares a `state_migration`
+    (a major migration from that schema; equal or None: none).
 
     Raises `ManifestError`: any `manifest_*` code for an input that would make a malformed
     manifest, `manifest_asset_unreadable`, `contract_migration_not_adjacent` (naming both
-    epochs) or `contract_migration_state_schema`.
+    epochs), `contract_migration_state_schema` or `state_migration_invalid`.
     """
     tag = f"v{version}"
     current = contract_identity()
+    state_migration = _state_block(state_schema_from)
+    local_schema = STATE_SCHEMA if state_migration is None else state_migration.state_schema_from
     migration = None
     if migrate_from is not None:
-        state_schema_from = STATE_SCHEMA if migrate_state_schema_from is None else migrate_state_schema_from
-        migration = _migration_block(current, migrate_from, state_schema_from)
+        schema_from = local_schema if migrate_state_schema_from is None else migrate_state_schema_from
+        migration = _migration_block(current, migrate_from, schema_from, local_schema)
     source = construct_at(
         "source", Source, repository=repository, repository_id=repository_id, commit=commit, ref=ref
     )
@@ -148,6 +173,7 @@ def build_manifest(
         state_schema=STATE_SCHEMA,
         contract=current,
         contract_migration=migration,
+        state_migration=state_migration,
         source=source,
         provenance=provenance if provenance is not None else Provenance(),
         published_at=_utc_timestamp(published_at),

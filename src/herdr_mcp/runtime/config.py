@@ -29,6 +29,13 @@ class RuntimeConfig:
     home: Path = field(default_factory=Path.home)
     #: The push plane's timing and bounds (docs/browser-protocol.md; tests shorten them).
     push: PushSettings = field(default_factory=PushSettings)
+    #: `--state-db`: another state database than the config dir's (a generation's own state
+    #: location, docs/updater.md "Major migrations"); None: `<config dir>/state.db`.
+    state_db: Path | None = None
+
+    @property
+    def state_file(self) -> Path:
+        return self.state_db if self.state_db is not None else Layout(self.config_dir).state_file
 
     @property
     def token_file(self) -> Path:

@@ -18,7 +18,7 @@ from herdr_mcp.runtime.topology import Topology
 from herdr_mcp.state.event_log import EventLog
 from herdr_mcp.state.leases import Lease
 from herdr_mcp.state.ledger import Ledger
-from herdr_mcp.state.store import STATE_FILE_NAME, StateStore, new_runtime_instance
+from herdr_mcp.state.store import StateStore, new_runtime_instance
 from herdr_mcp.state.tasks import TaskStore
 
 
@@ -40,7 +40,7 @@ class Services:
     @classmethod
     def create(cls, config: RuntimeConfig) -> Services:
         herdr = HerdrClient(config.herdr_socket)
-        state = StateStore.open(config.config_dir / STATE_FILE_NAME)
+        state = StateStore.open(config.state_file)
         instance = new_runtime_instance()
         topology = Topology(herdr, home=config.home)
         tasks = TaskTracker(herdr, TaskStore(state))

@@ -17,7 +17,10 @@ numbered in `admit` exactly as below:
 6. repository identity: source repository and repository id are the pinned ones;
 7. no downgrade against the persisted highest-seen version (and the local version);
 8. the contract rule: M == L is an ordinary update; M != L only exactly one epoch forward with a
-   `contract_migration` from L, and never a state-schema change.
+   `contract_migration` from L;
+9. the state-schema rule: the release's `state_schema` equals the local one (an ordinary
+   update), or the release declares a `state_migration` from exactly the local schema to a
+   higher one (a major migration: admitted here, taken only by `update major-apply`).
 
 Outcomes: a `TrustedRelease` (kind `same_contract` or `contract_migration`), the only object the
 later steps (download, install, probe, activation) accept; `AlreadyCurrent` when the release is
@@ -36,7 +39,10 @@ stable code. Refusal codes, in checklist order:
 7. `version_downgrade`;
 8. `contract_downgrade`, `contract_changed_within_epoch`, `contract_epoch_not_adjacent`,
    `contract_migration_missing`, `contract_migration_from_mismatch`,
-   `contract_migration_state_schema_mismatch`, `state_schema_mismatch`.
+   `contract_migration_state_schema_mismatch`;
+9. `state_schema_mismatch` (a different schema and no `state_migration`),
+   `state_migration_from_mismatch` (it migrates from another schema than the local one),
+   `state_schema_downgrade` (the release's schema is below the local one).
 
 `TrustedRelease.asset_for` refuses with `no_asset_for_target` (still before any download).
 Every step-8 refusal names the local and the target contract epochs. `AdmissionRefused` is a
@@ -49,9 +55,11 @@ Decisions:
   release strictly below max(highest seen, local version) is `version_downgrade`. A release equal
   to the highest seen but above the local version is admitted: it is the retry of a release this
   workstation admitted before whose download or install did not finish.
-- The state schema never changes in an update, with or without a contract migration:
-  `state_schema_mismatch` also refuses a same-contract release whose `state_schema` differs
-  (schema changes go through the explicit major-migration path, seed 001).
+- The state schema never changes in an ordinary update, with or without a contract migration: a
+  release whose `state_schema` differs without declaring `state_migration` is
+  `state_schema_mismatch`. One that declares it from the local schema is admitted with
+  `state_step` set; `update` and `update auto` then refuse it as `major_update_required` (the
+  explicit major-migration path, `update major-apply`, seed 001), never as a bare mismatch.
 - A manifest whose contract equals L is an ordinary update even if it also carries a
   `contract_migration` block (SPEC 6: M == L, behaviour unchanged).
 - Repository names compare exactly (GitHub Actions writes the canonical spelling); the numeric
@@ -163,6 +171,9 @@ class TrustedRelease:
     kind: AdmissionKind
     local: LocalIdentity
     _admission: InitVar[object]
+    #: The release migrates the state schema (`state_migration` from the local schema): only
+    #: `update major-apply` takes it.
+    state_step: bool = False
 
     def __post_init__(self, _admission: object) -> None:
         if _admission is not _ADMITTED:
@@ -277,7 +288,11 @@ def admit(
         )
     # 8. The contract rule.
     kind = _contract_admission(manifest, local)
-    return TrustedRelease(verified=verified, kind=kind, local=local, _admission=_ADMITTED)
+    # 9. The state-schema rule.
+    state_step = _state_admission(manifest, local)
+    return TrustedRelease(
+        verified=verified, kind=kind, local=local, _admission=_ADMITTED, state_step=state_step
+    )
 
 
 def _check_repository(manifest: RuntimeManifest, policy: AdmissionPolicy, epoch: int) -> None:
@@ -350,10 +365,43 @@ def _contract_admission(manifest: RuntimeManifest, local: LocalIdentity) -> Admi
         )
     else:
         kind = "contract_migration"
-    if manifest.state_schema != local.state_schema:
+    return kind
+
+
+def _state_admission(manifest: RuntimeManifest, local: LocalIdentity) -> bool:
+    """Step 9: the same state schema (False), or a declared step from the local one (True)."""
+
+    def refuse(code: str, reason: str) -> AdmissionRefused:
+        return AdmissionRefused(
+            code,
+            f"{reason} (local state schema {local.state_schema}, release {manifest.tag} state schema "
+            f"{manifest.state_schema}; local contract epoch {local.contract.epoch}, release contract "
+            f"epoch {manifest.contract.epoch})",
+            local_epoch=local.contract.epoch,
+            target_epoch=manifest.contract.epoch,
+        )
+
+    step = manifest.state_migration
+    if manifest.state_schema == local.state_schema:
+        # A release at the local schema migrates nothing here (a declared step from a lower one is
+        # the parser's business: it is below state_schema, so it is not the local schema).
+        return False
+    if manifest.state_schema < local.state_schema:
+        raise refuse(
+            "state_schema_downgrade",
+            "the release uses an older state schema than this workstation's database; no release "
+            "migrates a database back (major-rollback restores the snapshot of one)",
+        )
+    if step is None:
         raise refuse(
             "state_schema_mismatch",
-            f"the release uses state schema {manifest.state_schema}, this workstation has "
-            f"{local.state_schema}; an update never migrates the state schema",
+            "the release uses another state schema and declares no state_migration; an update never "
+            "migrates the state schema",
         )
-    return kind
+    if step.state_schema_from != local.state_schema:
+        raise refuse(
+            "state_migration_from_mismatch",
+            f"the release migrates from state schema {step.state_schema_from}; take the release that "
+            "migrates from this workstation's schema first",
+        )
+    return True

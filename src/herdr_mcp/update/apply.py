@@ -248,6 +248,9 @@ def run_update(
     check_may_update(paths.config_dir)
     store = paths.generations
     with update_lock(paths):
+        from herdr_mcp.update.major import recover
+
+        recover(paths.config_dir, say)  # a major migration a kill interrupted, first
         cleaned = clean_up(paths)
         for line in cleaned:
             say(f"cleaned up: {line}")
@@ -260,6 +263,17 @@ def run_update(
             version = release.manifest.version
             return UpdateReport(
                 "current", f"herdr-mcp {version} is active and current", version, cleaned=cleaned
+            )
+        if release.state_step:
+            # A state-schema step is the major-migration path's (update/major.py), never this one's.
+            from herdr_mcp.update.major import refuse_state_step
+
+            return UpdateReport(
+                "refused",
+                refuse_state_step(paths.config_dir, release),
+                release.manifest.version,
+                outcome="major_update_required",
+                cleaned=cleaned,
             )
         say(f"admitted herdr-mcp {release.version} ({release.kind}) over {local.version}")
         target = host_target()
@@ -296,16 +310,7 @@ def run_update(
                 shutil.rmtree(staged.job_dir, ignore_errors=True)
             executable = installed.herdr_mcp
         record_admitted(paths.highest_seen, release)
-        provenance = {
-            "plane": "prod",
-            "source": SOURCE_RELEASE,
-            "tag": release.manifest.tag,
-            "commit": release.manifest.source.commit,
-            "bundle": asset.name,
-            "bundle_sha256": asset.sha256,
-            # "verified" (keyless signature and build provenance) or "unsafe_skipped" by choice.
-            "sigstore": release.verified.sigstore,
-        }
+        provenance = release_provenance(release, asset.name, asset.sha256)
         version = release.manifest.version
         spec = Generation(
             generation=generation_id,
@@ -340,6 +345,20 @@ def run_update(
             cleaned,
             result.to_dict(),
         )
+
+
+def release_provenance(release: TrustedRelease, bundle: str, sha256: str) -> dict[str, str]:
+    """The provenance recorded for a generation installed from `release`'s bundle."""
+    return {
+        "plane": "prod",
+        "source": SOURCE_RELEASE,
+        "tag": release.manifest.tag,
+        "commit": release.manifest.source.commit,
+        "bundle": bundle,
+        "bundle_sha256": sha256,
+        # "verified" (keyless signature and build provenance) or "unsafe_skipped" by choice.
+        "sigstore": release.verified.sigstore,
+    }
 
 
 def start_and_activate(

@@ -1,0 +1,390 @@
+"""The major-migration path (`update major-apply | major-rollback | major-status`, update/major.py).
+
+Fast parts: the link's drain (link/drain.py) on real files, the online backup and the count of
+rows beyond a snapshot (state/backup.py). End to end (slow): v1 (1.0.0, state schema N) installed
+from its bundle and active behind a real link; v2 (2.0.0, built from this tree plus one more
+numbered migration, declaring `state_migration` from N) published on the repository simulator.
+`update` refuses v2 as `major_update_required`; `major-apply` migrates a copy, gates and activates
+v2 with the data written before readable after; `generation rollback` to v1 is refused;
+`major-rollback` brings v1 back on the snapshot and counts what is lost. Then the job is killed
+(SIGKILL) at each phase and the next command (`major-status`) ends serving on a consistent
+database every time: the table is printed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from herdr_mcp.errors import EXIT_REFUSED
+from herdr_mcp.generations import GenerationStore
+from herdr_mcp.link.drain import DRAIN_ACK_FILE, DRAIN_FILE, Drain, may_mutate, read_only_tools
+from herdr_mcp.records import atomic_write
+from herdr_mcp.release.minisign import keygen
+from herdr_mcp.state import STATE_SCHEMA
+from herdr_mcp.state.backup import backup_database, rows_beyond
+from herdr_mcp.state.store import StateStore, schema_of
+from herdr_mcp.update.apply import UpdatePaths
+from tests.link_harness import Link, running_link
+from tests.release_builder import (
+    REPOSITORY,
+    REPOSITORY_ID,
+    BuiltRelease,
+    ReleaseFactory,
+    install_active,
+    publish,
+    stop_all,
+)
+from tests.release_evidence import sigstore_flags
+from tests.repository_sim import ReleaseRepositorySimulator
+from tests.runtime_harness import make_repo, mcp_client
+from tests.sigstore_stack import SigstoreStack
+from tests.waiting import wait_until
+
+V1 = "r1.0.0-bootstrap"
+
+
+def _call(name: str, arguments: dict[str, Any] | None = None) -> bytes:
+    return json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": name, "arguments": arguments or {}},
+        }
+    ).encode()
+
+
+# --- the drain ----------------------------------------------------------------------------------
+
+
+def test_reads_and_mutations_come_from_the_catalog_annotations() -> None:
+    reads = read_only_tools()
+    assert {"herdr_inspect", "herdr_fs_read", "herdr_since"} <= reads
+    assert not {"herdr_exec", "herdr_fs_write", "herdr_call", "herdr_prompt"} & reads
+    assert not may_mutate(_call("herdr_inspect"), reads)
+    assert may_mutate(_call("herdr_fs_write"), reads)
+    assert may_mutate(_call("no_such_tool"), reads)  # unknown: fail closed
+    assert may_mutate(b"not json", reads)
+    assert not may_mutate(b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}', reads)
+    batch = b"[" + _call("herdr_inspect") + b"," + _call("herdr_exec") + b"]"
+    assert may_mutate(batch, reads)
+
+
+def test_a_drain_refuses_new_mutations_waits_for_those_in_flight_then_acknowledges(tmp_path: Path) -> None:
+    drain = Drain(tmp_path, clock=lambda: float(len(calls)))  # every call polls the record again
+    calls: list[int] = []
+
+    def tick() -> None:
+        calls.append(1)
+
+    tick()
+    assert drain.admit("g1", _call("herdr_fs_write"))  # in flight before the drain
+    atomic_write(tmp_path / DRAIN_FILE, b'{"generation": "g1", "job": "job-1"}')
+    tick()
+    assert not drain.admit("g1", _call("herdr_exec"))  # a new mutation: refused, nothing sent
+    tick()
+    assert drain.admit("g1", _call("herdr_inspect"))  # reads keep flowing
+    drain.finished("g1", _call("herdr_inspect"))
+    assert drain.admit("g2", _call("herdr_exec"))  # another generation is not drained
+    drain.finished("g2", _call("herdr_exec"))
+    assert not (tmp_path / DRAIN_ACK_FILE).exists()  # the first write is still in flight
+    tick()
+    drain.finished("g1", _call("herdr_fs_write"))
+    ack = json.loads((tmp_path / DRAIN_ACK_FILE).read_text())
+    assert (ack["generation"], ack["job"]) == ("g1", "job-1")
+    (tmp_path / DRAIN_FILE).unlink()
+    tick()
+    assert drain.admit("g1", _call("herdr_exec"))  # the drain ended
+
+
+# --- the online backup ----------------------------------------------------------------------------
+
+
+def test_the_backup_of_a_database_being_written_is_one_consistent_state(tmp_path: Path) -> None:
+    source = tmp_path / "state.db"
+    store = StateStore.open(source)
+    stop = threading.Event()
+    written: list[int] = []
+
+    def writer() -> None:
+        while not stop.is_set():
+            with store.transaction() as tx:
+                # Two rows per transaction: a consistent copy never holds an odd count.
+                for _ in range(2):
+                    tx.execute(
+                        "INSERT INTO events (name, workspace_id, data_json, at) VALUES ('x', NULL, '{}', 0)"
+                    )
+            written.append(1)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        wait_until(lambda: len(written) > 50, "the writer to commit", timeout=60)
+        backup_database(source, tmp_path / "copy.db")
+    finally:
+        stop.set()
+        thread.join()
+    assert (tmp_path / "copy.db").stat().st_mode & 0o777 == 0o600
+    assert schema_of(tmp_path / "copy.db") == STATE_SCHEMA
+    with sqlite3.connect(tmp_path / "copy.db") as conn:
+        (count,) = conn.execute("SELECT count(*) FROM events").fetchone()
+    assert count > 0 and count % 2 == 0
+    with store.transaction() as tx:
+        tx.execute("INSERT INTO events (name, workspace_id, data_json, at) VALUES ('late', NULL, '{}', 0)")
+    store.close()
+    total = 2 * len(written) + 1
+    assert rows_beyond(source, tmp_path / "copy.db") == {"events": total - count}
+
+
+# --- end to end -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Releases:
+    v1: BuiltRelease
+    v2: BuiltRelease
+    keys: Path
+    sigstore: list[str]
+
+
+@pytest.fixture(scope="module")
+def releases(tmp_path_factory: pytest.TempPathFactory, sigstore_stack: SigstoreStack) -> Releases:
+    work = tmp_path_factory.mktemp("major-releases")
+    keys = work / "keys"
+    keys.mkdir()
+    keygen(keys / "release.pub", work / "release.key")
+    factory = ReleaseFactory(work, work / "release.key", sigstore_stack)
+    return Releases(
+        v1=factory.release("1.0.0"),
+        v2=factory.release("2.0.0", state_step=True),
+        keys=keys,
+        sigstore=sigstore_flags(sigstore_stack, work, REPOSITORY),
+    )
+
+
+@dataclass
+class Workstation:
+    config: Path
+    sim: ReleaseRepositorySimulator
+    link: Link
+    v1_herdr_mcp: Path
+    releases: Releases
+
+    @property
+    def store(self) -> GenerationStore:
+        return GenerationStore.in_dir(self.config / "generations")
+
+    @property
+    def state(self) -> Path:
+        return self.config / "state.db"
+
+    def command(self, *extra: str) -> list[str]:
+        return [
+            str(self.v1_herdr_mcp), "update", *extra, "--json", *self.releases.sigstore,
+            "--repository", REPOSITORY, "--repository-id", str(REPOSITORY_ID),
+            "--api-url", self.sim.api_base_url, "--ca-file", str(self.sim.ca_file),
+            *(f"--allowed-host={host}" for host in sorted(self.sim.hosts)),
+            "--keys", str(self.releases.keys), "--config-dir", str(self.config),
+        ]  # fmt: skip
+
+    def run(self, *extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(self.command(*extra), capture_output=True, text=True, timeout=600, env=_env())
+
+    def marker_rows(self) -> int:
+        with sqlite3.connect(f"file:{self.state}?mode=ro", uri=True) as conn:
+            (count,) = conn.execute("SELECT count(*) FROM events WHERE name = 'major_marker'").fetchone()
+        return int(count)
+
+    def serves(self) -> bool:
+        """A real read through the link is answered (by whichever generation is active)."""
+        return asyncio.run(_inspect(self.link))
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    env.pop("HERDR_MCP_MAJOR_FAILPOINT", None)
+    return env
+
+
+async def _inspect(link: Link) -> bool:
+    async with mcp_client(link.url, link.token) as client:
+        result = await client.call_tool("herdr_inspect", {})
+        return not result.is_error
+
+
+def _answer(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    assert done.returncode == 0, (done.returncode, done.stdout, done.stderr)
+    answer: dict[str, Any] = json.loads(done.stdout)
+    return answer
+
+
+@pytest.fixture
+def workstation(releases: Releases, tmp_path: Path) -> Iterator[Workstation]:
+    from herdr_mcp.sim import SimConfig, SimulatorThread
+
+    config = tmp_path / "config"
+    config.mkdir(mode=0o700)
+    repo = make_repo(tmp_path / "repo", {"README.md": b"# demo\n"})
+    paths = UpdatePaths(config)
+    socket = tmp_path / "herdr.sock"
+    with SimulatorThread(SimConfig.for_roots([repo]), socket), ReleaseRepositorySimulator(REPOSITORY) as sim:
+        try:
+            install_active(
+                paths, releases.v1, V1, ["--no-sim", "--herdr-socket", str(socket)], tmp_path / "job"
+            )
+            v1 = paths.runtimes / V1 / "venv" / "bin" / "herdr-mcp"
+            with running_link(config / "generations", config / "link-token") as link:
+                # The link is known to the job as the detached link of `herdr-mcp start` is.
+                record = {"pid": link.process.pid, "executable": sys.executable}
+                atomic_write(config / "link.pid", json.dumps(record).encode())
+                ws = Workstation(config, sim, link, v1, releases)
+                with sqlite3.connect(ws.state) as conn:
+                    conn.execute(
+                        "INSERT INTO events (name, workspace_id, data_json, at) "
+                        "VALUES ('major_marker', NULL, '{\"written\": \"before\"}', 1)"
+                    )
+                publish(sim, releases.v2)
+                yield ws
+        finally:
+            stop_all(paths)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_major_apply_migrates_a_copy_activates_v2_and_major_rollback_restores_v1(
+    workstation: Workstation,
+) -> None:
+    ws = workstation
+    assert schema_of(ws.state) == STATE_SCHEMA
+
+    # An ordinary update and its check tell the release apart and point to major-apply.
+    checked = _answer(ws.run("--check"))
+    assert (checked["status"], checked["major"], checked["state_schema"]) == (
+        "admitted",
+        True,
+        STATE_SCHEMA + 1,
+    )
+    refused = ws.run()
+    assert refused.returncode == EXIT_REFUSED, refused.stderr
+    assert "major_update_required" in refused.stderr and "major-apply" in refused.stderr, refused.stderr
+    assert [path.name for path in (ws.config / "runtimes").iterdir()] == [V1]  # nothing installed
+
+    applied = _answer(ws.run("major-apply"))
+    print("major-apply:", applied["summary"], applied["job"]["measures"])
+    assert applied["status"] == "activated"
+    v2 = applied["job"]["v2"]
+    status = ws.store.read_status()
+    assert (status.active, status.previous) == (v2, V1)
+    assert schema_of(ws.state) == STATE_SCHEMA + 1
+    assert ws.marker_rows() == 1  # written before, readable after
+    assert ws.serves()
+    job_dir = ws.config / "update" / "major" / applied["job"]["job"]
+    assert schema_of(job_dir / "snapshot.db") == STATE_SCHEMA
+    assert (ws.config / "runtimes" / V1 / "venv" / "bin" / "herdr-mcp").is_file()  # the exact v1 kept
+    assert not (ws.config / "generations" / DRAIN_FILE).exists()  # the drain ended
+
+    # The ordinary rollback to the generation at the old schema is refused, pointing on.
+    rolled = subprocess.run(
+        [str(ws.v1_herdr_mcp), "generation", "--state-dir", str(ws.config / "generations"), "rollback"],
+        capture_output=True,
+        text=True,
+        env=_env(),
+    )
+    assert rolled.returncode != 0
+    assert "major_rollback_required" in rolled.stderr and "major-rollback" in rolled.stderr, rolled.stderr
+    assert ws.store.read_status().active == v2
+
+    # Written on v2 after the migration: lost by major-rollback, and counted.
+    with sqlite3.connect(ws.state) as conn:
+        conn.execute("INSERT INTO events (name, workspace_id, data_json, at) VALUES ('after', NULL, '{}', 2)")
+    back = _answer(ws.run("major-rollback"))
+    print("major-rollback:", back["summary"])
+    assert back["status"] == "rolled_back"
+    assert back["lost_rows"].get("events", 0) >= 1
+    assert ws.store.read_status().active == V1
+    assert schema_of(ws.state) == STATE_SCHEMA
+    assert ws.marker_rows() == 1
+    assert v2 not in {spec.generation for spec in ws.store.read_control().generations}
+    assert ws.serves()
+
+
+PHASES = [
+    ("before the snapshot", "snapshot"),
+    ("during the migration", "migrating"),
+    ("during the gate", "gating"),
+    ("v1 stopped, databases swapped", "activating"),
+    ("after activation", "activated"),
+]
+
+
+def _killed_at(ws: Workstation, failpoint: str) -> None:
+    process = subprocess.Popen(
+        ws.command("major-apply"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**_env(), "HERDR_MCP_MAJOR_FAILPOINT": failpoint},
+    )
+    assert process.stderr is not None
+    seen = []
+    for line in process.stderr:
+        seen.append(line)
+        if line.strip() == f"failpoint {failpoint}":
+            break
+    else:
+        raise AssertionError(f"major-apply never reached {failpoint}: {''.join(seen)}")
+    # The job runs in the detached worker (it would survive the foreground): kill that.
+    worker = json.loads((ws.config / "update" / "major" / "job.json").read_text())["worker_pid"]
+    assert worker != process.pid
+    os.kill(worker, signal.SIGKILL)
+    process.wait(timeout=30)  # the foreground sees its worker end
+    process.stderr.close()
+    wait_until(lambda: not _alive(worker), f"the worker {worker} to be gone", timeout=30)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_a_kill_at_each_phase_ends_serving_on_a_consistent_database(workstation: Workstation) -> None:
+    ws = workstation
+    rows = []
+    for label, failpoint in PHASES:
+        _killed_at(ws, failpoint)
+        status = _answer(ws.run("major-status"))
+        active = ws.store.read_status().active
+        schema = schema_of(ws.state)
+        serving = ws.serves()
+        drained = (ws.config / "generations" / DRAIN_FILE).exists()
+        rows.append(
+            (label, status["status"], "v1" if active == V1 else "v2", schema, ws.marker_rows(), serving)
+        )
+        expected_v2 = failpoint == "activated"
+        assert (active == V1) is not expected_v2, (label, status)
+        assert schema == (STATE_SCHEMA + 1 if expected_v2 else STATE_SCHEMA), label
+        assert ws.marker_rows() == 1 and serving and not drained, label
+        assert status["status"] == ("activated" if expected_v2 else "failed"), status
+    print()
+    print(f"{'killed':34} {'job after recovery':20} {'serving':8} {'schema':7} {'marker rows':12} answers")
+    for label, phase, who, schema, marker, serving in rows:
+        print(f"{label:34} {phase:20} {who:8} {schema:<7} {marker:<12} {serving}")
