@@ -15,7 +15,7 @@ import pytest
 
 from herdr_mcp.state import STATE_SCHEMA
 from herdr_mcp.state.migrations import MIGRATIONS, Migration
-from herdr_mcp.state.store import StateError, StateFileUnsafe, StateSchemaTooNew, StateStore
+from herdr_mcp.state.store import StateError, StateFileUnsafe, StateSchemaTooNew, StateStore, schema_of
 
 # Rows a test writes into each table it knows, at whatever schema the table first appears.
 SEED_ROWS: dict[str, tuple[str, ...]] = {
@@ -125,6 +125,32 @@ def test_a_newer_schema_is_refused_and_left_byte_identical(tmp_path: Path) -> No
     assert error.value.code == "state_schema_too_new"
     assert "newer herdr-mcp" in str(error.value)
     assert directory_state(tmp_path) == before
+
+
+def test_schema_of_reads_the_version_without_writing(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    assert schema_of(path) is None  # no file: nothing created either
+    assert not path.exists()
+    make_newer(path)
+    before = directory_state(tmp_path)
+    assert schema_of(path) == len(MIGRATIONS) + 1
+    assert directory_state(tmp_path) == before  # no byte written, no -wal or -shm made
+    # In use with a commit still in the write-ahead log: read through the log, unchanged.
+    StateStore.open(tmp_path / "other.db").close()
+    other = tmp_path / "other.db"
+    holder = sqlite3.connect(other, isolation_level=None)
+    try:
+        holder.execute("PRAGMA journal_mode = WAL")
+        holder.execute("PRAGMA wal_autocheckpoint = 0")
+        holder.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+        wal_before = Path(f"{other}-wal").read_bytes()
+        assert schema_of(other) == 99
+        assert Path(f"{other}-wal").read_bytes() == wal_before
+    finally:
+        holder.close()
+    (tmp_path / "garbage.db").write_bytes(b"not a database" * 100)
+    with pytest.raises(StateError, match="not a readable SQLite database"):
+        schema_of(tmp_path / "garbage.db")
 
 
 def test_a_newer_schema_in_use_by_another_connection_is_refused(tmp_path: Path) -> None:
