@@ -409,7 +409,7 @@ def _steps(path: str) -> list[str | int]:
         (b"\xff\xfe{}", "manifest_not_json"),
         (b'{"a": NaN}', "manifest_not_json"),
         (b"[" * 100_000 + b"]" * 100_000, "manifest_not_json"),
-        (b" " * (1024 * 1024 + 1), "manifest_too_large"),
+        (b" " * (1024 * 1024 + 1), "evidence_too_large"),
         (b"[]", "manifest_type"),
         (b'{"a": 1.5}', "manifest_float"),
         (b'{"a": 1e3}', "manifest_float"),

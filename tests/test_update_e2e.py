@@ -5,8 +5,9 @@ the link; v2 (2.0.0, epoch 5, with a contract_migration from epoch 4) is publish
 release repository simulator; v1's own `herdr-mcp update` admits, installs and activates it; a
 real MCP call through the link reaches v2; `generation rollback` brings v1 back; v3 (epoch 6)
 is refused with both epochs named and nothing downloaded. Then the updater is killed (SIGKILL)
-after its download, after its install and during its activation: v1 stays active and serving
-each time, and the next `update` cleans up and resumes.
+after its download, after its install, right after it started the candidate's runtime (before
+recording its pid) and during its activation: v1 stays active and serving each time, and the
+next `update` cleans up (stopping the orphaned runtime it finds by its tag) and resumes.
 """
 
 from __future__ import annotations
@@ -27,12 +28,14 @@ import pytest
 from herdr_mcp.contract import ContractIdentity, contract_identity, identity_of
 from herdr_mcp.errors import EXIT_LOCAL, EXIT_REFUSED
 from herdr_mcp.generations import GenerationStore, Observation
+from herdr_mcp.generations.process import PID_FILE, START_MARKER, generation_processes
 from herdr_mcp.release.manifest import MANIFEST_FILENAME
 from herdr_mcp.release.minisign import keygen
 from herdr_mcp.release.verification import PROVENANCE_BUNDLE_NAME, SIGNATURE_NAME, SIGSTORE_BUNDLE_NAME
 from herdr_mcp.update.apply import UpdatePaths
 from tests.link_harness import Link, running_link
 from tests.logging_proxy import LoggingProxy, proxy_env
+from tests.processes import alive, read_until
 from tests.release_builder import (
     REPOSITORY,
     REPOSITORY_ID,
@@ -234,13 +237,7 @@ def _killed_at(ws: Workstation, failpoint: str) -> None:
         env={**_env(), "HERDR_MCP_UPDATE_FAILPOINT": failpoint},
     )
     assert process.stderr is not None
-    seen = []
-    for line in process.stderr:
-        seen.append(line)
-        if line.strip() == f"failpoint {failpoint}":
-            break
-    else:
-        raise AssertionError(f"the update never reached {failpoint}: {''.join(seen)}")
+    read_until(process.stderr, f"failpoint {failpoint}")
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=10)
     process.stderr.close()
@@ -268,6 +265,16 @@ def test_a_killed_update_leaves_v1_serving_and_the_next_one_cleans_up_and_resume
     assert [spec.generation for spec in ws.store.read_control().generations] == ["r1.0.0-bootstrap"]
     assert ws.served_contract() == contract_identity(4)
 
+    # 2b. Killed right after the candidate's runtime started, before its pid was recorded: the
+    # runtime keeps running, found only by its tag; v1 serves.
+    _killed_at(ws, "spawned")
+    assert not (paths.runtimes / half_made[0]).exists()  # that run cleaned up the one before
+    (spawned,) = [path for path in paths.runtimes.iterdir() if path.name != "r1.0.0-bootstrap"]
+    assert (spawned / START_MARKER).exists() and not (spawned / PID_FILE).exists()
+    orphans = wait_until(lambda: generation_processes(spawned) or None, "the candidate's runtime to run")
+    assert all(alive(pid) for pid in orphans)
+    assert ws.served_contract() == contract_identity(4)
+
     # 3. Killed while the gate observes the switched candidate: the next reader undoes it.
     control = ws.store.read_control()
     ws.store.write_control(
@@ -288,8 +295,9 @@ def test_a_killed_update_leaves_v1_serving_and_the_next_one_cleans_up_and_resume
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=10)
     assert candidate != "r1.0.0-bootstrap"
-    # That run cleaned up what the two before it left.
-    assert not (paths.runtimes / half_made[0]).exists()
+    # That run cleaned up what the runs before it left: the orphaned runtime was stopped first.
+    assert not spawned.exists()
+    assert not any(alive(pid) for pid in orphans), orphans
     assert list(paths.jobs.iterdir()) == []
     # The link notices the activator died and puts v1 back before routing.
     assert ws.served_contract() == contract_identity(4)

@@ -60,6 +60,13 @@ LINK_PID_FILE = "link.pid"
 LINK_LOG_FILE = "link.log"
 STATE_FILE = "state.db"
 AUDIT_FILE = "audit.jsonl"
+#: The audit log rotates when the current file would grow past this. A record is ~300-600 bytes,
+#: so 8 MiB is ~15,000-25,000 calls: days of busy planner use in one file that `audit` reads in
+#: well under a second.
+AUDIT_MAX_FILE_BYTES = 8 * 1024 * 1024
+#: Rotated audit files kept (`audit.jsonl.1` newest ... `.4` oldest): at most 5 x 8 MiB = 40 MiB
+#: in all, which keeps weeks of history without ever filling a workstation's disk.
+AUDIT_KEEP_FILES = 4
 EXEC_SPOOL_DIR = "exec"
 GENERATIONS_DIR = "generations"
 RUNTIMES_DIR = "runtimes"

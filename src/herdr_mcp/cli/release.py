@@ -41,6 +41,7 @@ from herdr_mcp.release.attestation import (
 )
 from herdr_mcp.release.build import build, check_reproducible, sha256_file
 from herdr_mcp.release.bundle import bundle, load_release_config, parse_bundle_filename
+from herdr_mcp.release.evidence import EVIDENCE_TOO_LARGE, too_large_message
 from herdr_mcp.release.manifest import MANIFEST_FILENAME, MAX_MANIFEST_BYTES, ManifestError, RuntimeManifest
 from herdr_mcp.release.manifest_build import (
     AssetInput,
@@ -184,7 +185,7 @@ def _cmd_keygen(args: argparse.Namespace) -> int:
 
 
 def _cmd_sign(args: argparse.Namespace) -> int:
-    data = _read_capped(args.manifest, MAX_MANIFEST_BYTES, "manifest_too_large")
+    data = _read_capped(args.manifest, MAX_MANIFEST_BYTES)
     manifest = RuntimeManifest.from_bytes(data)  # never sign what we would refuse to parse
     environ = {SECRET_KEY_ENV: os.environ.get(args.secret_key_env, "")} if args.secret_key_env else None
     secret = load_secret_key(args.secret_key, environ=environ)
@@ -202,7 +203,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     The evidence defaults to the published file names next to the manifest; a missing one is
     refused (`sigstore_missing`, `provenance_missing`) unless --unsafe-skip-sigstore.
     """
-    data = _read_capped(args.manifest, MAX_MANIFEST_BYTES, "manifest_too_large")
+    data = _read_capped(args.manifest, MAX_MANIFEST_BYTES)
     folder = args.manifest.parent
     signature = _read_capped(args.signature or folder / SIGNATURE_NAME, MAX_SIGNATURE_FILE_BYTES)
     if args.unsafe_skip_sigstore:
@@ -245,12 +246,13 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_capped(path: Path, cap: int, code: str = "file_too_large") -> bytes:
-    """A file's bytes, refused past `cap` without reading more than `cap` + 1 bytes."""
+def _read_capped(path: Path, cap: int) -> bytes:
+    """A file of evidence, refused past `cap` (`evidence_too_large`, as on every other path:
+    `release/evidence.py`) without reading more than `cap` + 1 bytes."""
     with path.open("rb") as handle:
         data = handle.read(cap + 1)
     if len(data) > cap:
-        raise ManifestError(code, f"{path} is larger than {cap} bytes")
+        raise ManifestError(EVIDENCE_TOO_LARGE, too_large_message(str(path), cap, path.stat().st_size))
     return data
 
 

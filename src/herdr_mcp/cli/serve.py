@@ -33,7 +33,7 @@ import uvicorn
 
 from herdr_mcp.errors import LocalFault
 from herdr_mcp.herdr import HerdrClient, HerdrError, default_socket_path
-from herdr_mcp.layout import IPC_SOCKET_ENV, LOOPBACK_HOSTS, Layout
+from herdr_mcp.layout import GENERATION_TAG_ENV, IPC_SOCKET_ENV, LOOPBACK_HOSTS, Layout
 from herdr_mcp.loopback import StopSignals, bind_loopback, freeze_startup_heap, stop_signals
 from herdr_mcp.runtime.app import build_app
 from herdr_mcp.runtime.config import RuntimeConfig
@@ -152,6 +152,7 @@ def _bind_ipc(args: argparse.Namespace, layout: Layout) -> IpcSocket | None:
     """The Unix socket `serve` also listens on (module docstring), or None."""
     # Meant for this process only: commands it runs (herdr_exec) must not inherit it.
     given = os.environ.pop(IPC_SOCKET_ENV, None)
+    os.environ.pop(GENERATION_TAG_ENV, None)  # /proc still shows it for this process, not for them
     if args.no_ipc_socket:
         return None
     explicit: Path | None = args.ipc_socket

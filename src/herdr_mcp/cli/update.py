@@ -243,7 +243,7 @@ def _check(args: argparse.Namespace, config_dir: Path) -> CheckResult:
     options = _options(args, config_dir)
     source = ReleaseSource(options.discovery, args.manifest_url)
     return check_update(
-        UpdatePaths(config_dir), source, options.policy, LocalIdentity.of_this_runtime(__version__)
+        UpdatePaths(config_dir), source, options.policy, LocalIdentity.of_this_runtime(__version__), say=_say
     )
 
 

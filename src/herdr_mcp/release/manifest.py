@@ -3,7 +3,7 @@
 A workstation trusts a release only through its manifest (SPEC 5 and 6), so this module is strict:
 
 - `RuntimeManifest.from_bytes` is the one parse boundary for untrusted bytes. It raises one domain
-  error, `ManifestError`, with a stable code: `manifest_too_large`, `manifest_not_json`,
+  error, `ManifestError`, with a stable code: `evidence_too_large`, `manifest_not_json`,
   `manifest_duplicate_key`, `manifest_float`, `manifest_integer_too_large`, `manifest_type`,
   `manifest_unknown_field`, `manifest_missing_field` or `manifest_value`. Unknown fields are
   refused at every depth (fail closed), and so are floats and integers beyond 2^53 - 1 (so every
@@ -32,6 +32,7 @@ import rfc8785
 
 from herdr_mcp.contract import ContractIdentity
 from herdr_mcp.errors import RefusedFault
+from herdr_mcp.release.evidence import EVIDENCE_TOO_LARGE, too_large_message
 from herdr_mcp.release.versions import release_version
 
 #: The file name a release publishes its manifest under.
@@ -449,7 +450,7 @@ def _load_strict_json(data: bytes) -> Any:
         raise ManifestError("manifest_type", "manifest input must be bytes")
     if len(data) > MAX_MANIFEST_BYTES:
         raise ManifestError(
-            "manifest_too_large", f"{len(data)} bytes exceeds the {MAX_MANIFEST_BYTES}-byte limit"
+            EVIDENCE_TOO_LARGE, too_large_message(MANIFEST_FILENAME, MAX_MANIFEST_BYTES, len(data))
         )
     try:
         text = bytes(data).decode("utf-8")

@@ -44,7 +44,7 @@ from typing import Any
 import rfc8785
 
 from herdr_mcp.errors import LocalFault
-from herdr_mcp.layout import AUDIT_FILE
+from herdr_mcp.layout import AUDIT_FILE, AUDIT_KEEP_FILES, AUDIT_MAX_FILE_BYTES
 from herdr_mcp.runtime.tools.patch import ADD, DELETE, MOVE, UPDATE
 from herdr_mcp.text import safe_json
 
@@ -52,13 +52,10 @@ AUDIT_FILE_NAME = AUDIT_FILE
 LOCK_FILE_NAME = "audit.lock"
 RECORD_VERSION = 1
 
-#: Rotate when the current file would grow past this. A record is ~300-600 bytes, so 8 MiB is
-#: ~15,000-25,000 calls: days of busy planner use in one file that `audit` reads in well under
-#: a second.
-MAX_FILE_BYTES = 8 * 1024 * 1024
-#: Rotated files kept (`audit.jsonl.1` newest ... `.4` oldest): at most 5 x 8 MiB = 40 MiB in
-#: all, which keeps weeks of history without ever filling a workstation's disk.
-KEEP_FILES = 4
+#: Rotate when the current file would grow past this, and the rotated files kept: defined in
+#: `layout.py` with the file's name (the updater keeps room for them: `update/diskspace.py`).
+MAX_FILE_BYTES = AUDIT_MAX_FILE_BYTES
+KEEP_FILES = AUDIT_KEEP_FILES
 
 #: The sync thread makes written records durable at most this often: once per call cost a
 #: thread wake-up per call (GIL hand-offs, measured +0.1-0.2 on the runtime benchmark's ratio);

@@ -208,8 +208,8 @@ class TrustedRelease:
         offered = ", ".join(sorted({a.target for a in self.manifest.assets if a.kind == kind})) or "none"
         raise AdmissionRefused(
             "no_asset_for_target",
-            f"release {self.manifest.tag} has no {kind} for target {target} (it offers: {offered}); "
-            "this workstation cannot run it",
+            f"release {self.manifest.tag} has no {kind} for this machine (target {target}; it "
+            f"offers: {offered}); this workstation cannot run it",
             local_epoch=self.local.contract.epoch,
             target_epoch=self.manifest.contract.epoch,
         )

@@ -25,8 +25,10 @@ A run killed at any point leaves the previous generation active and serving: not
 gate's switch touches it, and the switch itself is undone by the next reader of the status file
 (the link, or the next update) when the activator died while observing.
 
-`HERDR_MCP_UPDATE_FAILPOINT=staged|installed` makes the run stop and wait at that point (after
-printing `failpoint <name>` on stderr) so that tests can kill it there; it is never set in use.
+`HERDR_MCP_UPDATE_FAILPOINT=staged|installed|spawned` makes the run stop and wait at that point
+(after printing `failpoint <name>` on stderr) so that tests can kill it there; it is never set in
+use. `spawned` is right after the candidate's runtime process started, before its pid is
+recorded: the next run finds it by its tag (`generations/process.py`) and stops it.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from packaging.version import Version
 from herdr_mcp.generations.control import MAX_GENERATIONS, Generation, GenerationError, GenerationStore
 from herdr_mcp.generations.gate import ActivationResult, activate, recover_interrupted
 from herdr_mcp.generations.process import (
+    START_MARKER,
     in_runtime_dir,
     is_managed,
     read_serve_args,
@@ -55,14 +58,18 @@ from herdr_mcp.generations.process import (
     runtimes_dir,
     start_runtime,
     stop_runtime,
+    tagged_generations,
 )
 from herdr_mcp.generations.registry import register, remove
 from herdr_mcp.layout import DEV_PLANE_FILE, Layout
+from herdr_mcp.release.manifest import RuntimeManifest
+from herdr_mcp.release.verification import trust_root_warning
 from herdr_mcp.service.fence import check_fence
 from herdr_mcp.service.installed import services_executable
 from herdr_mcp.update.admission import AdmissionPolicy, AlreadyCurrent, LocalIdentity, TrustedRelease
 from herdr_mcp.update.check import CheckResult, check_for_update, fetch_and_admit, pinned_release_files
 from herdr_mcp.update.discovery import DiscoveryConfig, NoCandidate
+from herdr_mcp.update.diskspace import SpaceNeed, check_free_space, estimate_from_bundle_size
 from herdr_mcp.update.errors import (
     LocalStateError,
     ReleaseDataError,
@@ -218,17 +225,36 @@ def check_may_update(config_dir: Path) -> None:
 
 
 def check_update(
-    paths: UpdatePaths, source: ReleaseSource, policy: AdmissionPolicy, fallback: LocalIdentity
+    paths: UpdatePaths,
+    source: ReleaseSource,
+    policy: AdmissionPolicy,
+    fallback: LocalIdentity,
+    *,
+    say: Callable[[str], None] = lambda _: None,
 ) -> CheckResult:
     """`herdr-mcp update --check`: steps 2 and 3 only (the ACTIVE generation's identity, else
-    `fallback`; discover or take the pinned manifest; admit), downloading no asset. Raises the
-    discovery, transport, manifest and signature errors and `AdmissionRefused`."""
+    `fallback`; discover or take the pinned manifest; admit), downloading no asset, and whether
+    the admitted release has a bundle for this machine (`no_asset_for_target` otherwise, as
+    `update` would refuse). A trust root past its age limit is warned about through `say`.
+    Raises the discovery, transport, manifest and signature errors and `AdmissionRefused`."""
+    _warn_trust_root(policy, say)
     local = local_identity(paths.generations, fallback)
     if source.manifest_url is None:
-        return check_for_update(source.discovery, local, policy, paths.highest_seen)
-    rules = source.discovery.rules(prefix="manifest")
-    files = pinned_release_files(source.manifest_url, rules)
-    return CheckResult(None, fetch_and_admit(files, rules, local, policy, paths.highest_seen))
+        result = check_for_update(source.discovery, local, policy, paths.highest_seen)
+    else:
+        rules = source.discovery.rules(prefix="manifest")
+        files = pinned_release_files(source.manifest_url, rules)
+        result = CheckResult(None, fetch_and_admit(files, rules, local, policy, paths.highest_seen))
+    if isinstance(result.outcome, TrustedRelease):
+        result.outcome.asset_for(host_target())  # "no bundle for this machine" before any download
+    return result
+
+
+def _warn_trust_root(policy: AdmissionPolicy, say: Callable[[str], None]) -> None:
+    """Say, as `release verify` reports it, when the Sigstore trust root is past its age limit."""
+    warning = trust_root_warning(policy.sigstore)
+    if warning is not None:
+        say(f"herdr-mcp: warning: {warning}")
 
 
 def run_update(
@@ -247,6 +273,7 @@ def run_update(
     it before the gate; the gate's refusals are a report with status `refused`."""
     check_may_update(paths.config_dir)
     store = paths.generations
+    _warn_trust_root(policy, say)
     with update_lock(paths):
         from herdr_mcp.update.major import recover
 
@@ -278,12 +305,13 @@ def run_update(
         say(f"admitted herdr-mcp {release.version} ({release.kind}) over {local.version}")
         target = host_target()
         asset = release.asset_for(target)
-        reused = _installed_generation(store, paths, asset.sha256, release.manifest.version)
+        reused = _installed_generation(store, paths, asset.sha256, release.manifest)
         if reused is not None:
             generation_id, executable = reused
             say(f"reusing generation {generation_id}, installed from the same bundle")
         else:
             generation_id = _new_generation_id(release.manifest.version)
+            _check_room(paths, asset.name, asset.size)  # before anything is written
             staged = stage(
                 release,
                 target,
@@ -295,13 +323,16 @@ def run_update(
             try:
                 _failpoint("staged")
                 say(f"installing {asset.name} as generation {generation_id}")
-                installed = install_generation(staged, paths.runtimes, generation_id)
+                installed = install_generation(
+                    staged, paths.runtimes, generation_id, config_dir=paths.config_dir
+                )
                 _failpoint("installed")
                 probe(
                     installed.herdr_mcp,
                     release.manifest.contract,
                     release.manifest.version,
                     timeout=PROBE_TIMEOUT_S,
+                    state_schema=release.manifest.state_schema,
                 )
             except BaseException:
                 shutil.rmtree(paths.runtimes / generation_id, ignore_errors=True)
@@ -387,7 +418,13 @@ def start_and_activate(
         raise UpdateUsageError("generation_executable_missing", f"{spec.generation} has no executable")
     if runtime_pid(runtime_dir) is None:
         say(f"starting generation {spec.generation}")
-        started = start_runtime(Path(spec.executable), runtime_dir, paths.config_dir, args)
+        started = start_runtime(
+            Path(spec.executable),
+            runtime_dir,
+            paths.config_dir,
+            args,
+            on_spawn=lambda _pid: _failpoint("spawned"),
+        )
         if spec.generation in registered:
             _forget(paths, spec.generation)
             registered.discard(spec.generation)
@@ -405,6 +442,17 @@ def start_and_activate(
             remove(store, spec.generation)
         shutil.rmtree(runtime_dir, ignore_errors=True)
     return result
+
+
+def _check_room(paths: UpdatePaths, bundle: str, size: int) -> None:
+    """`disk_space_low` unless the staging job and the new venv fit beside the live runtime's
+    margin (`update/diskspace.py`), estimated from the signed bundle size."""
+    staging, venv = estimate_from_bundle_size(size)
+    needs = [
+        SpaceNeed(paths.jobs, staging, f"{bundle} and its unpacked copy"),
+        SpaceNeed(paths.runtimes, venv, "the new generation's venv (estimated from the bundle size)"),
+    ]
+    check_free_space(needs, paths.config_dir)
 
 
 def _active_serve_args(paths: UpdatePaths) -> tuple[str, ...]:
@@ -460,10 +508,10 @@ def _new_generation_id(version: str) -> str:
 
 
 def _installed_generation(
-    store: GenerationStore, paths: UpdatePaths, sha256: str, version: str
+    store: GenerationStore, paths: UpdatePaths, sha256: str, manifest: RuntimeManifest
 ) -> tuple[str, Path] | None:
     """A registered generation of ours installed from the bundle `sha256` that still probes as
-    `version` (its venv intact), with its executable."""
+    `manifest`'s version and state schema (its venv intact), with its executable."""
     for spec in store.read_control().generations:
         provenance = spec.provenance or {}
         if provenance.get("bundle_sha256") != sha256 or spec.executable is None:
@@ -474,7 +522,13 @@ def _installed_generation(
         if spec.expected_contract is None:
             continue
         try:
-            probe(executable, spec.expected_contract, version, timeout=PROBE_TIMEOUT_S)
+            probe(
+                executable,
+                spec.expected_contract,
+                manifest.version,
+                timeout=PROBE_TIMEOUT_S,
+                state_schema=manifest.state_schema,
+            )
         except (ReleaseDataError, LocalStateError):
             continue
         return spec.generation, executable
@@ -547,12 +601,21 @@ def clean_up(paths: UpdatePaths) -> list[str]:
             spec = registered.get(runtime_dir.name)
             if spec is not None and is_managed(paths.config_dir, spec):
                 continue
-            stopped = stop_runtime(runtime_dir)
+            interrupted_start = (runtime_dir / START_MARKER).exists()
+            try:
+                stopped = stop_runtime(runtime_dir)  # its recorded pid and its tagged processes
+            except GenerationError as exc:
+                done.append(f"kept half-made generation {runtime_dir.name}: {exc.message}")
+                continue
             shutil.rmtree(runtime_dir, ignore_errors=True)
             done.append(
                 f"removed half-made generation {runtime_dir.name}"
+                + (" (its start was interrupted)" if interrupted_start else "")
                 + (" (its runtime stopped)" if stopped else "")
             )
+    done += _stop_orphans(
+        paths, {name for name, spec in registered.items() if is_managed(paths.config_dir, spec)}
+    )
     keep = _protected(paths)
     for entry in status.generations:
         spec = registered.get(entry.generation)
@@ -564,6 +627,22 @@ def clean_up(paths: UpdatePaths) -> list[str]:
             _forget(paths, entry.generation)
             shutil.rmtree(paths.runtimes / entry.generation, ignore_errors=True)
             done.append(f"removed {entry.phase} generation {entry.generation}")
+    return done
+
+
+def _stop_orphans(paths: UpdatePaths, known: set[str]) -> list[str]:
+    """Stop the tagged processes of generations under `runtimes/` that are not registered, whose
+    directory is already gone (`generations/process.py::tagged_generations`)."""
+    done = []
+    for name, pids in sorted(tagged_generations(paths.runtimes).items()):
+        if name in known or (paths.runtimes / name).exists():
+            continue
+        try:
+            stop_runtime(paths.runtimes / name)
+        except GenerationError as exc:
+            done.append(f"could not stop the processes of removed generation {name}: {exc.message}")
+            continue
+        done.append(f"stopped processes {', '.join(map(str, pids))} of removed generation {name}")
     return done
 
 

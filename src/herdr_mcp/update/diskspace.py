@@ -23,8 +23,8 @@ Measured on this tree's bundle for linux-x86_64-cp311 (2026-12-01): bundle 17.3 
 members 17.6 MB, its wheels unpack to 56.3 MB and ensurepip's two to 10.9 MB; the venv made from
 them took 106.2 MB (23.1 MB after ensurepip, 83.1 MB more for the wheels: 2.1x and 1.5x their
 unpacked sizes, the difference is the bytecode pip compiles). So 2x unpacked wheels and 7x the
-bundle size for the venv, with the bundle and its unpacked copy on top (peak use 141 MB, the
-estimate before the download 156 MB).
+bundle size for the venv, with the bundle and its unpacked copy on top (peak use 141 MB; the
+estimate before the download is 156 MB, the one after unpacking 134 MB for the venv).
 """
 
 from __future__ import annotations
@@ -36,8 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from herdr_mcp.layout import Layout
-from herdr_mcp.runtime.audit import KEEP_FILES, MAX_FILE_BYTES
+from herdr_mcp.layout import AUDIT_KEEP_FILES, AUDIT_MAX_FILE_BYTES, Layout
 from herdr_mcp.update.errors import LocalStateError
 
 #: The venv made from a bundle, per byte of the bundle (measured 6.1, see the module docstring).
@@ -47,7 +46,7 @@ VENV_PER_WHEEL_BYTE = 2
 #: Kept free for the live runtime whatever its files are now.
 MIN_RUNTIME_MARGIN = 64 * 1024 * 1024
 #: What the audit log may grow to: the current file and the rotated ones (`runtime/audit.py`).
-AUDIT_LOG_BUDGET = MAX_FILE_BYTES * (KEEP_FILES + 1)
+AUDIT_LOG_BUDGET = AUDIT_MAX_FILE_BYTES * (AUDIT_KEEP_FILES + 1)
 _ENOSPC_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 _ENOSPC_TEXTS = ("No space left on device", "[Errno 28]", "Disk quota exceeded", "[Errno 122]")
 
