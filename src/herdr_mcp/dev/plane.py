@@ -60,7 +60,8 @@ the marker is written or any process of the build starts:
   and by `rollback` before anything is started or activated (PROD could not serve on it). The
   message says how to return to PROD (stop, move the database aside, `dev rollback`): there is no
   snapshot to restore, only the moved file keeps its data. A successful `rollback` also stops
-  and removes DEV generations at another schema than PROD's, so that nothing (`generation up`,
+  and removes DEV generations at another schema than PROD's (not one the installed services run
+  from), so that nothing (`generation up`,
   `start`, the previous generation's restart) opens the database with them again.
 
 The database's schema is read without writing a byte (`state/store.py`, `schema_of`).
@@ -91,13 +92,14 @@ from herdr_mcp.contract import ContractIdentity
 from herdr_mcp.errors import RefusedFault
 from herdr_mcp.generations.control import Generation, GenerationError, parse_contract
 from herdr_mcp.generations.gate import ActivationResult
-from herdr_mcp.generations.process import is_managed, stop_runtime
+from herdr_mcp.generations.process import in_runtime_dir, is_managed, stop_runtime
 from herdr_mcp.generations.registry import remove
 from herdr_mcp.layout import CONFIG_DIR_ENV, Layout, default_config_dir
 from herdr_mcp.records import atomic_write, load_strict, read_capped
 from herdr_mcp.release.build import build, commit_time
 from herdr_mcp.release.bundle import bundle, load_release_config
 from herdr_mcp.service.fence import check_fence
+from herdr_mcp.service.installed import services_executable
 from herdr_mcp.state.store import StateError, schema_of
 from herdr_mcp.update.apply import (
     DEV_PLANE_MARKER,
@@ -516,15 +518,19 @@ def rollback(
 
 
 def _retire_other_schemas(paths: UpdatePaths, prod: int) -> list[str]:
-    """Stop and remove our DEV generations (not the active one) whose build reports another state
-    schema than `prod`: kept as the previous generation, one would be started again (`generation
-    up`, `start`) and migrate the database PROD serves on. Call with the update lock held."""
+    """Stop and remove our DEV generations (not the active one, nor the one whose venv the
+    installed services run from) whose build reports another state schema than `prod`: kept as the
+    previous generation, one would be started again (`generation up`, `start`) and migrate the
+    database PROD serves on. Call with the update lock held."""
     store = paths.generations
     active = store.read_status().active
+    services = services_executable(paths.config_dir)
     removed = []
     for spec in store.read_control().generations:
         dev = (spec.provenance or {}).get("plane") == "dev"
         if spec.generation == active or not dev or not is_managed(paths.config_dir, spec):
+            continue
+        if services is not None and in_runtime_dir(paths.config_dir, spec.generation, services):
             continue
         assert spec.executable is not None  # is_managed
         try:
