@@ -282,6 +282,16 @@ def test_major_apply_migrates_a_copy_activates_v2_and_major_rollback_restores_v1
     assert refused.returncode == EXIT_REFUSED, refused.stderr
     assert "major_update_required" in refused.stderr and "major-apply" in refused.stderr, refused.stderr
     assert [path.name for path in (ws.config / "runtimes").iterdir()] == [V1]  # nothing installed
+    # The daily job never applies it, and says why; major-status shows the release pending.
+    auto = ws.run("auto")
+    assert auto.returncode == EXIT_REFUSED, auto.stderr
+    decision = json.loads(auto.stdout)
+    print("update auto:", decision["action"], decision["reason"])
+    assert (decision["action"], decision["reason"]) == ("refused", "major_update_required")
+    pending = _answer(ws.run("major-status"))["pending"]
+    assert (pending["version"], pending["state_schema"]) == ("2.0.0", STATE_SCHEMA + 1)
+    assert [path.name for path in (ws.config / "runtimes").iterdir()] == [V1]
+    assert ws.store.read_status().active == V1
 
     applied = _answer(ws.run("major-apply"))
     print("major-apply:", applied["summary"], applied["job"]["measures"])
