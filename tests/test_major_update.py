@@ -149,6 +149,46 @@ def test_the_backup_of_a_database_being_written_is_one_consistent_state(tmp_path
     assert rows_beyond(source, tmp_path / "copy.db") == {"events": total - count}
 
 
+# --- what the supervisor leaves alone ------------------------------------------------------------
+
+
+def test_the_supervisor_keeps_its_hands_off_while_state_db_moves_and_after(tmp_path: Path) -> None:
+    from herdr_mcp.generations.migrated import JOB_RECORD, MIGRATED_RECORD, hands_off, job_file, migrated_file
+
+    assert hands_off(tmp_path, "g1") is None
+    JOB_RECORD.write(job_file(tmp_path), {"job": "job-1", "phase": "snapshot"})
+    assert hands_off(tmp_path, "g1") is None  # v1 serves on its own file: restart it if it dies
+    for phase in ("swapping", "activating"):
+        JOB_RECORD.write(job_file(tmp_path), {"job": "job-1", "phase": phase})
+        assert f"swapping state.db ({phase})" in str(hands_off(tmp_path, "g1"))
+    JOB_RECORD.write(job_file(tmp_path), {"job": "job-1", "phase": "activated"})
+    MIGRATED_RECORD.write(migrated_file(tmp_path), {"from_generation": "g1", "state_schema": 5})
+    assert hands_off(tmp_path, "g1") == "g1 predates the migration to state schema 5"
+    assert hands_off(tmp_path, "g2") is None
+    migrated_file(tmp_path).write_text("{not json")
+    assert "unreadable" in str(hands_off(tmp_path, "g2"))  # fail closed
+
+
+# --- the detached worker -----------------------------------------------------------------------
+
+
+def test_the_worker_outlives_a_bounded_foreground_wait(tmp_path: Path) -> None:
+    """`major-apply`'s foreground waits at most `--wait` seconds; the worker goes on after it."""
+    from herdr_mcp.update import major_job
+    from herdr_mcp.update.major_job import run_detached
+
+    code = "import sys, time; print('working', file=sys.stderr, flush=True); time.sleep(2); print('done')"
+    echoed: list[str] = []
+    assert run_detached([sys.executable, "-c", code], tmp_path, 0.2, echo=echoed.append) is None
+    outputs = list((tmp_path / "update" / "major").glob("worker-*.out"))
+    assert len(outputs) == 1 and outputs[0].stat().st_mode & 0o777 == 0o600
+    wait_until(lambda: outputs[0].read_text() == "done\n", "the worker to finish on its own", timeout=60)
+    assert major_job._GOING_ON.pop().wait(timeout=30) == 0  # reaped here, the foreground never did
+    finished = run_detached([sys.executable, "-c", code], tmp_path, 60, echo=echoed.append)
+    assert finished == (0, "done\n")
+    assert echoed.count("working\n") == 2
+
+
 # --- end to end -----------------------------------------------------------------------------------
 
 
@@ -293,7 +333,9 @@ def test_major_apply_migrates_a_copy_activates_v2_and_major_rollback_restores_v1
     assert [path.name for path in (ws.config / "runtimes").iterdir()] == [V1]
     assert ws.store.read_status().active == V1
 
-    applied = _answer(ws.run("major-apply"))
+    done = ws.run("major-apply")
+    applied = _answer(done)
+    assert "v1 drained (the link confirmed)" in done.stderr, done.stderr  # the link's own ack
     print("major-apply:", applied["summary"], applied["job"]["measures"])
     assert applied["status"] == "activated"
     v2 = applied["job"]["v2"]

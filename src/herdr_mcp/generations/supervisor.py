@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 
 from herdr_mcp.generations.control import Generation, GenerationError, GenerationStore
 from herdr_mcp.generations.gate import OBSERVING, recover_abandoned
+from herdr_mcp.generations.migrated import hands_off
 from herdr_mcp.generations.process import (
     is_managed,
     read_serve_args,
@@ -61,6 +62,10 @@ def ensure_running(
             continue
         runtime_dir = runtimes_dir(config_dir) / name
         if not is_managed(config_dir, spec) or runtime_pid(runtime_dir) is not None:
+            continue
+        reason = hands_off(config_dir, name)
+        if reason is not None:
+            say(f"not restarting {name}: {reason}")
             continue
         _restart(store, config_dir, spec, runtime_dir, say)
         started.append(name)

@@ -52,7 +52,7 @@ from typing import Any
 
 from herdr_mcp.generations.control import Generation, GenerationError
 from herdr_mcp.generations.gate import default_token_reader, validate
-from herdr_mcp.generations.migrated import MIGRATED_RECORD, migrated_file
+from herdr_mcp.generations.migrated import JOB_RECORD, MIGRATED_RECORD, job_file, migrated_file
 from herdr_mcp.generations.process import (
     read_serve_args,
     recorded_pid,
@@ -68,7 +68,6 @@ from herdr_mcp.state.store import schema_of
 from herdr_mcp.update.admission import TrustedRelease
 from herdr_mcp.update.errors import LocalStateError, UpdateRefused
 
-JOB_RECORD = RecordKind("job.json", 64 * 1024, FailRule.CLOSED, schema_version=1)
 DONE_RECORD = MIGRATED_RECORD
 PENDING_RECORD = RecordKind("major-pending.json", 16 * 1024, FailRule.OPEN, schema_version=1)
 PHASES = ("installed", "draining", "snapshot", "migrating", "gating", "swapping", "activating")
@@ -84,10 +83,6 @@ class MajorRefused(UpdateRefused):
 
 def major_dir(config_dir: Path) -> Path:
     return Layout(config_dir).update_dir / "major"
-
-
-def job_file(config_dir: Path) -> Path:
-    return major_dir(config_dir) / JOB_RECORD.name
 
 
 def done_file(config_dir: Path) -> Path:

@@ -138,6 +138,10 @@ def run_major_status(paths: UpdatePaths, *, say: Callable[[str], None] = lambda 
     return answer
 
 
+#: Workers left running after the foreground's wait.
+_GOING_ON: list[subprocess.Popen[bytes]] = []
+
+
 def run_detached(
     command: Sequence[str], config_dir: Path, wait_s: float, *, echo: Callable[[str], None]
 ) -> tuple[int, str] | None:
@@ -173,5 +177,6 @@ def run_detached(
                     echo(line)
                 return code, out_path.read_text(encoding="utf-8", errors="replace")
             if time.monotonic() >= deadline:
+                _GOING_ON.append(worker)  # it outlives this wait: never reaped (or warned about) here
                 return None
             time.sleep(0.1)
