@@ -211,5 +211,23 @@ async def ready(runtime: ServedRuntime) -> None:
     await wait_until_async(lambda: watcher.polls >= 1 and watcher.leader, "the push watcher's first poll")
 
 
+async def pushed(runtime: ServedRuntime, after: int, wanted: list[tuple[str, str]], what: str) -> int:
+    """Wait until the hub has published, after seq `after`, the durable push events `wanted`
+    ((event name, agent) pairs, in order, nothing else of the push log between them); the seq of
+    the last. The hub's cursor alone says nothing of which events it reached: the log's seq
+    numbers are shared with the Herdr events recorded beside them, which may arrive first."""
+
+    def found() -> int | None:
+        hub = runtime.services.push.hub
+        if hub.cursor <= after:
+            return None
+        events = runtime.services.push.states.read(after, upto=hub.cursor).events
+        if [(event.name, event.data.get("agent")) for event in events[: len(wanted)]] != wanted:
+            return None
+        return events[len(wanted) - 1].seq
+
+    return await wait_until_async(found, what)
+
+
 def is_durable(event: Event) -> bool:
     return event.name in ("agent_working", "agent_settled", "agent_gone")

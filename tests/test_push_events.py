@@ -25,6 +25,7 @@ from tests.push_harness import (
     is_durable,
     pane_of,
     push_runtime,
+    pushed,
     ready,
     two_agent_config,
 )
@@ -191,10 +192,8 @@ def test_resume_replays_the_missed_transitions_once_and_never_output(tmp_short: 
                     sim.append_output(pane_of(sim, "coder"), "written while offline\n")
                     sim.set_agent_status("coder", "done")
                     sim.set_agent_status("reviewer", "working")
-                    await wait_until_async(
-                        lambda: rt.services.push.hub.cursor > handled.data["seq"] + 1,
-                        "the offline transitions",
-                    )
+                    offline = [("agent_settled", "coder"), ("agent_working", "reviewer")]
+                    await pushed(rt, handled.data["seq"], offline, "the offline transitions")
                     async with event_stream(client, f"?after={handled.data['seq']}") as events:
                         hello = await events.next()
                         assert hello.data["replay"] == {"from": handled.data["seq"], "gap": False}
@@ -204,12 +203,14 @@ def test_resume_replays_the_missed_transitions_once_and_never_output(tmp_short: 
                             ("agent_working", "reviewer"),
                         ]
                         assert replayed[0].data["workspace_working"] is False
-                        assert hello.data["seq"] == replayed[-1].data["seq"]
+                        # The replay ends at the hello's seq (Herdr events recorded in the same
+                        # log may take seqs after the last push event: they are not replayed).
+                        assert replayed[-1].data["seq"] <= hello.data["seq"]
                         # Live from here: the next transition arrives once, after the replay.
                         sim.set_agent_status("reviewer", "idle")
                         live = await events.next()
                         assert (live.name, live.data["agent"]) == ("agent_settled", "reviewer")
-                        assert live.data["seq"] > replayed[-1].data["seq"]
+                        assert live.data["seq"] > hello.data["seq"]
                     last = live.data["seq"]
                     # Resuming from the newest seq replays nothing; from 0, everything kept, in order.
                     async with event_stream(client, f"?after={last}") as events:
@@ -261,7 +262,8 @@ def test_a_resume_from_before_what_was_pruned_says_gap(tmp_short: Path) -> None:
                     async with event_stream(client, "?after=999999") as events:
                         hello = await events.next()
                         assert hello.data["replay"] == {"from": 999999, "gap": True}
-                        assert hello.data["seq"] == hub.cursor
+                        # (Herdr events recorded in the same log may move the cursor on since.)
+                        assert hello.data["seq"] <= hub.cursor
                         replayed = await events.collect_until(lambda e: e.data.get("agent") == "reviewer")
                         expected = [*(e.seq for e in kept), seen[-1].data["seq"]]
                         assert [e.data["seq"] for e in replayed] == expected
@@ -338,10 +340,12 @@ def test_push_state_lists_agents_per_workspace(tmp_short: Path, via: str) -> Non
             ) as rt:
                 await ready(rt)
                 sim.set_agent_status("tester", "working")
-                await wait_until_async(lambda: rt.services.push.hub.cursor > 0, "the transition published")
+                working = await pushed(rt, 0, [("agent_working", "tester")], "the transition published")
                 async with rt.client(via) as client:
                     state = (await client.get("/push/state")).json()
-                assert state["seq"] == rt.services.push.hub.cursor
+                # The hub's cursor when the state was read: Herdr events recorded in the same log
+                # may move it on afterwards.
+                assert working <= state["seq"] <= rt.services.push.hub.cursor
                 assert state["workspaces"] == [
                     {
                         "workspace_id": "w1",
@@ -398,7 +402,7 @@ def test_a_stream_that_falls_behind_ends_with_overflow_and_resumes_with_after(tm
                     await events.next()  # hello
                     rest = [await events.next() for _ in range(30 - len(delivered))]
                 assert [e.name for e in delivered + rest] == ["agent_working", "agent_settled"] * 15
-                assert rest[-1].data["seq"] == hub.cursor
+                assert rest[-1].data["seq"] <= hub.cursor  # Herdr events may follow in the log
 
     run(body(), BODY_TIMEOUT_S)
 
