@@ -311,7 +311,7 @@ def run_update(
             say(f"reusing generation {generation_id}, installed from the same bundle")
         else:
             generation_id = _new_generation_id(release.manifest.version)
-            _check_room(paths, asset.name, asset.size)  # before anything is written
+            check_room(paths, asset.name, asset.size)  # before anything is written
             staged = stage(
                 release,
                 target,
@@ -444,13 +444,15 @@ def start_and_activate(
     return result
 
 
-def _check_room(paths: UpdatePaths, bundle: str, size: int) -> None:
-    """`disk_space_low` unless the staging job and the new venv fit beside the live runtime's
-    margin (`update/diskspace.py`), estimated from the signed bundle size."""
+def check_room(paths: UpdatePaths, bundle: str, size: int, extra: Sequence[SpaceNeed] = ()) -> None:
+    """`disk_space_low` unless the staging job and the new venv (and `extra`: a major
+    migration's database copies) fit beside the live runtime's margin (`update/diskspace.py`),
+    estimated from the signed bundle size."""
     staging, venv = estimate_from_bundle_size(size)
     needs = [
         SpaceNeed(paths.jobs, staging, f"{bundle} and its unpacked copy"),
         SpaceNeed(paths.runtimes, venv, "the new generation's venv (estimated from the bundle size)"),
+        *extra,
     ]
     check_free_space(needs, paths.config_dir)
 

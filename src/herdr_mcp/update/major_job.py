@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from herdr_mcp.generations.control import Generation
+from herdr_mcp.layout import Layout
 from herdr_mcp.update.admission import AdmissionPolicy, AlreadyCurrent, LocalIdentity
 from herdr_mcp.update.apply import (
     PROBE_TIMEOUT_S,
@@ -22,6 +23,7 @@ from herdr_mcp.update.apply import (
     _admit,
     _new_generation_id,
     check_may_update,
+    check_room,
     clean_up,
     host_target,
     local_identity,
@@ -29,7 +31,7 @@ from herdr_mcp.update.apply import (
     start_and_activate,
     update_lock,
 )
-from herdr_mcp.update.errors import ReleaseDataError
+from herdr_mcp.update.diskspace import SpaceNeed
 from herdr_mcp.update.highest_seen import record_admitted
 from herdr_mcp.update.install import install_generation
 from herdr_mcp.update.major import (
@@ -81,23 +83,31 @@ def run_major_apply(
         target = host_target()
         asset = release.asset_for(target)
         generation = _new_generation_id(release.manifest.version)
+        # Room for the staging job and the venv, and for the snapshot and the candidate's copy of
+        # state.db (each up to its size, WAL included), before anything is written.
+        state = Layout(paths.config_dir).state_file
+        database = sum(p.stat().st_size for p in (state, state.with_name(state.name + "-wal")) if p.is_file())
+        check_room(
+            paths,
+            asset.name,
+            asset.size,
+            (
+                SpaceNeed(paths.jobs, database, "the snapshot of state.db"),
+                SpaceNeed(paths.runtimes, database, "the candidate's copy of state.db to migrate"),
+            ),
+        )
         staged = stage(
             release, target, paths.jobs, download, url=admission.bundle_url(asset.name), progress=None
         )
         try:
             installed = install_generation(staged, paths.runtimes, generation)
-            probed = probe(
+            probe(
                 installed.herdr_mcp,
                 release.manifest.contract,
                 release.manifest.version,
                 timeout=PROBE_TIMEOUT_S,
+                state_schema=release.manifest.state_schema,
             )
-            if probed.state_schema != release.manifest.state_schema:
-                raise ReleaseDataError(
-                    "probe_state_schema_mismatch",
-                    f"the candidate reports state schema {probed.state_schema}, its manifest "
-                    f"{release.manifest.state_schema}",
-                )
         except BaseException:
             shutil.rmtree(paths.runtimes / generation, ignore_errors=True)
             raise
