@@ -92,8 +92,7 @@ from herdr_mcp.contract import ContractIdentity
 from herdr_mcp.errors import RefusedFault
 from herdr_mcp.generations.control import Generation, GenerationError, parse_contract
 from herdr_mcp.generations.gate import ActivationResult
-from herdr_mcp.generations.process import in_runtime_dir, is_managed, stop_runtime
-from herdr_mcp.generations.registry import remove
+from herdr_mcp.generations.process import in_runtime_dir, is_managed
 from herdr_mcp.layout import CONFIG_DIR_ENV, Layout, default_config_dir
 from herdr_mcp.records import atomic_write, load_strict, read_capped
 from herdr_mcp.release.build import build, commit_time
@@ -105,12 +104,12 @@ from herdr_mcp.update.apply import (
     DEV_PLANE_MARKER,
     PROBE_TIMEOUT_S,
     UpdatePaths,
-    clean_up,
     host_target,
     start_and_activate,
     update_lock,
 )
 from herdr_mcp.update.errors import UpdateError
+from herdr_mcp.update.housekeeping import clean_up, discard
 from herdr_mcp.update.install import UnsafeLocalBundle, install_unsafe_local_bundle
 from herdr_mcp.update.probe import ProbeResult, ask_version
 
@@ -539,13 +538,8 @@ def _retire_other_schemas(paths: UpdatePaths, prod: int) -> list[str]:
             schema = None  # a build that no longer runs opens no database either; leave it
         if schema is None or schema == prod:
             continue
-        stop_runtime(paths.runtimes / spec.generation)
-        try:
-            remove(store, spec.generation)
-        except GenerationError:
-            continue
-        shutil.rmtree(paths.runtimes / spec.generation, ignore_errors=True)
-        removed.append(spec.generation)
+        if discard(paths, spec.generation):
+            removed.append(spec.generation)
     return removed
 
 

@@ -47,25 +47,21 @@ from typing import Any, TextIO
 
 from packaging.version import Version
 
-from herdr_mcp.generations.control import MAX_GENERATIONS, Generation, GenerationError, GenerationStore
-from herdr_mcp.generations.gate import ActivationResult, activate, recover_interrupted
+from herdr_mcp.generations.control import Generation, GenerationError, GenerationStore
+from herdr_mcp.generations.gate import ActivationResult, activate
 from herdr_mcp.generations.process import (
-    START_MARKER,
-    in_runtime_dir,
     is_managed,
     read_serve_args,
     runtime_pid,
     runtimes_dir,
     start_runtime,
     stop_runtime,
-    tagged_generations,
 )
 from herdr_mcp.generations.registry import register, remove
 from herdr_mcp.layout import DEV_PLANE_FILE, Layout
 from herdr_mcp.release.manifest import RuntimeManifest
 from herdr_mcp.release.verification import trust_root_warning
 from herdr_mcp.service.fence import check_fence
-from herdr_mcp.service.installed import services_executable
 from herdr_mcp.update.admission import AdmissionPolicy, AlreadyCurrent, LocalIdentity, TrustedRelease
 from herdr_mcp.update.check import CheckResult, check_for_update, fetch_and_admit, pinned_release_files
 from herdr_mcp.update.discovery import DiscoveryConfig, NoCandidate
@@ -78,9 +74,10 @@ from herdr_mcp.update.errors import (
     UpdateUsageError,
 )
 from herdr_mcp.update.highest_seen import record_admitted
+from herdr_mcp.update.housekeeping import clean_up, forget, make_room, retire
 from herdr_mcp.update.install import install_generation
 from herdr_mcp.update.probe import ask_version, probe
-from herdr_mcp.update.staging import JOB_PREFIX, DownloadConfig, stage
+from herdr_mcp.update.staging import DownloadConfig, stage
 
 #: Seconds a candidate's `version --json` may take (a cold venv imports everything once).
 PROBE_TIMEOUT_S = 60.0
@@ -356,7 +353,7 @@ def run_update(
         except BaseException:
             if reused is None:  # a fresh install that never got to the gate: leave nothing behind
                 stop_runtime(paths.runtimes / generation_id)
-                _forget(paths, generation_id)
+                forget(paths, generation_id)
                 shutil.rmtree(paths.runtimes / generation_id, ignore_errors=True)
             raise
         if result.ok:
@@ -426,11 +423,11 @@ def start_and_activate(
             on_spawn=lambda _pid: _failpoint("spawned"),
         )
         if spec.generation in registered:
-            _forget(paths, spec.generation)
+            forget(paths, spec.generation)
             registered.discard(spec.generation)
         spec = replace(spec, endpoint=started.endpoint)
     if spec.generation not in registered:
-        _make_room(paths)
+        make_room(paths)
         register(store, spec)
     say(f"activating generation {spec.generation} at {spec.endpoint}")
     result = activate(store, spec.generation)
@@ -535,117 +532,6 @@ def _installed_generation(
             continue
         return spec.generation, executable
     return None
-
-
-def _forget(paths: UpdatePaths, generation: str) -> None:
-    with contextlib.suppress(GenerationError):
-        remove(paths.generations, generation)
-
-
-def retire(paths: UpdatePaths, keep: Sequence[str] = ()) -> list[str]:
-    """Stop, forget and delete our generations that are neither active nor previous nor in
-    `keep`, nor the one whose venv the installed services run from (`service/installed.py`)."""
-    store = paths.generations
-    kept = _protected(paths) | set(keep)
-    retired = []
-    for spec in store.read_control().generations:
-        if spec.generation in kept or not is_managed(paths.config_dir, spec):
-            continue
-        stop_runtime(paths.runtimes / spec.generation)
-        try:
-            remove(store, spec.generation)
-        except GenerationError:
-            continue
-        shutil.rmtree(paths.runtimes / spec.generation, ignore_errors=True)
-        retired.append(spec.generation)
-    return retired
-
-
-def _protected(paths: UpdatePaths) -> set[str | None]:
-    """The generations never retired or cleaned up: active, previous, and the one whose venv the
-    installed services run from."""
-    store = paths.generations
-    status = store.read_status()
-    protected: set[str | None] = {status.active, status.previous}
-    services = services_executable(paths.config_dir)
-    if services is not None:
-        protected |= {
-            spec.generation
-            for spec in store.read_control().generations
-            if in_runtime_dir(paths.config_dir, spec.generation, services)
-        }
-    return protected
-
-
-def _make_room(paths: UpdatePaths) -> None:
-    if len(paths.generations.read_control().generations) >= MAX_GENERATIONS:
-        retire(paths)
-
-
-def clean_up(paths: UpdatePaths) -> list[str]:
-    """Undo what a killed run left (step 1 of the module docstring); what was done, one line each.
-    Call with the update lock held."""
-    done: list[str] = []
-    store = paths.generations
-    recovered = recover_interrupted(store)
-    if recovered is not None:
-        done.append(f"interrupted activation undone; {recovered.active} is active again")
-    if paths.jobs.is_dir():
-        for job in sorted(paths.jobs.iterdir()):
-            if job.name.startswith(JOB_PREFIX):
-                shutil.rmtree(job, ignore_errors=True)
-                done.append(f"removed staging job {job.name}")
-    status = store.read_status()
-    control = store.read_control()
-    registered = {spec.generation: spec for spec in control.generations}
-    if paths.runtimes.is_dir():
-        for runtime_dir in sorted(paths.runtimes.iterdir()):
-            spec = registered.get(runtime_dir.name)
-            if spec is not None and is_managed(paths.config_dir, spec):
-                continue
-            interrupted_start = (runtime_dir / START_MARKER).exists()
-            try:
-                stopped = stop_runtime(runtime_dir)  # its recorded pid and its tagged processes
-            except GenerationError as exc:
-                done.append(f"kept half-made generation {runtime_dir.name}: {exc.message}")
-                continue
-            shutil.rmtree(runtime_dir, ignore_errors=True)
-            done.append(
-                f"removed half-made generation {runtime_dir.name}"
-                + (" (its start was interrupted)" if interrupted_start else "")
-                + (" (its runtime stopped)" if stopped else "")
-            )
-    done += _stop_orphans(
-        paths, {name for name, spec in registered.items() if is_managed(paths.config_dir, spec)}
-    )
-    keep = _protected(paths)
-    for entry in status.generations:
-        spec = registered.get(entry.generation)
-        if spec is None or entry.generation in keep or not is_managed(paths.config_dir, spec):
-            continue
-        interrupted = entry.validation is not None and entry.validation.code == "activation_interrupted"
-        if entry.phase in ("failed", "rejected") and not interrupted:
-            stop_runtime(paths.runtimes / entry.generation)
-            _forget(paths, entry.generation)
-            shutil.rmtree(paths.runtimes / entry.generation, ignore_errors=True)
-            done.append(f"removed {entry.phase} generation {entry.generation}")
-    return done
-
-
-def _stop_orphans(paths: UpdatePaths, known: set[str]) -> list[str]:
-    """Stop the tagged processes of generations under `runtimes/` that are not registered, whose
-    directory is already gone (`generations/process.py::tagged_generations`)."""
-    done = []
-    for name, pids in sorted(tagged_generations(paths.runtimes).items()):
-        if name in known or (paths.runtimes / name).exists():
-            continue
-        try:
-            stop_runtime(paths.runtimes / name)
-        except GenerationError as exc:
-            done.append(f"could not stop the processes of removed generation {name}: {exc.message}")
-            continue
-        done.append(f"stopped processes {', '.join(map(str, pids))} of removed generation {name}")
-    return done
 
 
 def _failpoint(name: str) -> None:

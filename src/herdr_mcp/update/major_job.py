@@ -24,7 +24,6 @@ from herdr_mcp.update.apply import (
     _new_generation_id,
     check_may_update,
     check_room,
-    clean_up,
     host_target,
     local_identity,
     release_provenance,
@@ -33,6 +32,7 @@ from herdr_mcp.update.apply import (
 )
 from herdr_mcp.update.diskspace import SpaceNeed
 from herdr_mcp.update.highest_seen import record_admitted
+from herdr_mcp.update.housekeeping import clean_up
 from herdr_mcp.update.install import install_generation
 from herdr_mcp.update.major import (
     Candidate,
