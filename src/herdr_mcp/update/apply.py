@@ -77,7 +77,7 @@ from herdr_mcp.update.highest_seen import record_admitted
 from herdr_mcp.update.housekeeping import clean_up, forget, make_room, retire
 from herdr_mcp.update.install import install_generation
 from herdr_mcp.update.probe import ask_version, probe
-from herdr_mcp.update.staging import DownloadConfig, stage
+from herdr_mcp.update.staging import DownloadConfig, StagedRelease, stage
 
 #: Seconds a candidate's `version --json` may take (a cold venv imports everything once).
 PROBE_TIMEOUT_S = 60.0
@@ -317,26 +317,9 @@ def run_update(
                 url=admission.bundle_url(asset.name),
                 progress=progress,
             )
-            try:
-                _failpoint("staged")
-                say(f"installing {asset.name} as generation {generation_id}")
-                installed = install_generation(
-                    staged, paths.runtimes, generation_id, config_dir=paths.config_dir
-                )
-                _failpoint("installed")
-                probe(
-                    installed.herdr_mcp,
-                    release.manifest.contract,
-                    release.manifest.version,
-                    timeout=PROBE_TIMEOUT_S,
-                    state_schema=release.manifest.state_schema,
-                )
-            except BaseException:
-                shutil.rmtree(paths.runtimes / generation_id, ignore_errors=True)
-                raise
-            finally:
-                shutil.rmtree(staged.job_dir, ignore_errors=True)
-            executable = installed.herdr_mcp
+            _failpoint("staged")
+            say(f"installing {asset.name} as generation {generation_id}")
+            executable = install_probed(staged, paths, generation_id, release, after_install=_failpoint)
         record_admitted(paths.highest_seen, release)
         provenance = release_provenance(release, asset.name, asset.sha256)
         version = release.manifest.version
@@ -439,6 +422,35 @@ def start_and_activate(
             remove(store, spec.generation)
         shutil.rmtree(runtime_dir, ignore_errors=True)
     return result
+
+
+def install_probed(
+    staged: StagedRelease,
+    paths: UpdatePaths,
+    generation_id: str,
+    release: TrustedRelease,
+    *,
+    after_install: Callable[[str], None] = lambda _: None,
+) -> Path:
+    """Install the staged bundle as `generation_id` and probe it against the release's contract,
+    version and state schema; its herdr-mcp. On any failure the generation's directory goes;
+    the staging job goes either way."""
+    try:
+        installed = install_generation(staged, paths.runtimes, generation_id, config_dir=paths.config_dir)
+        after_install("installed")
+        probe(
+            installed.herdr_mcp,
+            release.manifest.contract,
+            release.manifest.version,
+            timeout=PROBE_TIMEOUT_S,
+            state_schema=release.manifest.state_schema,
+        )
+    except BaseException:
+        shutil.rmtree(paths.runtimes / generation_id, ignore_errors=True)
+        raise
+    finally:
+        shutil.rmtree(staged.job_dir, ignore_errors=True)
+    return installed.herdr_mcp
 
 
 def check_room(paths: UpdatePaths, bundle: str, size: int, extra: Sequence[SpaceNeed] = ()) -> None:

@@ -6,7 +6,6 @@ candidate (as `update` does them, update/apply.py), then the migration itself (u
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -17,7 +16,6 @@ from herdr_mcp.generations.control import Generation
 from herdr_mcp.layout import Layout
 from herdr_mcp.update.admission import AdmissionPolicy, AlreadyCurrent, LocalIdentity
 from herdr_mcp.update.apply import (
-    PROBE_TIMEOUT_S,
     ReleaseSource,
     UpdatePaths,
     _admit,
@@ -25,6 +23,7 @@ from herdr_mcp.update.apply import (
     check_may_update,
     check_room,
     host_target,
+    install_probed,
     local_identity,
     release_provenance,
     start_and_activate,
@@ -33,7 +32,6 @@ from herdr_mcp.update.apply import (
 from herdr_mcp.update.diskspace import SpaceNeed
 from herdr_mcp.update.highest_seen import record_admitted
 from herdr_mcp.update.housekeeping import clean_up
-from herdr_mcp.update.install import install_generation
 from herdr_mcp.update.major import (
     Candidate,
     MajorRefused,
@@ -43,7 +41,6 @@ from herdr_mcp.update.major import (
     major_status,
     recover,
 )
-from herdr_mcp.update.probe import probe
 from herdr_mcp.update.staging import DownloadConfig, stage
 
 
@@ -99,26 +96,13 @@ def run_major_apply(
         staged = stage(
             release, target, paths.jobs, download, url=admission.bundle_url(asset.name), progress=None
         )
-        try:
-            installed = install_generation(staged, paths.runtimes, generation)
-            probe(
-                installed.herdr_mcp,
-                release.manifest.contract,
-                release.manifest.version,
-                timeout=PROBE_TIMEOUT_S,
-                state_schema=release.manifest.state_schema,
-            )
-        except BaseException:
-            shutil.rmtree(paths.runtimes / generation, ignore_errors=True)
-            raise
-        finally:
-            shutil.rmtree(staged.job_dir, ignore_errors=True)
+        executable = install_probed(staged, paths, generation, release)
         record_admitted(paths.highest_seen, release)
         provenance = {
             **release_provenance(release, asset.name, asset.sha256),
             "state_schema": str(release.manifest.state_schema),
         }
-        candidate = Candidate(release, generation, installed.herdr_mcp, provenance)
+        candidate = Candidate(release, generation, executable, provenance)
 
         def activate(spec: Generation, serve_args: tuple[str, ...]) -> Any:
             return start_and_activate(paths, spec, serve_args, keep=(), say=say)
