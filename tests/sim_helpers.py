@@ -39,7 +39,7 @@ from herdr_mcp.sim import (
 
 T = TypeVar("T")
 
-TEST_TIMEOUT_S = 20.0
+TEST_TIMEOUT_S = 60.0
 
 FAST_TIME_SCALE = float(os.environ.get("HERDR_SIM_TEST_TIME_SCALE", "0.1"))
 """Herdr's own delays at a tenth (Enter 30 ms after agent.prompt, a 500 ms prompt-effect window,
