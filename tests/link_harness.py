@@ -60,7 +60,7 @@ def running_link(state_dir: Path, token_file: Path, env: dict[str, str] | None =
     """`herdr-mcp link --port 0` through its `main` (the subcommand is wired by the CLI), with
     `env` over this process's environment."""
     command = [
-        sys.executable, "-c", "import sys; from herdr_mcp.link.cli import main; sys.exit(main(sys.argv[1:]))",
+        sys.executable, "-c", "import sys; from herdr_mcp.cli.link import main; sys.exit(main(sys.argv[1:]))",
         "--state-dir", str(state_dir), "--token-file", str(token_file), "--port", "0",
     ]  # fmt: skip
     process = subprocess.Popen(

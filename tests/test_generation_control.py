@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from herdr_mcp.cli.generation import main
 from herdr_mcp.contract import contract_identity
 from herdr_mcp.generations import (
     ControlFile,
@@ -23,7 +24,6 @@ from herdr_mcp.generations import (
     StatusFile,
     Validation,
 )
-from herdr_mcp.generations.cli import main
 from herdr_mcp.generations.control import check_endpoint
 from herdr_mcp.records import atomic_write
 

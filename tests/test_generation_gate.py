@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from herdr_mcp import __version__
+from herdr_mcp.cli.generation import main
 from herdr_mcp.contract import CURRENT_EPOCH, ContractIdentity, contract_identity, identity_of, load_catalog
 from herdr_mcp.errors import EXIT_REFUSED
 from herdr_mcp.generations import (
@@ -35,7 +36,6 @@ from herdr_mcp.generations import (
     recover_interrupted,
     rollback,
 )
-from herdr_mcp.generations.cli import main
 from tests.logging_proxy import LoggingProxy, closed_port_url, proxy_env
 from tests.runtime_harness import RunningRuntime, running_runtime, two_runtimes
 from tests.sim_helpers import short_tmp_dir
@@ -228,7 +228,7 @@ def test_sigkill_during_observation_is_repaired(world: World, tmp_path: Path) ->
     store.write_control(
         replace(control, observation=Observation(3, 5000)), expected_revision=control.revision
     )
-    code = "import sys; from herdr_mcp.generations.cli import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from herdr_mcp.cli.generation import main; sys.exit(main(sys.argv[1:]))"
     activator = subprocess.Popen(
         [sys.executable, "-c", code, "--state-dir", str(tmp_path), "activate", "B"],
         stdout=subprocess.DEVNULL,

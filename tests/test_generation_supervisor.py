@@ -195,7 +195,7 @@ def test_the_foreground_loop_restarts_and_sigterm_stops_what_it_keeps(managed: M
 def test_the_runtime_service_runs_generation_up_for_managed_generations(
     managed: Managed, tmp_path: Path
 ) -> None:
-    from herdr_mcp.service.cli import main
+    from herdr_mcp.cli.service import main
 
     active = managed.store.read_control().find("B")
     command = [

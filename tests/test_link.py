@@ -32,6 +32,7 @@ from typing import Any
 import httpx2
 import pytest
 
+from herdr_mcp.cli.generation import main as generation_main
 from herdr_mcp.generations import (
     ControlFile,
     Generation,
@@ -40,7 +41,6 @@ from herdr_mcp.generations import (
     activate,
     rollback,
 )
-from herdr_mcp.generations.cli import main as generation_main
 from herdr_mcp.link.pointer import STATUS_POLL_S
 from herdr_mcp.link.upstream import UpstreamPool
 from tests.link_harness import (

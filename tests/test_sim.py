@@ -615,7 +615,7 @@ def test_cli_serves_until_sigterm_and_removes_its_socket(tmp_short: Path) -> Non
     sock = tmp_short / "cli.sock"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "herdr_mcp.sim", "--socket", str(sock), "--root", str(root)],
+        [sys.executable, "-m", "herdr_mcp", "sim", "--socket", str(sock), "--root", str(root)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -645,7 +645,16 @@ def test_cli_rejects_bad_config_with_status_2(tmp_short: Path) -> None:
     bad = tmp_short / "bad.json"
     bad.write_text('{"workspaces": [{"cwd": "does-not-exist"}]}')
     result = subprocess.run(
-        [sys.executable, "-m", "herdr_mcp.sim", "--socket", str(tmp_short / "s.sock"), "--config", str(bad)],
+        [
+            sys.executable,
+            "-m",
+            "herdr_mcp",
+            "sim",
+            "--socket",
+            str(tmp_short / "s.sock"),
+            "--config",
+            str(bad),
+        ],
         capture_output=True,
         text=True,
         timeout=30,
@@ -653,3 +662,19 @@ def test_cli_rejects_bad_config_with_status_2(tmp_short: Path) -> None:
     )
     assert result.returncode == 2
     assert "not an existing directory" in result.stderr
+
+
+def test_the_old_module_entry_says_where_the_command_went() -> None:
+    """The command line lives in cli/ only: `python -m herdr_mcp.sim` runs nothing and names the
+    command that replaced it (exit 2, one error line)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "herdr_mcp.sim", "--socket", "/nonexistent/s.sock"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.startswith("herdr-mcp: error: command_moved: ")
+    assert "herdr-mcp sim" in result.stderr

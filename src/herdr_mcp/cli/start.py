@@ -44,6 +44,7 @@ import httpx2
 
 from herdr_mcp.cli import _runtime_options
 from herdr_mcp.cli.arguments import CommandParser, dir_path, existing_dir, port, run_guarded, with_json
+from herdr_mcp.cli.service import build_parser as build_service_parser
 from herdr_mcp.dev.plane import DevPlaneError, read_plane, source_provenance, start_checkout
 from herdr_mcp.errors import HerdrMcpError, LocalFault, RefusedFault, UsageFault
 from herdr_mcp.generations.control import Generation
@@ -61,7 +62,6 @@ from herdr_mcp.layout import CONFIG_DIR_ENV, DEFAULT_LINK_PORT, Layout, default_
 from herdr_mcp.link.edge_device import read_device
 from herdr_mcp.local_http import local_client
 from herdr_mcp.progress import printable_steps
-from herdr_mcp.service.cli import build_parser as build_service_parser
 from herdr_mcp.service.detached import DetachedLink, running_link, start_link, stop_link
 from herdr_mcp.service.installed import services_executable
 from herdr_mcp.service.origin import InstallOrigin, install_origin
@@ -511,7 +511,7 @@ def update_job_blocker(config_dir: Path) -> str | None:
 
 def service_run(argv: list[str]) -> int:
     """`herdr-mcp service ...` with the updater's rule for the daily job (`update_job_blocker`)."""
-    from herdr_mcp.service.cli import run as run_service
+    from herdr_mcp.cli.service import run as run_service
 
     return run_service(argv, update_check=update_job_blocker)
 

@@ -2,9 +2,9 @@
 
 `server` is its HTTP/1.1 server (a thread per client connection), `router` the request handler
 (routing and failure semantics: see its docstring), `pointer` where requests go (the active
-pointer, leases, legacy session pins), `upstream` its client to the generations; `cli` is
-`herdr-mcp link` (and `connector`). `edge` is its outbound connection to the Edge,
-`edge_frames` that protocol's frames, `edge_device` pairing and the device record.
+pointer, leases, legacy session pins), `upstream` its client to the generations. `edge` is its
+outbound connection to the Edge, `edge_frames` that protocol's frames, `edge_device` pairing and
+the device record. Its command line (`herdr-mcp link`, `connector`) is `cli/link.py`.
 """
 
 from __future__ import annotations

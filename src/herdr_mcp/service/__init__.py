@@ -2,8 +2,8 @@
 
 `units` renders the job definitions and builds the load/unload commands; `fence` is the update
 fence (`service uninstall` sets it, only `service install` clears it, every update path checks
-it); `rollback` is the macOS service rollback record and `herdr-mcp rollback`; `cli` is
-`herdr-mcp service install|uninstall|status` and `herdr-mcp rollback`.
+it); `rollback` is the macOS service rollback record and `herdr-mcp rollback`; their
+command line (`herdr-mcp service install|uninstall|status`, `herdr-mcp rollback`) is `cli/service.py`.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ venv (`service_from_checkout`: `./scripts/serve` reinstalls it in place; `herdr-
 --service` installs the checkout as a DEV generation in its own venv first); `install_warnings`
 says what the installed jobs will not do (no update job without a release repository, no active
 generation behind the link, an executable no release signed); `service_host` where they live on
-this machine. `herdr-mcp service` (`service/cli.py`)
+this machine. `herdr-mcp service` (`cli/service.py`)
 only parses its arguments into these and prints what they return.
 """
 

@@ -12,7 +12,7 @@ Three jobs, the same on both platforms:
 Every job gets `HERDR_MCP_CONFIG_DIR` so all three agree on one config dir. Rendering is pure and
 deterministic (same `ServiceConfig`, same bytes); `write_files` writes atomically (temp file +
 `os.replace`). The commands that load and unload the jobs are built here too and run by whoever
-owns a `Runner` (see `cli`), so tests can record them.
+owns a `Runner` (see `cli/service.py`), so tests can record them.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ pane closes and when the simulator stops); fake agents follow scripts. It import
 the runtime.
 
 Run it: `herdr-mcp sim --socket /tmp/herdr-sim.sock [--config session.json] [--root DIR ...]
-[--fault session.snapshot[=CODE]]`, or `python -m herdr_mcp.sim ...`. Each `--root` opens
+[--fault session.snapshot[=CODE]]`, or `python -m herdr_mcp sim ...`. Each `--root` opens
 a workspace with a shell pane and a fake agent pane; with neither --config nor --root, the
 current directory is used.
 

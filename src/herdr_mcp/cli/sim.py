@@ -13,7 +13,7 @@ import asyncio
 import sys
 from pathlib import Path
 
-from herdr_mcp.cli.arguments import CommandParser, existing_dir, run_guarded, socket_path, with_json
+from herdr_mcp.cli.arguments import CommandParser, existing_dir, socket_path, with_json
 from herdr_mcp.errors import LocalFault
 from herdr_mcp.loopback import StopSignals, stop_signals
 from herdr_mcp.sim.config import SimConfig, SimulatorError
@@ -57,12 +57,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="make METHOD fail with Herdr error CODE (default internal_error), e.g. session.snapshot",
     )
     return with_json(parser)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of `herdr-mcp sim` and `python -m herdr_mcp.sim`, inside the CLI's one catch."""
-    arguments = sys.argv[1:] if argv is None else argv
-    return run_guarded(lambda: run(arguments), arguments)
 
 
 def run(argv: list[str]) -> int:
