@@ -6,8 +6,10 @@ Checklist (the order is part of the contract; the first failing gate answers):
 3. outside the write-root allowlist    -> write_root_not_allowed
 4. a secret-looking path               -> secret_path
 5. a symlink on the way or as target   -> symlink_refused
-   (and anything inside .git, in any letter case (Git's own files are changed with Git), or a
-   path ending in `/` or `/.`, which names a directory -> path_invalid)
+   (and anything inside .git, in any letter case (Git's own files are changed with Git), or
+   inside a Git directory of another name (`gitdir: ./.bare`, a bare repository; asked of Git
+   for every target, see `git_dirs`), or a path ending in `/` or `/.`, which names a
+   directory -> path_invalid)
 6. an agent is working in the project  -> project_busy_unconfirmed (unless confirm_busy)
 7. the file has uncommitted changes    -> dirty_file_unconfirmed (unless confirm_dirty)
 
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from herdr_mcp.errors import ToolError
+from herdr_mcp.runtime.boundary.git_dirs import refuse_git_dir
 from herdr_mcp.runtime.boundary.paths import ResolvedPath, is_git_name, is_within, relative_parts
 from herdr_mcp.runtime.boundary.roots import Root
 from herdr_mcp.runtime.boundary.secrets import is_secret_path
@@ -115,6 +118,7 @@ def check_target(policy: Policy, target: ResolvedPath) -> None:
         raise ToolError(
             "path_invalid", f"{shown} is inside .git; change Git state with Git, not fs tools.", path=shown
         )
+    refuse_git_dir(target)
     if target.names_directory:
         raise ToolError(
             "path_invalid",
