@@ -1,7 +1,8 @@
 // A confirmed handoff whose cutover fails midway (the runtime refusing or unreachable at
 // inbox.move) stays confirmed and is tried again: after CUTOVER_RETRY_MS, doubling, and at once
 // when the native host says hello again (background/handoff.js). The worker's storage is an
-// in-memory chrome.storage.local; the native host answers through `call`, failing while told to.
+// in-memory chrome.storage.local (fake-chrome.js); the native host answers through `call`,
+// failing while told to.
 
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
@@ -9,6 +10,7 @@ import { beforeEach, test } from "node:test";
 
 import { CUTOVER_RETRY_MS, Handoff } from "../src/background/handoff.js";
 import { useCatalog } from "../src/lib/i18n.js";
+import { installChrome } from "./fake-chrome.js";
 
 // The texts are the English catalog's (chrome.i18n is absent here).
 useCatalog(JSON.parse(readFileSync(new URL("../_locales/en/messages.json", import.meta.url), "utf8")));
@@ -48,27 +50,7 @@ function confirmedRecord() {
 }
 
 beforeEach(() => {
-  stored = new Map([[`handoff:${SCOPE}`, confirmedRecord()]]);
-  globalThis.chrome = {
-    storage: {
-      local: {
-        get: async (key) => {
-          if (key === null) {
-            return Object.fromEntries(stored);
-          }
-          return stored.has(key) ? { [key]: structuredClone(stored.get(key)) } : {};
-        },
-        set: async (values) => {
-          for (const [name, value] of Object.entries(values)) {
-            stored.set(name, structuredClone(value));
-          }
-        },
-        remove: async (key) => {
-          stored.delete(key);
-        },
-      },
-    },
-  };
+  stored = installChrome({ stored: { [`handoff:${SCOPE}`]: confirmedRecord() } });
   native = {
     failing: 0,
     calls: [],

@@ -21,6 +21,7 @@ import {
   resultMessage,
   runsInParallel,
 } from "../lib/bridge-protocol.js";
+import * as keys from "../lib/storage-keys.js";
 import * as store from "./store.js";
 
 export const MCP_PROTOCOL = "2026-07-28";
@@ -66,7 +67,7 @@ export class Bridge {
       case "run":
         return this.run(message);
       case "delivered":
-        await store.remove(resultKey(checkScope(message.scope), message.key));
+        await store.remove(keys.bridgeResult(checkScope(message.scope), message.key));
         return {};
       default:
         throw new BridgeError("invalid_request", `unknown bridge request ${message?.type}`);
@@ -124,7 +125,7 @@ export class Bridge {
     const running = this.inFlight.get(flight);
     if (running) {
       const first = await running.catch(() => null);
-      const kept = await store.get(resultKey(scope, key), null);
+      const kept = await store.get(keys.bridgeResult(scope, key), null);
       if (kept) {
         return { status: "stored", reason: "the calls running when the page reloaded finished; their result is sent", text: kept };
       }
@@ -141,7 +142,7 @@ export class Bridge {
   }
 
   async runOnce({ scope, key, text, code, messages, recovering }) {
-    const stored = await store.get(resultKey(scope, key), null);
+    const stored = await store.get(keys.bridgeResult(scope, key), null);
     if (stored) {
       return { status: "stored", reason: "the result of this reply was kept; it is sent, nothing runs again", text: stored };
     }
@@ -151,7 +152,7 @@ export class Bridge {
     }
     const tools = await this.listTools();
     const checked = checkCalls(calls.slice(0, MAX_CALLS_PER_REPLY), tools);
-    const dispatched = (await store.get(dispatchedKey(scope), [])).includes(key);
+    const dispatched = (await store.get(keys.bridgeDispatched(scope), [])).includes(key);
     if (recovering) {
       const decision = recoveryDecision({ messages, dispatched, checked });
       if (!decision.run) {
@@ -160,7 +161,7 @@ export class Bridge {
     } else if (dispatched) {
       return { status: "skipped", reason: "already dispatched" };
     }
-    await store.update(dispatchedKey(scope), [], (keys) => [...keys.filter((item) => item !== key), key].slice(-DISPATCHED_KEPT));
+    await store.update(keys.bridgeDispatched(scope), [], (sent) => [...sent.filter((item) => item !== key), key].slice(-DISPATCHED_KEPT));
     const answers = await this.execute(scope, key, checked);
     for (const extra of calls.slice(MAX_CALLS_PER_REPLY)) {
       answers.push({ tool: extra.tool, isError: true, text: `not run: at most ${MAX_CALLS_PER_REPLY} calls per reply` });
@@ -169,7 +170,7 @@ export class Bridge {
       answers.push({ tool: "(call)", isError: true, text: `invalid_call: ${error}` });
     }
     const message = resultMessage(answers);
-    await store.set(resultKey(scope, key), message);
+    await store.set(keys.bridgeResult(scope, key), message);
     return { status: "ran", reason: runsInParallel(checked) ? "in parallel" : "in order", text: message };
   }
 
@@ -207,14 +208,6 @@ function checkScope(scope) {
     throw new BridgeError("invalid_request", "the bridge runs only in a zai:conv:<id> or deepseek:conv:<id> conversation");
   }
   return scope;
-}
-
-function dispatchedKey(scope) {
-  return `bridge:dispatched:${scope}`;
-}
-
-function resultKey(scope, key) {
-  return `bridge:result:${scope}:${key}`;
 }
 
 function safePost(port, message) {

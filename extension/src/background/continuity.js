@@ -12,6 +12,7 @@ import { addOutput, initialProgress, normalizeOptions, startTurn, tick } from ".
 import { nextBatch, removeSent } from "../lib/queue.js";
 import { wakeTarget } from "../lib/scope.js";
 import { initialWake, initialWorkspace, onSettled, onWorking, reconcile, wakeFor, woke } from "../lib/settle.js";
+import * as keys from "../lib/storage-keys.js";
 import * as store from "./store.js";
 
 /** Why Check Herdr sent nothing, as the HUD flashes it (catalog names). */
@@ -43,23 +44,23 @@ export class Continuity {
   async handle(type, data) {
     const workspaceId = data.workspace_id;
     if (type === "agent_working") {
-      const before = await store.get(`ws:${workspaceId}`, initialWorkspace());
+      const before = await store.get(keys.workspace(workspaceId), initialWorkspace());
       const after = onWorking(before, data.seq);
-      await store.set(`ws:${workspaceId}`, after);
+      await store.set(keys.workspace(workspaceId), after);
       if (after !== before) {
         for (const binding of this.bindings.scopesOf(workspaceId)) {
-          await store.update(`progress:${binding.scope}`, initialProgress(), (value) => startTurn(value, this.now()));
+          await store.update(keys.progress(binding.scope), initialProgress(), (value) => startTurn(value, this.now()));
           this.note(binding.scope, t("noteWorking"));
         }
       }
     } else if (type === "agent_output") {
       for (const binding of this.bindings.scopesOf(workspaceId)) {
-        await store.update(`progress:${binding.scope}`, initialProgress(), (value) => addOutput(value, data.text));
+        await store.update(keys.progress(binding.scope), initialProgress(), (value) => addOutput(value, data.text));
       }
     } else if (type === "agent_settled") {
-      const before = await store.get(`ws:${workspaceId}`, initialWorkspace());
+      const before = await store.get(keys.workspace(workspaceId), initialWorkspace());
       const { workspace, settledTurn } = onSettled(before, data);
-      await store.set(`ws:${workspaceId}`, workspace);
+      await store.set(keys.workspace(workspaceId), workspace);
       await this.turnEnded(workspaceId, settledTurn, data.seq);
     } else if (type === "agent_gone") {
       await this.bindings.refreshState().catch(() => {});
@@ -74,7 +75,7 @@ export class Continuity {
     for (const binding of this.bindings.scopesOf(workspaceId)) {
       const { created } = await this.addWake(binding.scope, turn, seq);
       if (created) {
-        await store.remove(`outbox:${binding.scope}`); // progress of the ended turn is stale
+        await store.remove(keys.outbox(binding.scope)); // progress of the ended turn is stale
         this.note(binding.scope, t("noteWakePending"));
         this.pumpScope(binding.scope);
       }
@@ -83,7 +84,7 @@ export class Continuity {
 
   async addWake(scope, turn, seq) {
     let created = false;
-    await store.update(`wake:${scope}`, initialWake(), (value) => {
+    await store.update(keys.wake(scope), initialWake(), (value) => {
       const result = wakeFor(value, turn, this.now(), seq ?? null);
       created = result.created;
       return result.wake;
@@ -97,10 +98,10 @@ export class Continuity {
     const state = await this.bindings.refreshState();
     const gap = lastSeq === null || Boolean(hello.replay?.gap);
     for (const workspace of state.workspaces) {
-      const known = await store.get(`ws:${workspace.workspace_id}`, null);
+      const known = await store.get(keys.workspace(workspace.workspace_id), null);
       if (known === null || gap) {
         const { workspace: after, settledTurn } = reconcile(known ?? initialWorkspace(), workspace.working, state.seq);
-        await store.set(`ws:${workspace.workspace_id}`, after);
+        await store.set(keys.workspace(workspace.workspace_id), after);
         if (known !== null) {
           await this.turnEnded(workspace.workspace_id, settledTurn, state.seq);
         }
@@ -160,12 +161,12 @@ export class Continuity {
 
   async tick() {
     for (const binding of [...this.bindings.byScope.values()]) {
-      const workspace = await store.get(`ws:${binding.workspace_id}`, initialWorkspace());
+      const workspace = await store.get(keys.workspace(binding.workspace_id), initialWorkspace());
       if (!workspace.working) {
         continue;
       }
       let send = null;
-      await store.update(`progress:${binding.scope}`, initialProgress(), (value) => {
+      await store.update(keys.progress(binding.scope), initialProgress(), (value) => {
         const result = tick(value, this.now(), this.options);
         send = result.send;
         return result.state;
@@ -175,7 +176,7 @@ export class Continuity {
       }
       const names = { label: binding.label, workspaceId: binding.workspace_id };
       const text = send.kind === "progress" ? progressText({ ...names, summary: send.summary }) : fallbackText({ ...names, quietSec: send.quietSec });
-      await store.set(`outbox:${binding.scope}`, { text, at: this.now() });
+      await store.set(keys.outbox(binding.scope), { text, at: this.now() });
       this.note(binding.scope, send.kind === "progress" ? t("noteProgress", send.summary.split("\n").pop()) : t("noteQuiet"));
       this.pumpScope(binding.scope);
     }
@@ -227,25 +228,25 @@ export class Continuity {
     if (!tab.idle) {
       return "busy";
     }
-    if (!manual && (await store.get(`uncertain:${convKey}`, false))) {
+    if (!manual && (await store.get(keys.uncertain(convKey), false))) {
       return "uncertain";
     }
-    if (tab.page.site !== "chatgpt" && (await store.get(`prime:${convKey}`, false)) && this.primer) {
+    if (tab.page.site !== "chatgpt" && (await store.get(keys.prime(convKey), false)) && this.primer) {
       // A handoff's new z.ai or DeepSeek conversation: the bridge's protocol prompt first.
       const sent = await this.send(tab, convKey, await this.primer());
       if (sent) {
-        await store.remove(`prime:${convKey}`);
+        await store.remove(keys.prime(convKey));
         this.note(tab.page.scope, t("notePrimed"));
       }
       this.broadcast();
       return sent ? "prime" : "failed";
     }
-    const queue = await store.get(`queue:${convKey}`, []);
+    const queue = await store.get(keys.queue(convKey), []);
     const batch = nextBatch(queue);
     if (batch) {
       const sent = await this.send(tab, convKey, batch.text);
       if (sent) {
-        await store.update(`queue:${convKey}`, [], (value) => removeSent(value, batch.ids));
+        await store.update(keys.queue(convKey), [], (value) => removeSent(value, batch.ids));
         this.note(tab.page.scope, t("noteQueueSent"));
       }
       this.broadcast();
@@ -261,9 +262,9 @@ export class Continuity {
       }
       return "unbound";
     }
-    const auto = (await store.get(`auto:${scope}`, false)) === true;
+    const auto = (await store.get(keys.auto(scope), false)) === true;
     const names = { label: binding.label, workspaceId: binding.workspace_id };
-    const wake = await store.get(`wake:${scope}`, initialWake());
+    const wake = await store.get(keys.wake(scope), initialWake());
     if (wake.pending && (auto || manual)) {
       let inbox = [];
       try {
@@ -277,8 +278,8 @@ export class Continuity {
       if (!sent) {
         return "failed";
       }
-      await store.update(`wake:${scope}`, initialWake(), (value) => woke(value, wake.pending));
-      await store.remove(`outbox:${scope}`);
+      await store.update(keys.wake(scope), initialWake(), (value) => woke(value, wake.pending));
+      await store.remove(keys.outbox(scope));
       if (inbox.length > 0) {
         // Acknowledged only now that the wake is confirmed sent.
         await this.native.call("/browser/inbox.ack", { scope, inbox_ids: inbox.map((item) => item.inbox_id) });
@@ -287,11 +288,11 @@ export class Continuity {
       this.broadcast();
       return "wake";
     }
-    const outbox = await store.get(`outbox:${scope}`, null);
+    const outbox = await store.get(keys.outbox(scope), null);
     if (outbox && auto) {
       const sent = await this.send(tab, convKey, outbox.text);
       if (sent) {
-        await store.remove(`outbox:${scope}`);
+        await store.remove(keys.outbox(scope));
         this.note(scope, t("noteProgressSent"));
       }
       this.broadcast();
@@ -347,7 +348,7 @@ export class Continuity {
     if (!binding) {
       return "unbound";
     }
-    if ((await store.get(`auto:${scope}`, false)) === true) {
+    if ((await store.get(keys.auto(scope), false)) === true) {
       return "auto";
     }
     if (this.holds?.(convKey)) {
@@ -387,13 +388,13 @@ export class Continuity {
   async send(tab, convKey, text) {
     const result = await this.tabs.send(tab, text);
     if (result.ok) {
-      await store.remove(`uncertain:${convKey}`);
+      await store.remove(keys.uncertain(convKey));
       await this.rateLimit.confirmedSend(tab.page?.site);
       return true;
     }
     if (result.reason === "unconfirmed") {
       // Maybe sent, maybe not: nothing automatic until the person looks (manual continue clears it).
-      await store.set(`uncertain:${convKey}`, true);
+      await store.set(keys.uncertain(convKey), true);
       this.note(tab.page?.scope, t("noteUnconfirmed"));
     }
     this.broadcast();
@@ -414,20 +415,20 @@ export class Continuity {
       return { page: null };
     }
     const binding = this.bindings.get(page.scope);
-    const workspace = binding ? await store.get(`ws:${binding.workspace_id}`, initialWorkspace()) : null;
-    const wake = await store.get(`wake:${page.scope}`, initialWake());
-    const queue = page.convKey ? await store.get(`queue:${page.convKey}`, []) : [];
+    const workspace = binding ? await store.get(keys.workspace(binding.workspace_id), initialWorkspace()) : null;
+    const wake = await store.get(keys.wake(page.scope), initialWake());
+    const queue = page.convKey ? await store.get(keys.queue(page.convKey), []) : [];
     const pausedMs = await this.rateLimit.remaining(page.site);
     return {
       page,
       connected: this.native.connected,
       binding,
       working: Boolean(workspace?.working),
-      auto: (await store.get(`auto:${page.scope}`, false)) === true,
+      auto: (await store.get(keys.auto(page.scope), false)) === true,
       wakePending: Boolean(wake.pending),
       queue: queue.map((entry) => entry.text),
       pausedMs,
-      uncertain: page.convKey ? await store.get(`uncertain:${page.convKey}`, false) : false,
+      uncertain: page.convKey ? await store.get(keys.uncertain(page.convKey), false) : false,
       isTarget: Boolean(binding) && wakeTarget(page.scope, binding) === page.convKey,
       note: this.notes.get(page.scope) ?? null,
       handoff: this.handoffView?.(page.scope) ?? null,

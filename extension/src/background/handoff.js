@@ -33,6 +33,7 @@ import {
 } from "../lib/handoff-state.js";
 import { conversationUrl, newConversationUrl, pageScope } from "../lib/scope.js";
 import { t } from "../lib/i18n.js";
+import * as keys from "../lib/storage-keys.js";
 import * as store from "./store.js";
 
 const POLL_MS = 100;
@@ -44,8 +45,6 @@ const IDLE_WAIT_MS = 15_000;
 /** The first wait before a failed cutover is tried again; it doubles up to CUTOVER_RETRY_MAX_MS. */
 export const CUTOVER_RETRY_MS = 5_000;
 const CUTOVER_RETRY_MAX_MS = 60_000;
-
-const key = (scope) => `handoff:${scope}`;
 
 /** A handoff's step in words, in "handing off: ..." (the phases still under way). */
 const PHASE_WORDS = {
@@ -102,7 +101,7 @@ export class Handoff {
     this.restored ??= (async () => {
       const all = await chrome.storage.local.get(null);
       for (const [name, record] of Object.entries(all)) {
-        if (name.startsWith("handoff:") && record?.scope) {
+        if (name.startsWith(keys.handoff.prefix) && record?.scope) {
           const after = afterRestart(record, this.now());
           await this.save(after);
           if (["preparing", "opening", "confirmed"].includes(after.phase)) {
@@ -119,9 +118,9 @@ export class Handoff {
     await this.restore();
     const page = tab.page;
     const sourceUrl = conversationUrl(page);
-    const auto = page ? (await store.get(`auto:${page.scope}`, false)) === true : false;
+    const auto = page ? (await store.get(keys.auto(page.scope), false)) === true : false;
     let record;
-    await store.update(key(page?.scope ?? "none"), null, (existing) => {
+    await store.update(keys.handoff(page?.scope ?? "none"), null, (existing) => {
       record = start(existing, { page, sourceUrl, auto, now: this.now() });
       return record;
     });
@@ -281,7 +280,7 @@ export class Handoff {
 
   /** Open the new conversation page and seed it (phase opening -> seeding -> ...). */
   async open(record) {
-    const options = handoffOptions(await store.get("options", {}));
+    const options = handoffOptions(await store.get(keys.OPTIONS, {}));
     const url = record.kind === "project" ? `https://chatgpt.com/g/${record.projectId}/project` : newConversationUrl(record.site);
     let tabId;
     try {
@@ -328,7 +327,7 @@ export class Handoff {
    * a known target conversation, a new page again.
    */
   async resumeUncertain(record) {
-    const options = handoffOptions(await store.get("options", {}));
+    const options = handoffOptions(await store.get(keys.OPTIONS, {}));
     if (!record.targetConvKey) {
       return this.save(reopen(record, this.now()));
     }
@@ -368,7 +367,7 @@ export class Handoff {
     if (!resend || !answer) {
       return record;
     }
-    return this.seed(record, tab, options ?? handoffOptions(await store.get("options", {})));
+    return this.seed(record, tab, options ?? handoffOptions(await store.get(keys.OPTIONS, {})));
   }
 
   /** A new conversation of the scope may hold the copy prompt the person pasted: probe, never type. */
@@ -413,26 +412,26 @@ export class Handoff {
         await this.bindings.set(record.scope, null);
       }
       if (record.auto) {
-        await store.set(`auto:${targetScope}`, true);
+        await store.set(keys.auto(targetScope), true);
       }
-      if (record.site !== "chatgpt" && (await store.get(`bridge:dispatched:${record.scope}`, null)) !== null) {
+      if (record.site !== "chatgpt" && (await store.get(keys.bridgeDispatched(record.scope), null)) !== null) {
         // The source used the tools through the bridge: the new conversation gets the protocol
         // prompt once, after its seed (continuity.js sends it before anything else).
-        await store.set(`prime:${target}`, true);
+        await store.set(keys.prime(target), true);
       }
-      const wake = await store.get(`wake:${record.scope}`, null);
-      if (wake && (await store.get(`wake:${targetScope}`, null)) === null) {
-        await store.set(`wake:${targetScope}`, wake);
+      const wake = await store.get(keys.wake(record.scope), null);
+      if (wake && (await store.get(keys.wake(targetScope), null)) === null) {
+        await store.set(keys.wake(targetScope), wake);
       }
-      await store.remove(`wake:${record.scope}`);
+      await store.remove(keys.wake(record.scope));
     }
     if (record.continuityId) {
-      await store.set(`chain:${target}`, record.continuityId);
+      await store.set(keys.chain(target), record.continuityId);
     }
-    const source = await store.get(`queue:${record.sourceConvKey}`, []);
+    const source = await store.get(keys.queue(record.sourceConvKey), []);
     if (source.length > 0) {
-      await store.update(`queue:${target}`, [], (queue) => migrateQueue(queue, source));
-      await store.remove(`queue:${record.sourceConvKey}`);
+      await store.update(keys.queue(target), [], (queue) => migrateQueue(queue, source));
+      await store.remove(keys.queue(record.sourceConvKey));
     }
     record = await this.save(done(record, this.now()));
     clearTimeout(this.retries.get(record.scope)?.timer);
@@ -446,7 +445,7 @@ export class Handoff {
 
   async save(record) {
     this.records.set(record.scope, record);
-    await store.set(key(record.scope), record);
+    await store.set(keys.handoff(record.scope), record);
     this.continuity.broadcast();
     return record;
   }

@@ -4,6 +4,7 @@
 
 import { conversationUrl } from "../lib/scope.js";
 import { cutCodePoints, wellFormed } from "../lib/text.js";
+import * as keys from "../lib/storage-keys.js";
 import * as store from "./store.js";
 
 const REMEMBERED_KEYS = 500;
@@ -31,10 +32,10 @@ export class Journal {
     if (!url || !this.bindings.get(page.scope)) {
       return 0;
     }
-    const key = `journal:${page.convKey}`;
+    const key = keys.journal(page.convKey);
     const done = new Set(await store.get(key, []));
     // A handoff's target conversation continues the source's chain (background/handoff.js).
-    const chain = await store.get(`chain:${page.convKey}`, null);
+    const chain = await store.get(keys.chain(page.convKey), null);
     let appended = 0;
     for (const turn of turns) {
       if (done.has(turn.key) || !turn.key || !["user", "assistant"].includes(turn.role)) {

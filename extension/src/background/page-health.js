@@ -4,6 +4,7 @@
 // `health:<conv key>` holds this very pending tab reload not yet executed; the execution time is
 // written before the reload, so a restarted worker (or a replayed message) never reloads again.
 
+import * as keys from "../lib/storage-keys.js";
 import * as store from "./store.js";
 
 export async function tabReload(tab, message, post) {
@@ -12,10 +13,10 @@ export async function tabReload(tab, message, post) {
   if (!page?.convKey || page.convKey !== message.convKey) {
     return refuse("not this tab's conversation");
   }
-  if ((await store.get(`auto:${page.scope}`, false)) !== true) {
+  if ((await store.get(keys.auto(page.scope), false)) !== true) {
     return refuse("Auto is off for this scope");
   }
-  const key = `health:${page.convKey}`;
+  const key = keys.health(page.convKey);
   let accepted = false;
   await store.update(key, null, (health) => {
     const episode = health?.episode;

@@ -6,6 +6,7 @@
 // `open`, which does nothing while a stream is open or being opened (after a native-host
 // restart the worker used to hold two, and every progress line came twice).
 
+import * as keys from "../lib/storage-keys.js";
 import * as store from "./store.js";
 
 const RETRY_STEPS_MS = [1_000, 2_000, 5_000, 10_000, 30_000];
@@ -41,7 +42,7 @@ export class PushFollower {
     }
     this.opening = true;
     try {
-      const lastSeq = await store.get("push:lastSeq", null);
+      const lastSeq = await store.get(keys.PUSH_LAST_SEQ, null);
       let ended = false;
       const cancel = this.native.stream(
         "/push/events",
@@ -72,16 +73,16 @@ export class PushFollower {
   async dispatch(type, data) {
     if (type === "hello") {
       this.retries = 0;
-      const lastSeq = await store.get("push:lastSeq", null);
+      const lastSeq = await store.get(keys.PUSH_LAST_SEQ, null);
       if (lastSeq === null) {
         // A first start: live from now on, no history replayed.
-        await store.set("push:lastSeq", data.seq);
+        await store.set(keys.PUSH_LAST_SEQ, data.seq);
       }
       await this.onHello(data, lastSeq);
       return;
     }
     const seq = data?.seq;
-    const lastSeq = await store.get("push:lastSeq", 0);
+    const lastSeq = await store.get(keys.PUSH_LAST_SEQ, 0);
     // agent_output is not in the durable log (its seq may equal the last durable one): never
     // skipped by seq, never recorded as handled.
     if (type !== "agent_output" && typeof seq === "number" && seq <= lastSeq) {
@@ -89,7 +90,7 @@ export class PushFollower {
     }
     await this.handle(type, data);
     if (typeof seq === "number" && type !== "agent_output") {
-      await store.set("push:lastSeq", seq);
+      await store.set(keys.PUSH_LAST_SEQ, seq);
     }
   }
 

@@ -4,6 +4,7 @@
 // them. The other sites (z.ai, DeepSeek) are not observed: for them there is never a pause.
 
 import { initialBackoff, isPaused, on429, onConfirmedSend, remainingMs } from "../lib/backoff.js";
+import * as keys from "../lib/storage-keys.js";
 import * as store from "./store.js";
 
 /** The site whose responses are observed (`observe`). */
@@ -28,7 +29,7 @@ export class RateLimit {
   }
 
   async hit() {
-    const state = await store.update("backoff", initialBackoff(), (value) => on429(value, this.now()));
+    const state = await store.update(keys.BACKOFF, initialBackoff(), (value) => on429(value, this.now()));
     this.onChange(state);
     return state;
   }
@@ -38,7 +39,7 @@ export class RateLimit {
     if (site !== OBSERVED_SITE) {
       return;
     }
-    await store.update("backoff", initialBackoff(), (value) => onConfirmedSend(value, this.now()));
+    await store.update(keys.BACKOFF, initialBackoff(), (value) => onConfirmedSend(value, this.now()));
   }
 
   /** Milliseconds left in the current pause of `site` (0: sending is allowed). */
@@ -46,7 +47,7 @@ export class RateLimit {
     if (site !== OBSERVED_SITE) {
       return 0;
     }
-    const state = await store.get("backoff", initialBackoff());
+    const state = await store.get(keys.BACKOFF, initialBackoff());
     return isPaused(state, this.now()) ? remainingMs(state, this.now()) : 0;
   }
 }

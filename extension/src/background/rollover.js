@@ -8,6 +8,7 @@
 import { decide, decideRecommended, nextFloor, pressure, rolloverOptions } from "../lib/rollover.js";
 import { wakeTarget } from "../lib/scope.js";
 import { t } from "../lib/i18n.js";
+import * as keys from "../lib/storage-keys.js";
 import * as store from "./store.js";
 
 export class Rollover {
@@ -38,17 +39,17 @@ export class Rollover {
     if (!shared) {
       return false;
     }
-    const options = rolloverOptions(await store.get("options", {}));
-    const health = await store.get(`health:${page.convKey}`, null);
+    const options = rolloverOptions(await store.get(keys.OPTIONS, {}));
+    const health = await store.get(keys.health(page.convKey), null);
     const episodeAt = health?.episode?.startedAt ?? null;
-    const handedOff = await store.get(`handoff:${page.scope}`, null);
-    const floor = await store.update(`floor:${page.convKey}`, 0, (value) => nextFloor(value, 0, metrics.maxTurnIndex));
+    const handedOff = await store.get(keys.handoff(page.scope), null);
+    const floor = await store.update(keys.floor(page.convKey), 0, (value) => nextFloor(value, 0, metrics.maxTurnIndex));
     const state = {
       ...shared,
       messages: floor,
       recommended: health?.episode?.state === "rollover_recommended",
       alreadyStarted:
-        (await store.get(`healthRollover:${page.convKey}`, null)) === episodeAt ||
+        (await store.get(keys.healthRollover(page.convKey), null)) === episodeAt ||
         (handedOff?.phase === "done" && handedOff.sourceConvKey === page.convKey),
     };
     const decision = decideRecommended(state, options);
@@ -60,7 +61,7 @@ export class Rollover {
       return false;
     }
     let claimed = false;
-    await store.update(`healthRollover:${page.convKey}`, null, (started) => {
+    await store.update(keys.healthRollover(page.convKey), null, (started) => {
       claimed = started !== episodeAt;
       return episodeAt;
     });
@@ -78,9 +79,9 @@ export class Rollover {
     if (!shared) {
       return false;
     }
-    const options = rolloverOptions(await store.get("options", {}));
+    const options = rolloverOptions(await store.get(keys.OPTIONS, {}));
     const turns = report.turns ?? [];
-    const floor = await store.update(`floor:${page.convKey}`, 0, (value) => nextFloor(value, turns.length, metrics.maxTurnIndex));
+    const floor = await store.update(keys.floor(page.convKey), 0, (value) => nextFloor(value, turns.length, metrics.maxTurnIndex));
     const estimate = pressure(turns, floor, options);
     const decision = decide({ ...shared, ratio: estimate.ratio, messages: estimate.messages }, options);
     this.pressures.set(page.scope, { ratio: estimate.ratio, tokens: estimate.tokens, blocked: decision.blocked, on: options.rolloverAuto });
@@ -103,14 +104,14 @@ export class Rollover {
     if (binding && wakeTarget(page.scope, binding) !== page.convKey) {
       return null; // in a Project only the active conversation rolls over
     }
-    const workspace = binding ? await store.get(`ws:${binding.workspace_id}`, null) : null;
+    const workspace = binding ? await store.get(keys.workspace(binding.workspace_id), null) : null;
     return {
-      auto: (await store.get(`auto:${page.scope}`, false)) === true,
+      auto: (await store.get(keys.auto(page.scope), false)) === true,
       working: Boolean(workspace?.working),
       generating: Boolean(metrics.generating),
       card: Boolean(metrics.card),
       draft: Boolean(metrics.draft),
-      uncertain: (await store.get(`uncertain:${page.convKey}`, false)) === true,
+      uncertain: (await store.get(keys.uncertain(page.convKey), false)) === true,
       handoffBusy: this.handoff.anyBusy(),
     };
   }

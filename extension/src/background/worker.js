@@ -15,6 +15,7 @@ import { NativeClient } from "./native-port.js";
 import { PushFollower } from "./push-follower.js";
 import { tabReload } from "./page-health.js";
 import { RateLimit } from "./ratelimit.js";
+import * as keys from "../lib/storage-keys.js";
 import * as store from "./store.js";
 import { TabGroup, Tabs } from "./tabs.js";
 import { cutCodePoints } from "../lib/text.js";
@@ -90,8 +91,8 @@ chrome.runtime.onMessage.addListener((message, sender, reply) => {
 });
 
 chrome.storage.onChanged.addListener((changes, area) => {
-  if (area === "local" && changes.options) {
-    continuity.setOptions(changes.options.newValue);
+  if (area === "local" && changes[keys.OPTIONS]) {
+    continuity.setOptions(changes[keys.OPTIONS].newValue);
   }
 });
 
@@ -119,7 +120,7 @@ async function sendCardPolicy(tab) {
     return;
   }
   try {
-    const [tools, options] = await Promise.all([bridge.listTools(), store.get("options", {})]);
+    const [tools, options] = await Promise.all([bridge.listTools(), store.get(keys.OPTIONS, {})]);
     const connector = typeof options.connectorName === "string" && options.connectorName.trim() ? options.connectorName.trim() : DEFAULT_CONNECTOR;
     tabs.post(tab, { type: "cards.policy", connector, tools: tools.map((tool) => tool.name).filter((name) => typeof name === "string") });
   } catch (error) {
@@ -182,19 +183,19 @@ async function pageMessage(tab, message) {
         if (!page?.convKey) {
           throw new QueueError("queue_no_conversation", "Queue needs a conversation page.");
         }
-        await store.update(`queue:${page.convKey}`, [], (queue) => addEntry(queue, message.text, Date.now()));
+        await store.update(keys.queue(page.convKey), [], (queue) => addEntry(queue, message.text, Date.now()));
         continuity.tabs.post(tab, { type: "queued", ok: true });
         continuity.pump(page.convKey);
         break;
       }
       case "queue.clear":
         if (page?.convKey) {
-          await store.remove(`queue:${page.convKey}`);
+          await store.remove(keys.queue(page.convKey));
         }
         break;
       case "auto.set":
         if (page && isScope(page.scope)) {
-          await store.set(`auto:${page.scope}`, Boolean(message.on));
+          await store.set(keys.auto(page.scope), Boolean(message.on));
           continuity.note(page.scope, message.on ? t("noteAutoOn") : t("noteAutoOff"));
           if (message.on) {
             continuity.pumpScope(page.scope);
@@ -301,6 +302,6 @@ async function panelMessage(message) {
   }
 }
 
-store.get("options", {}).then((options) => continuity.setOptions(options));
+store.get(keys.OPTIONS, {}).then((options) => continuity.setOptions(options));
 native.connect();
 follower.start();

@@ -26,6 +26,7 @@ import {
   windowLevel,
 } from "../lib/page-health.js";
 import { t } from "../lib/i18n.js";
+import * as keys from "../lib/storage-keys.js";
 
 const TICK_MS = 1_000;
 
@@ -58,10 +59,10 @@ export class PageHealth {
   }
 
   start() {
-    chrome.storage.local.get("options").then(({ options }) => (this.options = healthOptions(options ?? {})));
+    chrome.storage.local.get(keys.OPTIONS).then((found) => (this.options = healthOptions(found[keys.OPTIONS] ?? {})));
     chrome.storage.onChanged.addListener((changes, area) => {
-      if (area === "local" && changes.options) {
-        this.options = healthOptions(changes.options.newValue ?? {});
+      if (area === "local" && changes[keys.OPTIONS]) {
+        this.options = healthOptions(changes[keys.OPTIONS].newValue ?? {});
       }
     });
     new MutationObserver((records) => {
@@ -93,11 +94,12 @@ export class PageHealth {
   }
 
   get key() {
-    return `health:${this.convKey}`;
+    return keys.health(this.convKey);
   }
 
   async load(convKey) {
-    const found = (await chrome.storage.local.get(`health:${convKey}`))[`health:${convKey}`];
+    const name = keys.health(convKey);
+    const found = (await chrome.storage.local.get(name))[name];
     if (this.convKey !== convKey) {
       return;
     }

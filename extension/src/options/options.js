@@ -2,6 +2,7 @@ import { DEFAULT_OPTIONS, normalizeOptions } from "../lib/progress.js";
 import { rolloverOptions } from "../lib/rollover.js";
 import { healthOptions } from "../lib/page-health.js";
 import { localize, t } from "../lib/i18n.js";
+import * as keys from "../lib/storage-keys.js";
 import { cutCodePoints } from "../lib/text.js";
 
 const HEALTH_FIELDS = ["staleAfterSec", "stalledAfterSec", "stalledWaitSec"];
@@ -11,7 +12,8 @@ document.title = t("optionsTitle");
 const form = document.getElementById("options");
 const fields = Object.keys(DEFAULT_OPTIONS);
 
-chrome.storage.local.get("options").then(({ options }) => {
+chrome.storage.local.get(keys.OPTIONS).then((found) => {
+  const options = found[keys.OPTIONS];
   const values = normalizeOptions(options ?? {});
   for (const name of fields) {
     document.getElementById(name).value = values[name];
@@ -30,7 +32,7 @@ chrome.storage.local.get("options").then(({ options }) => {
 form.addEventListener("submit", async (event) => {
   event.preventDefault();
   const raw = Object.fromEntries(fields.map((name) => [name, document.getElementById(name).value]));
-  const { options: stored } = await chrome.storage.local.get("options");
+  const stored = (await chrome.storage.local.get(keys.OPTIONS))[keys.OPTIONS];
   const rollover = rolloverOptions({
     rolloverAuto: document.getElementById("rolloverAuto").checked,
     rolloverContextTokens: Number(document.getElementById("rolloverContextTokens").value),
@@ -42,6 +44,6 @@ form.addEventListener("submit", async (event) => {
   // The connector's name as ChatGPT shows it on tool cards; empty: the default (background/worker.js).
   const connectorName = cutCodePoints(document.getElementById("connectorName").value.trim(), 100);
   const options = { ...stored, ...normalizeOptions(raw), ...rollover, ...health, connectorName };
-  await chrome.storage.local.set({ options });
+  await chrome.storage.local.set({ [keys.OPTIONS]: options });
   document.getElementById("saved").textContent = t("optSaved");
 });

@@ -10,11 +10,8 @@
 
 import { keepsPending, newKey, pinDrift, pinFromPane, readLines, sendRequest } from "../lib/control.js";
 import { t } from "../lib/i18n.js";
+import { CONTROL_LAST, CONTROL_PENDING, CONTROL_PINNED } from "../lib/storage-keys.js";
 
-const PIN_KEY = "control:pinned";
-const PENDING_KEY = "control:pending";
-/** The last send that was answered (what a retry of a lost answer would repeat). */
-const LAST_KEY = "control:last";
 const $ = (id) => document.getElementById(id);
 
 class RequestError extends Error {
@@ -89,7 +86,7 @@ export class ControlPanel {
   }
 
   async start() {
-    this.pin = await stored(PIN_KEY);
+    this.pin = await stored(CONTROL_PINNED);
     await this.showPending();
     this.renderPin();
   }
@@ -166,10 +163,10 @@ export class ControlPanel {
     this.following = false;
     $("cc-output").textContent = "";
     if (pin) {
-      await chrome.storage.local.set({ [PIN_KEY]: pin });
+      await chrome.storage.local.set({ [CONTROL_PINNED]: pin });
       $("cc-message").textContent = t("ccPinnedMessage", describe(pin));
     } else {
-      await chrome.storage.local.remove(PIN_KEY);
+      await chrome.storage.local.remove(CONTROL_PINNED);
       $("cc-message").textContent = t("ccUnpinnedMessage");
     }
     this.renderTree();
@@ -226,19 +223,19 @@ export class ControlPanel {
       $("cc-message").textContent = error.message;
       return;
     }
-    await chrome.storage.local.set({ [PENDING_KEY]: pending });
+    await chrome.storage.local.set({ [CONTROL_PENDING]: pending });
     await this.deliver(pending);
   }
 
   async retry() {
-    const pending = await stored(PENDING_KEY);
+    const pending = await stored(CONTROL_PENDING);
     if (pending) {
       await this.deliver(pending);
     }
   }
 
   async forget() {
-    await chrome.storage.local.remove(PENDING_KEY);
+    await chrome.storage.local.remove(CONTROL_PENDING);
     await this.showPending();
     $("cc-message").textContent = t("ccForgot");
   }
@@ -249,8 +246,8 @@ export class ControlPanel {
     const what = pending.method === "agent.prompt" ? t("ccPromptTo", pending.body.agent) : t("ccInputTo", pending.body.pane_id);
     try {
       const answer = await request(pending.method, pending.body);
-      await chrome.storage.local.set({ [LAST_KEY]: { ...pending, answered: Date.now() } });
-      await chrome.storage.local.remove(PENDING_KEY);
+      await chrome.storage.local.set({ [CONTROL_LAST]: { ...pending, answered: Date.now() } });
+      await chrome.storage.local.remove(CONTROL_PENDING);
       const key = pending.body.idempotency_key;
       if (answer.idempotent_replay) {
         $("cc-message").textContent = t("ccAlreadyDelivered", what, key);
@@ -262,7 +259,7 @@ export class ControlPanel {
       if (keepsPending(error.code)) {
         $("cc-message").textContent = t("ccNotConfirmed", what, error.code, error.message);
       } else {
-        await chrome.storage.local.remove(PENDING_KEY);
+        await chrome.storage.local.remove(CONTROL_PENDING);
         $("cc-message").textContent = t("ccRefused", what, error.code, error.message);
       }
     } finally {
@@ -273,7 +270,7 @@ export class ControlPanel {
   }
 
   async showPending() {
-    const pending = await stored(PENDING_KEY);
+    const pending = await stored(CONTROL_PENDING);
     $("cc-pending").hidden = !pending;
     if (pending) {
       const target = pending.method === "agent.prompt" ? t("ccTargetAgent", pending.body.agent) : t("ccTargetPane", pending.body.pane_id);
