@@ -16,27 +16,7 @@ import {
   isCallsOnly,
 } from "../src/lib/bridge-protocol.js";
 import { validate } from "../src/lib/bridge-schema.js";
-
-const READ = {
-  name: "herdr_fs_read",
-  description: "Read a file.",
-  inputSchema: {
-    type: "object",
-    properties: { path: { type: "string", minLength: 1 }, limit: { type: "integer", minimum: 1, maximum: 100 } },
-    required: ["path"],
-    additionalProperties: false,
-  },
-  annotations: { readOnlyHint: true },
-};
-const WRITE = {
-  name: "herdr_fs_write",
-  description: "Write a file.",
-  inputSchema: {
-    type: "object",
-    properties: { path: { type: "string" }, content: { type: "string" }, mode: { enum: ["create", "replace"] } },
-    required: ["path", "content"],
-  },
-};
+import { READ, WRITE } from "./sample-tools.js";
 
 test("the prompt is built from the tools given, with the marker first", () => {
   const prompt = protocolPrompt([READ, WRITE]);
