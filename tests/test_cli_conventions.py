@@ -20,7 +20,7 @@ import pytest
 from herdr_mcp import __version__
 from herdr_mcp.cli import DELEGATED, build_parser, main, subcommand_parser
 from herdr_mcp.errors import EXIT_LOCAL, EXIT_REFUSED, EXIT_USAGE
-from herdr_mcp.service.fence import set_fence
+from herdr_mcp.generations.fence import set_fence
 
 CLI = [sys.executable, "-m", "herdr_mcp"]
 

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from herdr_mcp.layout import FENCE_FILE
-from herdr_mcp.service.fence import (
+from herdr_mcp.generations.fence import (
     Fence,
     FenceSet,
     check_fence,
@@ -19,6 +18,7 @@ from herdr_mcp.service.fence import (
     read_fence,
     set_fence,
 )
+from herdr_mcp.layout import FENCE_FILE
 
 WHEN = datetime.datetime(2026, 11, 29, 19, 0, tzinfo=datetime.UTC)
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from herdr_mcp.generations import Generation, GenerationStore
+from herdr_mcp.generations.control import GenerationStateError
+from herdr_mcp.generations.installed import record_services_executable, services_executable
 from herdr_mcp.generations.registry import register
 from herdr_mcp.records import FailRule, RecordInvalid, RecordKind, atomic_write
-from herdr_mcp.service.installed import record_services_executable, services_executable
-from herdr_mcp.service.units import ServiceError
 from herdr_mcp.update.apply import UpdatePaths
 from herdr_mcp.update.housekeeping import retire
 
@@ -39,7 +39,7 @@ def _managed(config: Path, name: str, port: int) -> Generation:
 def test_a_corrupt_services_record_stops_retiring_generations(tmp_path: Path, content: bytes) -> None:
     _managed(tmp_path, "B", 9101)
     (tmp_path / "services.json").write_bytes(content)
-    with pytest.raises(ServiceError) as refused:
+    with pytest.raises(GenerationStateError) as refused:
         retire(UpdatePaths(tmp_path))
     assert refused.value.code == "services_record_invalid"
     assert (tmp_path / "runtimes" / "B" / "venv" / "bin" / "herdr-mcp").is_file()

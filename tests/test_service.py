@@ -23,7 +23,7 @@ from herdr_mcp.cli.service import main, rollback_main
 from herdr_mcp.contract import contract_identity
 from herdr_mcp.errors import EXIT_LOCAL, EXIT_REFUSED
 from herdr_mcp.generations import ControlFile, Generation, GenerationStore, Observation, activate
-from herdr_mcp.service.fence import read_fence, set_fence
+from herdr_mcp.generations.fence import read_fence, set_fence
 from herdr_mcp.service.install import UNINSTALL_REASON
 from herdr_mcp.service.rollback import ROLLBACK_FILE, read_rollback
 from herdr_mcp.service.units import (

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from herdr_mcp import __version__
+from herdr_mcp.generations.fence import set_fence
 from herdr_mcp.layout import SETTINGS_FILE
 from herdr_mcp.release.minisign import load_pinned_keys
-from herdr_mcp.service.fence import set_fence
 from herdr_mcp.update.admission import AdmissionPolicy, LocalIdentity
 from herdr_mcp.update.apply import DEV_PLANE_MARKER
 from herdr_mcp.update.auto import (

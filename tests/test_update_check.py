@@ -16,8 +16,8 @@ import pytest
 
 from herdr_mcp.contract import ContractIdentity
 from herdr_mcp.errors import EXIT_LOCAL, EXIT_REFUSED
+from herdr_mcp.generations.fence import clear_fence, set_fence
 from herdr_mcp.release.verification import PROVENANCE_BUNDLE_NAME, SIGNATURE_NAME, SIGSTORE_BUNDLE_NAME
-from herdr_mcp.service.fence import clear_fence, set_fence
 from tests.published_release import BUNDLE, REPOSITORY, REPOSITORY_ID, TAG, VERSION, Trust, publish
 from tests.repository_sim import ReleaseRepositorySimulator
 from tests.sigstore_stack import SigstoreStack

@@ -47,7 +47,8 @@ from herdr_mcp.cli.arguments import CommandParser, dir_path, existing_dir, port,
 from herdr_mcp.cli.service import build_parser as build_service_parser
 from herdr_mcp.dev.plane import DevPlaneError, read_plane, source_provenance, start_checkout
 from herdr_mcp.errors import HerdrMcpError, LocalFault, RefusedFault, UsageFault
-from herdr_mcp.generations.control import Generation
+from herdr_mcp.generations.control import Generation, GenerationStateError
+from herdr_mcp.generations.installed import services_executable
 from herdr_mcp.generations.process import (
     check_serve_args,
     is_managed,
@@ -63,9 +64,7 @@ from herdr_mcp.link.edge_device import read_device
 from herdr_mcp.local_http import local_client
 from herdr_mcp.progress import printable_steps
 from herdr_mcp.service.detached import DetachedLink, running_link, start_link, stop_link
-from herdr_mcp.service.installed import services_executable
 from herdr_mcp.service.origin import InstallOrigin, install_origin
-from herdr_mcp.service.units import ServiceError
 from herdr_mcp.terminal import printable
 from herdr_mcp.update.apply import UpdatePaths, start_and_activate, update_lock
 from herdr_mcp.update.auto import skip_reason
@@ -481,7 +480,7 @@ def stop_run(argv: list[str]) -> int:
     note = None
     try:
         installed = services_executable(config_dir) is not None
-    except ServiceError:
+    except GenerationStateError:
         installed = True  # a record that is there but unreadable: services were installed
     if installed:
         note = (

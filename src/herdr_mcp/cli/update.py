@@ -30,9 +30,9 @@ from typing import Any
 from herdr_mcp import __version__
 from herdr_mcp.cli.arguments import CommandParser, run_guarded, with_json
 from herdr_mcp.errors import EXIT_REFUSED, InternalFault
+from herdr_mcp.generations.fence import check_fence
 from herdr_mcp.generations.process import check_serve_args
 from herdr_mcp.layout import SETTINGS_FILE, default_config_dir
-from herdr_mcp.service.fence import check_fence
 from herdr_mcp.terminal import error_line, printable
 from herdr_mcp.update.admission import AlreadyCurrent, LocalIdentity, TrustedRelease
 from herdr_mcp.update.apply import (

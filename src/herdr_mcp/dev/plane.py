@@ -91,14 +91,14 @@ from typing import Any
 from herdr_mcp.contract import ContractIdentity
 from herdr_mcp.errors import RefusedFault
 from herdr_mcp.generations.control import Generation, GenerationError, parse_contract
+from herdr_mcp.generations.fence import check_fence
 from herdr_mcp.generations.gate import ActivationResult
+from herdr_mcp.generations.installed import services_executable
 from herdr_mcp.generations.process import in_runtime_dir, is_managed
 from herdr_mcp.layout import CONFIG_DIR_ENV, Layout, default_config_dir
 from herdr_mcp.records import atomic_write, load_strict, read_capped
 from herdr_mcp.release.build import build, commit_time
 from herdr_mcp.release.bundle import bundle, load_release_config
-from herdr_mcp.service.fence import check_fence
-from herdr_mcp.service.installed import services_executable
 from herdr_mcp.state.store import StateError, schema_of
 from herdr_mcp.update.apply import (
     DEV_PLANE_MARKER,

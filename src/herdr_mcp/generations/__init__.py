@@ -2,7 +2,9 @@
 
 A generation is a running `herdr-mcp serve` on a loopback port. `control` owns the two files
 (`runtime-control.json`, `runtime-status.json`); `gate` decides whether a generation may take
-traffic and records the switch (`herdr-mcp generation ...` is `cli/generation.py`). Starting the processes is
+traffic and records the switch (`herdr-mcp generation ...` is `cli/generation.py`); `fence` is
+the update fence and `installed` the record of the executable the services run (both written by
+`service`, read by the updater and the DEV plane). Starting the processes is
 someone else's job: the gate only talks to what already runs.
 """
 

@@ -35,10 +35,10 @@ from urllib.parse import urlsplit
 
 from herdr_mcp.errors import RefusedFault, UsageFault
 from herdr_mcp.generations import ActivationResult, GenerationError, GenerationStore, TokenReader, activate
+from herdr_mcp.generations.fence import clear_fence, read_fence, set_fence
+from herdr_mcp.generations.installed import clear_services_executable, record_services_executable
 from herdr_mcp.generations.process import is_managed
 from herdr_mcp.layout import Layout
-from herdr_mcp.service.fence import clear_fence, read_fence, set_fence
-from herdr_mcp.service.installed import clear_services_executable, record_services_executable
 from herdr_mcp.service.origin import install_origin
 from herdr_mcp.service.rollback import discard_rollback, read_rollback, record_rollback, rollback_service
 from herdr_mcp.service.units import (

@@ -35,9 +35,9 @@ from typing import Any
 
 from herdr_mcp.generations import ActivationResult, GenerationError, GenerationStore, TokenReader, activate
 from herdr_mcp.generations.control import check_generation_id
+from herdr_mcp.generations.fence import check_fence
 from herdr_mcp.layout import SERVICE_ROLLBACK_FILE, Layout
 from herdr_mcp.records import FailRule, RecordKind, atomic_write, read_capped
-from herdr_mcp.service.fence import check_fence
 from herdr_mcp.service.units import (
     JOBS,
     LABEL_PREFIX,

@@ -48,6 +48,7 @@ from typing import Any, TextIO
 from packaging.version import Version
 
 from herdr_mcp.generations.control import Generation, GenerationError, GenerationStore
+from herdr_mcp.generations.fence import check_fence
 from herdr_mcp.generations.gate import ActivationResult, activate
 from herdr_mcp.generations.process import (
     is_managed,
@@ -61,7 +62,6 @@ from herdr_mcp.generations.registry import register, remove
 from herdr_mcp.layout import DEV_PLANE_FILE, Layout
 from herdr_mcp.release.manifest import RuntimeManifest
 from herdr_mcp.release.verification import trust_root_warning
-from herdr_mcp.service.fence import check_fence
 from herdr_mcp.update.admission import AdmissionPolicy, AlreadyCurrent, LocalIdentity, TrustedRelease
 from herdr_mcp.update.check import CheckResult, check_for_update, fetch_and_admit, pinned_release_files
 from herdr_mcp.update.discovery import DiscoveryConfig, NoCandidate

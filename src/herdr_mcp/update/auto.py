@@ -37,9 +37,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from herdr_mcp.errors import UsageFault
+from herdr_mcp.generations.fence import read_fence
 from herdr_mcp.layout import SETTINGS_FILE, Layout
 from herdr_mcp.records import FailRule, RecordInvalid, RecordKind
-from herdr_mcp.service.fence import read_fence
 from herdr_mcp.update.admission import AlreadyCurrent, TrustedRelease
 from herdr_mcp.update.apply import DEV_PLANE_MARKER, UpdateReport
 from herdr_mcp.update.check import CheckResult

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from herdr_mcp.generations.control import MAX_GENERATIONS, GenerationError
 from herdr_mcp.generations.gate import recover_interrupted
+from herdr_mcp.generations.installed import services_executable
 from herdr_mcp.generations.process import (
     START_MARKER,
     in_runtime_dir,
@@ -22,7 +23,6 @@ from herdr_mcp.generations.process import (
     tagged_generations,
 )
 from herdr_mcp.generations.registry import remove
-from herdr_mcp.service.installed import services_executable
 from herdr_mcp.update.staging import JOB_PREFIX
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ def forget(paths: UpdatePaths, generation: str) -> None:
 
 def retire(paths: UpdatePaths, keep: Sequence[str] = ()) -> list[str]:
     """Stop, forget and delete our generations that are neither active nor previous nor in
-    `keep`, nor the one whose venv the installed services run from (`service/installed.py`)."""
+    `keep`, nor the one whose venv the installed services run from (`generations/installed.py`)."""
     store = paths.generations
     kept = protected(paths) | set(keep)
     retired = []

@@ -4,19 +4,22 @@ Written by `service install` after the jobs loaded, removed by `service uninstal
 reads it so that it never retires the generation whose venv holds that executable: the link,
 the runtime job (`generation up`) and the daily update job run from it, and would fail at their
 next start if that venv were deleted. No secrets; 0600 like every file herdr-mcp writes there.
+It lives with the generations, not the services: it says which generation must not be retired,
+and its readers (`update`, the DEV plane, `start`) sit above `service` or beside it.
 
 The record fails closed (`records.FailRule.CLOSED`): a file that is present but unreadable or
-malformed raises `ServiceError("services_record_invalid")`, so an update or a DEV sync refuses
-before it retires anything, instead of reading "no services" and deleting the venv they run from.
+malformed raises `GenerationStateError("services_record_invalid")` (exit 4), so an update or a
+DEV sync refuses before it retires anything, instead of reading "no services" and deleting the
+venv they run from.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from herdr_mcp.generations.control import GenerationStateError
 from herdr_mcp.layout import SERVICES_FILE, Layout
 from herdr_mcp.records import FailRule, RecordInvalid, RecordKind
-from herdr_mcp.service.units import ServiceError
 
 SERVICES_RECORD = RecordKind(SERVICES_FILE, max_bytes=16 * 1024, fail=FailRule.CLOSED)
 
@@ -32,7 +35,7 @@ def clear_services_executable(config_dir: Path) -> None:
 def services_executable(config_dir: Path) -> Path | None:
     """The executable the installed services run, or None when no services are recorded.
 
-    Raises `ServiceError("services_record_invalid")` for a file that is there but unreadable or
+    Raises `GenerationStateError("services_record_invalid")` for a file that is there but unreadable or
     not `{"executable": "<path>"}` (fail closed: see the module docstring)."""
     path = Layout(config_dir).services_file
     try:
@@ -47,8 +50,8 @@ def services_executable(config_dir: Path) -> Path | None:
     return Path(value)
 
 
-def _invalid(path: Path, detail: str) -> ServiceError:
-    return ServiceError(
+def _invalid(path: Path, detail: str) -> GenerationStateError:
+    return GenerationStateError(
         "services_record_invalid",
         f"{detail}; nothing is retired while it is unreadable: run `herdr-mcp service install` to "
         f"rewrite it (or remove {path} if no services are installed)",

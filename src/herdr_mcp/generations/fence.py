@@ -7,6 +7,10 @@ refuses with `FenceSet` (code `update_fenced`), naming the reason and when it wa
 The fence is `<config dir>/update-fence.json`, 0600, written atomically:
 `{"schema_version": 1, "reason": "...", "set_at": "2026-11-29T19:00:00.000Z"}`. A fence file that
 exists but cannot be read or parsed still fences (`FailRule.CLOSED`): its reason then says so.
+
+It lives with the generations: it fences every change of which generation runs that the
+workstation makes by itself (`update`, `update auto`, `dev sync`, the macOS service rollback).
+`service` writes it and `update` and `dev` read it, so it sits below both of them.
 """
 
 from __future__ import annotations
