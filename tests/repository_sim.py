@@ -278,6 +278,14 @@ class ReleaseRepositorySimulator:
         self._ca.configure_trust(context)
         return context
 
+    def update_flags(self, repository_id: int) -> list[str]:
+        """The `herdr-mcp update` flags that point discovery and downloads here."""
+        return [
+            "--repository", self.repository, "--repository-id", str(repository_id),
+            "--api-url", self.api_base_url, "--ca-file", str(self.ca_file),
+            *(f"--allowed-host={host}" for host in sorted(self.hosts)),
+        ]  # fmt: skip
+
     @property
     def hosts(self) -> frozenset[str]:
         return frozenset({self.api_host, self.download_host})

@@ -14,6 +14,7 @@ database every time: the table is printed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -34,7 +35,7 @@ from herdr_mcp.link.drain import DRAIN_ACK_FILE, DRAIN_FILE, Drain, may_mutate, 
 from herdr_mcp.records import atomic_write
 from herdr_mcp.release.minisign import keygen
 from herdr_mcp.state import STATE_SCHEMA
-from herdr_mcp.state.backup import backup_database, rows_beyond
+from herdr_mcp.state.backup import backup_database, changes_since, rows_beyond
 from herdr_mcp.state.store import StateStore, schema_of
 from herdr_mcp.update.apply import UpdatePaths
 from tests.link_harness import Link, running_link
@@ -149,6 +150,34 @@ def test_the_backup_of_a_database_being_written_is_one_consistent_state(tmp_path
     assert rows_beyond(source, tmp_path / "copy.db") == {"events": total - count}
 
 
+def test_the_changes_since_a_baseline_count_added_changed_and_deleted_rows(tmp_path: Path) -> None:
+    baseline, newer = tmp_path / "baseline.db", tmp_path / "newer.db"
+    with contextlib.closing(sqlite3.connect(baseline)) as conn, conn:
+        conn.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT, tag TEXT)")
+        conn.execute("CREATE TABLE kept (x)")
+        conn.execute("CREATE TABLE widened (a)")
+        conn.executemany("INSERT INTO notes (body, tag) VALUES (?, ?)", [(f"n{i}", None) for i in range(10)])
+        conn.executemany("INSERT INTO kept VALUES (?)", [(i,) for i in range(3)])
+        conn.executemany("INSERT INTO widened VALUES (?)", [(i,) for i in range(4)])
+    backup_database(baseline, newer)
+    with contextlib.closing(sqlite3.connect(newer)) as conn, conn:
+        conn.execute("INSERT INTO notes (body) VALUES ('new'), ('newer')")
+        conn.execute("UPDATE notes SET tag = 'x' WHERE id = 2")  # NULL -> 'x' is a change
+        conn.execute("UPDATE notes SET body = body WHERE id = 3")  # written, unchanged: not counted
+        conn.execute("DELETE FROM notes WHERE id IN (4, 5, 6)")
+        conn.execute("CREATE TABLE fresh (y)")
+        conn.execute("INSERT INTO fresh VALUES (1)")
+        conn.execute("ALTER TABLE widened ADD COLUMN b")
+        conn.execute("INSERT INTO widened VALUES (9, 9)")
+    assert changes_since(newer, baseline) == {
+        "notes": {"added": 2, "changed": 1, "deleted": 3},
+        "fresh": {"added": 1},
+        # Columns differ: new rowids are added, every older row counts as changed.
+        "widened": {"added": 1, "changed": 4},
+    }
+    assert changes_since(baseline, baseline) == {}
+
+
 # --- what the supervisor leaves alone ------------------------------------------------------------
 
 
@@ -234,10 +263,8 @@ class Workstation:
     def command(self, *extra: str) -> list[str]:
         return [
             str(self.v1_herdr_mcp), "update", *extra, "--json", *self.releases.sigstore,
-            "--repository", REPOSITORY, "--repository-id", str(REPOSITORY_ID),
-            "--api-url", self.sim.api_base_url, "--ca-file", str(self.sim.ca_file),
-            *(f"--allowed-host={host}" for host in sorted(self.sim.hosts)),
-            "--keys", str(self.releases.keys), "--config-dir", str(self.config),
+            *self.sim.update_flags(REPOSITORY_ID), "--keys", str(self.releases.keys),
+            "--config-dir", str(self.config),
         ]  # fmt: skip
 
     def run(self, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -333,9 +360,35 @@ def test_major_apply_migrates_a_copy_activates_v2_and_major_rollback_restores_v1
     assert [path.name for path in (ws.config / "runtimes").iterdir()] == [V1]
     assert ws.store.read_status().active == V1
 
-    done = ws.run("major-apply")
-    applied = _answer(done)
-    assert "v1 drained (the link confirmed)" in done.stderr, done.stderr  # the link's own ack
+    # The foreground command is killed as soon as its worker speaks: the job goes on without it.
+    foreground = subprocess.Popen(
+        ws.command("major-apply"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()
+    )
+    assert foreground.stderr is not None and foreground.stdout is not None
+    # Killed once the worker holds the update lock (it says so by admitting the release), so
+    # the major-status polls below never take the lock from under it.
+    first = ""
+    for line in foreground.stderr:
+        if line.startswith("admitted herdr-mcp"):
+            first = line
+            break
+    foreground.kill()
+    foreground.wait(timeout=30)
+    foreground.stdout.close()
+    foreground.stderr.close()
+    print("killed the foreground major-apply after its worker said:", first.strip())
+    assert first, "the worker never spoke"
+    assert not (ws.config / "update" / "major.json").exists()  # not migrated when it was killed
+    wait_until(
+        lambda: _answer(ws.run("major-status"))["status"] == "activated",
+        "the worker to finish the job on its own",
+        timeout=900,
+    )
+    logs = sorted((ws.config / "update" / "major").glob("worker-*.log"))
+    outs = sorted((ws.config / "update" / "major").glob("worker-*.out"))
+    assert len(logs) == len(outs) == 1
+    applied = json.loads(outs[0].read_text())
+    assert "v1 drained (the link confirmed)" in logs[0].read_text()  # the link's own ack
     print("major-apply:", applied["summary"], applied["job"]["measures"])
     assert applied["status"] == "activated"
     v2 = applied["job"]["v2"]
@@ -359,14 +412,36 @@ def test_major_apply_migrates_a_copy_activates_v2_and_major_rollback_restores_v1
     assert rolled.returncode != 0
     assert "major_rollback_required" in rolled.stderr and "major-rollback" in rolled.stderr, rolled.stderr
     assert ws.store.read_status().active == v2
+    # So is `dev rollback` of a DEV plane whose pinned PROD is v1 (its marker from before the
+    # migration): the way back is the snapshot, not v1 on the migrated database.
+    from herdr_mcp.contract import contract_identity
+    from herdr_mcp.dev.plane import DevPlane, PinnedProd, _write_plane, installed_checksum, marker_path
 
-    # Written on v2 after the migration: lost by major-rollback, and counted.
-    with sqlite3.connect(ws.state) as conn:
+    pin = PinnedProd(
+        V1, str(ws.v1_herdr_mcp), "1.0.0", contract_identity(), installed_checksum(ws.v1_herdr_mcp)
+    )
+    _write_plane(ws.config, DevPlane(pin, None, {}, "2026-12-01T00:00:00Z"))
+    dev_back = subprocess.run(
+        [str(ws.v1_herdr_mcp), "dev", "--config-dir", str(ws.config), "rollback"],
+        capture_output=True,
+        text=True,
+        env=_env(),
+    )
+    print("dev rollback after the migration:", dev_back.returncode, dev_back.stderr.strip())
+    assert dev_back.returncode != 0
+    assert "major_rollback_required" in dev_back.stderr and "major-rollback" in dev_back.stderr
+    assert ws.store.read_status().active == v2 and ws.serves()
+    marker_path(ws.config).unlink()
+
+    # Written on v2 after the migration: lost by major-rollback, and counted by kind.
+    with contextlib.closing(sqlite3.connect(ws.state)) as conn, conn:
         conn.execute("INSERT INTO events (name, workspace_id, data_json, at) VALUES ('after', NULL, '{}', 2)")
+        conn.execute("UPDATE events SET data_json = '{\"written\": \"on v2\"}' WHERE name = 'major_marker'")
     back = _answer(ws.run("major-rollback"))
-    print("major-rollback:", back["summary"])
+    print("major-rollback:", back["summary"], back["lost_changes"])
     assert back["status"] == "rolled_back"
-    assert back["lost_rows"].get("events", 0) >= 1
+    assert back["lost_changes"]["events"].get("added", 0) >= 1
+    assert back["lost_changes"]["events"].get("changed") == 1  # the marker row, changed on v2
     assert ws.store.read_status().active == V1
     assert schema_of(ws.state) == STATE_SCHEMA
     assert ws.marker_rows() == 1

@@ -35,9 +35,7 @@ def _check(
 ) -> subprocess.CompletedProcess[str]:
     command = [
         sys.executable, "-m", "herdr_mcp", "update", *(mode or ("--check",)), "--json",
-        "--repository", REPOSITORY, "--repository-id", str(REPOSITORY_ID), "--api-url", sim.api_base_url,
-        *(f"--allowed-host={host}" for host in sorted(sim.hosts)), "--ca-file", str(sim.ca_file),
-        *trust.flags(), "--config-dir", str(tmp / "config"),
+        *sim.update_flags(REPOSITORY_ID), *trust.flags(), "--config-dir", str(tmp / "config"),
     ]  # fmt: skip
     return subprocess.run(command, capture_output=True, text=True, timeout=60)
 

@@ -100,10 +100,7 @@ class Workstation:
 
     def update_command(self, *extra: str) -> list[str]:
         return [
-            str(self.v1_herdr_mcp), "update", "--json", *self.sigstore,
-            "--repository", REPOSITORY, "--repository-id", str(REPOSITORY_ID),
-            "--api-url", self.sim.api_base_url, "--ca-file", str(self.sim.ca_file),
-            *(f"--allowed-host={host}" for host in sorted(self.sim.hosts)),
+            str(self.v1_herdr_mcp), "update", "--json", *self.sigstore, *self.sim.update_flags(REPOSITORY_ID),
             "--keys", str(self.keys), "--config-dir", str(self.config), *extra,
         ]  # fmt: skip
 

@@ -68,9 +68,7 @@ def _update(
 ) -> subprocess.CompletedProcess[str]:
     flags = ["--keys", str(trust.keys), *(trust.sigstore if sigstore is None else sigstore)]
     command = [
-        sys.executable, "-m", "herdr_mcp", "update", *mode, "--json",
-        "--repository", REPOSITORY, "--repository-id", str(REPOSITORY_ID), "--api-url", sim.api_base_url,
-        *(f"--allowed-host={host}" for host in sorted(sim.hosts)), "--ca-file", str(sim.ca_file),
+        sys.executable, "-m", "herdr_mcp", "update", *mode, "--json", *sim.update_flags(REPOSITORY_ID),
         *flags, "--config-dir", str(config),
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}

@@ -94,6 +94,7 @@ from herdr_mcp.generations.control import Generation, GenerationError, parse_con
 from herdr_mcp.generations.fence import check_fence
 from herdr_mcp.generations.gate import ActivationResult
 from herdr_mcp.generations.installed import services_executable
+from herdr_mcp.generations.migrated import check_activation_target
 from herdr_mcp.generations.process import in_runtime_dir, is_managed
 from herdr_mcp.layout import CONFIG_DIR_ENV, Layout, default_config_dir
 from herdr_mcp.records import atomic_write, load_strict, read_capped
@@ -306,7 +307,13 @@ def _with_config_dir(config_dir: Path) -> str:
 
 
 def _check_database_for_prod(paths: UpdatePaths, pin: PinnedProd, prod: int, active: str | None) -> None:
-    """`dev_state_schema_ahead` when `state.db` is at a schema the pinned PROD cannot open."""
+    """`major_rollback_required` when a major migration left the pinned PROD behind (its snapshot
+    is the way back), else `dev_state_schema_ahead` when `state.db` is at a schema the pinned PROD
+    cannot open."""
+    try:
+        check_activation_target(paths.config_dir, pin.generation)
+    except GenerationError as exc:
+        raise DevPlaneError(exc.code, f"{exc.message}; nothing was changed") from None
     found = database_schema(paths.config_dir)
     if found is None or found <= prod:
         return

@@ -4,7 +4,8 @@
 `sqlite3.Connection.backup` (the online backup API): the copy is one consistent committed state,
 written to a new 0600 file beside its final name and moved into place. `rows_beyond` counts,
 per table, the rows of one database whose rowid is above the highest rowid of the same table in
-another (what was added since a snapshot; changed older rows are not counted).
+another (what was added since a snapshot; changed older rows are not counted); `changes_since`
+counts, per table, the rows added, changed and deleted between two databases of one schema.
 """
 
 from __future__ import annotations
@@ -88,3 +89,56 @@ def rows_beyond(newer: Path, snapshot: Path) -> dict[str, int]:
             if count:
                 counts[name] = int(count)
     return counts
+
+
+def _columns(conn: sqlite3.Connection, schema: str, table: str) -> list[str]:
+    quoted = '"' + table.replace('"', '""') + '"'
+    return [str(row[1]) for row in conn.execute(f"PRAGMA {schema}.table_info({quoted})").fetchall()]
+
+
+def changes_since(newer: Path, baseline: Path) -> dict[str, dict[str, int]]:
+    """Per table, the rows of `newer` added, changed and deleted since `baseline` (rows matched by
+    rowid, every column compared, NULLs equal); tables without a change are left out. A table only
+    `newer` has counts all its rows as added; one whose columns differ counts its rows whose
+    rowid is new as added and the rest of `newer`'s rows as changed."""
+    counts: dict[str, dict[str, int]] = {}
+    with contextlib.closing(_connect_ro(newer)) as conn:
+        conn.execute("ATTACH DATABASE ? AS base", (f"file:{quote(str(baseline))}?mode=ro",))
+        old_tables = set(_rowid_tables_in(conn, "base"))
+        for name in _rowid_tables_in(conn, "main"):
+            quoted = '"' + name.replace('"', '""') + '"'
+            table = f"main.{quoted}"
+            if name not in old_tables:
+                (added,) = conn.execute(f"SELECT count(*) FROM {table}").fetchone()  # noqa: S608
+                changed = deleted = 0
+            else:
+                old = f"base.{quoted}"
+                # Identifiers from sqlite_master, quoted: not user input.
+                new_rows = f"SELECT count(*) FROM {table} WHERE rowid NOT IN (SELECT rowid FROM {old})"  # noqa: S608
+                gone_rows = f"SELECT count(*) FROM {old} WHERE rowid NOT IN (SELECT rowid FROM {table})"  # noqa: S608
+                (added,) = conn.execute(new_rows).fetchone()
+                (deleted,) = conn.execute(gone_rows).fetchone()
+                if _columns(conn, "main", name) == _columns(conn, "base", name):
+                    differ = f"SELECT rowid, * FROM {table} EXCEPT SELECT rowid, * FROM {old}"  # noqa: S608
+                    (count,) = conn.execute(f"SELECT count(*) FROM ({differ})").fetchone()  # noqa: S608
+                    changed = int(count) - int(added)
+                else:
+                    (total,) = conn.execute(f"SELECT count(*) FROM {table}").fetchone()  # noqa: S608
+                    changed = int(total) - int(added)
+            found = {"added": int(added), "changed": int(changed), "deleted": int(deleted)}
+            if any(found.values()):
+                counts[name] = {kind: count for kind, count in found.items() if count}
+    return counts
+
+
+def _rowid_tables_in(conn: sqlite3.Connection, schema: str) -> list[str]:
+    """The ordinary tables with a rowid of one attached database."""
+    names = []
+    for name, sql in conn.execute(
+        f"SELECT name, sql FROM {schema}.sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"  # noqa: S608
+    ).fetchall():
+        text = str(sql or "").upper()
+        if text.startswith("CREATE VIRTUAL") or "WITHOUT ROWID" in text:
+            continue
+        names.append(str(name))
+    return names

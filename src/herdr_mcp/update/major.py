@@ -19,19 +19,21 @@ phase is recovered by the next `major-apply`, `major-status` or `major-rollback`
 5. `gating`: the gate's checks (health, version, real tools/list, contract) on v2 running on the
    copy; then v2 stops.
 6. `swapping`: v1 stops; v1's database moves to `<job>/v1-final.db` and the migrated copy takes
-   its place as `<config>/state.db` (the PROD database stays where every command finds it).
+   its place as `<config>/state.db` (the PROD database stays where every command finds it); a
+   copy of it is kept as `<job>/migrated.db`.
 7. `activating`: v2 starts on it and is activated through the gate; `activated` ends the job,
    `update/major.json` records the migration (for the rollback guards and `major-rollback`).
 
 Any failure before `activated` puts v1's own file back (untouched since v1 closed it), starts v1
 again where it was stopped, ends the drain and ends the job `failed` with the cause.
 
-After a migration, `generation rollback` (and `herdr-mcp rollback`) to the generation at the old
-schema is refused (`major_rollback_required`, `check_rollback_target`): v1 cannot open the
-migrated database. `major-rollback` stops v2, keeps its database as `<job>/v2-final.db`, restores
-the snapshot with the online backup, starts and activates v1, and reports what is lost: for each
-table, the rows of v2's database beyond the snapshot's highest rowid (rows added since the
-snapshot; changes to older rows are not counted).
+After a migration, `generation rollback` (and `herdr-mcp rollback`, `dev rollback`) to the
+generation at the old schema is refused (`major_rollback_required`, generations/migrated.py): v1
+cannot open the migrated database. `major-rollback` stops v2, keeps its database as
+`<job>/v2-final.db`, restores the snapshot with the online backup, starts and activates v1, and
+reports what is lost: for each table, the rows v2 added, changed and deleted since the
+migration, counted against `<job>/migrated.db`, the migrated database as v2 first opened it
+(kept at the swap; both at v2's schema, so every column compares).
 
 Codes: `major_not_needed` (the release migrates nothing: use `update`), `major_no_active`,
 `major_state_location` (v1 does not run on `<config>/state.db`), `major_drain_timeout`,
@@ -63,7 +65,7 @@ from herdr_mcp.generations.process import (
 from herdr_mcp.layout import LINK_PID_FILE, Layout
 from herdr_mcp.link.drain import DRAIN_ACK_FILE, DRAIN_ACK_RECORD, DRAIN_FILE, DRAIN_RECORD
 from herdr_mcp.records import FailRule, RecordInvalid, RecordKind
-from herdr_mcp.state.backup import backup_database, rows_beyond
+from herdr_mcp.state.backup import backup_database, changes_since, rows_beyond
 from herdr_mcp.state.store import schema_of
 from herdr_mcp.update.admission import TrustedRelease
 from herdr_mcp.update.errors import LocalStateError, UpdateRefused
@@ -369,6 +371,8 @@ def apply_major(
         stop_runtime(runtimes / v1.generation)
         _move_db(state, job_dir / "v1-final.db")
         _move_db(copy, state)
+        # The migrated database as v2 first opens it: major-rollback tells what v2 wrote by it.
+        backup_database(state, job_dir / "migrated.db")
         _save(config_dir, job, "activating")
         _failpoint("activating")
         result = activate_candidate(spec, v1_args)
@@ -510,7 +514,12 @@ def major_rollback(config_dir: Path, *, say: Callable[[str], None] = lambda _: N
     stop_runtime(runtimes / v2)
     kept = snapshot.parent / "v2-final.db"
     _move_db(state, kept)
-    lost = rows_beyond(kept, snapshot)
+    baseline = snapshot.parent / "migrated.db"
+    if baseline.is_file():
+        changes = changes_since(kept, baseline)
+    else:  # a migration recorded before the baseline was kept: added rows only
+        changes = {name: {"added": count} for name, count in rows_beyond(kept, snapshot).items()}
+    lost = {name: sum(kinds.values()) for name, kinds in changes.items()}
     backup_database(snapshot, state)
     done_path = done_file(config_dir)
     os.replace(done_path, snapshot.parent / "major-rolled-back.json")
@@ -522,14 +531,18 @@ def major_rollback(config_dir: Path, *, say: Callable[[str], None] = lambda _: N
         remove(store, v2)
     shutil.rmtree(runtimes / v2, ignore_errors=True)
     total = sum(lost.values())
+    kinds = {kind: sum(c.get(kind, 0) for c in changes.values()) for kind in ("added", "changed", "deleted")}
     return {
         "status": "rolled_back",
         "summary": (
             f"generation {v1} is active again on the snapshot "
             f"(state schema {done.get('state_schema_from')}); "
-            f"{total} row(s) written since the snapshot are not in it (kept in {kept})"
+            f"{total} row(s) written since the migration are not in it "
+            f"({kinds['added']} added, {kinds['changed']} changed, {kinds['deleted']} deleted; "
+            f"v2's database is kept in {kept})"
         ),
         "lost_rows": lost,
+        "lost_changes": changes,
         "kept": str(kept),
     }
 

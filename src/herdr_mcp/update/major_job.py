@@ -80,8 +80,9 @@ def run_major_apply(
         target = host_target()
         asset = release.asset_for(target)
         generation = _new_generation_id(release.manifest.version)
-        # Room for the staging job and the venv, and for the snapshot and the candidate's copy of
-        # state.db (each up to its size, WAL included), before anything is written.
+        # Room for the staging job and the venv, and for the snapshot, the candidate's copy of
+        # state.db and the migrated baseline kept for major-rollback's count (each up to its size,
+        # WAL included), before anything is written.
         state = Layout(paths.config_dir).state_file
         database = sum(p.stat().st_size for p in (state, state.with_name(state.name + "-wal")) if p.is_file())
         check_room(
@@ -91,6 +92,7 @@ def run_major_apply(
             (
                 SpaceNeed(paths.jobs, database, "the snapshot of state.db"),
                 SpaceNeed(paths.runtimes, database, "the candidate's copy of state.db to migrate"),
+                SpaceNeed(paths.jobs, database, "the migrated database as v2 first opens it"),
             ),
         )
         staged = stage(
