@@ -18,6 +18,7 @@ import concurrent.futures
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -44,6 +45,18 @@ GIT_ENV = {
     "GIT_COMMITTER_EMAIL": "test@example.invalid",
 }
 START_TIMEOUT_S = 30.0
+
+
+def path_without_rg(tmp: Path) -> str:
+    """A PATH holding only git (a link in `tmp/bin`): the runtime has no ripgrep there and uses
+    its Python grep engine."""
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir()
+    git_program = shutil.which("git")
+    assert git_program is not None
+    (bin_dir / "git").symlink_to(git_program)
+    assert shutil.which("rg", path=str(bin_dir)) is None
+    return str(bin_dir)
 
 
 def git(repo: Path, *args: str) -> str:

@@ -12,7 +12,6 @@ import asyncio
 import os
 import shutil
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -20,24 +19,13 @@ import pytest
 
 from herdr_mcp.runtime.grep.query import GREP_TIMEOUT_S
 from herdr_mcp.sim import SimConfig, SimulatorThread
-from tests.runtime_harness import call_tool, in_process_runtime, make_repo, running_runtime
+from tests.runtime_harness import call_tool, in_process_runtime, make_repo, path_without_rg, running_runtime
 from tests.sim_helpers import run, short_tmp_dir
 
 # On a loaded 2-core machine the runtime may answer a little after the deadline it enforced.
 DEADLINE_SLACK_S = 10.0
 # A /health answer slower than this during a grep means the grep starves the server.
 HEALTH_ANSWER_S = 5.0
-
-
-def _path_without_rg(tmp: Path) -> str:
-    """A PATH holding only git: the runtime has no ripgrep and must use its Python engine."""
-    bin_dir = tmp / "bin"
-    bin_dir.mkdir()
-    git = shutil.which("git")
-    assert git is not None
-    (bin_dir / "git").symlink_to(git)
-    assert shutil.which("rg", path=str(bin_dir)) is None
-    return str(bin_dir)
 
 
 @pytest.mark.slow
@@ -50,7 +38,7 @@ def test_python_grep_ends_at_its_deadline_and_health_answers_meanwhile() -> None
         with (
             SimulatorThread(SimConfig.for_roots([repo]), tmp / "herdr.sock"),
             running_runtime(
-                tmp / "herdr.sock", tmp / "config", env={"PATH": _path_without_rg(tmp)}
+                tmp / "herdr.sock", tmp / "config", env={"PATH": path_without_rg(tmp)}
             ) as runtime,
         ):
 
@@ -95,7 +83,7 @@ def test_sigterm_during_a_grep_stops_the_runtime_long_before_the_grep_deadline()
         with (
             SimulatorThread(SimConfig.for_roots([repo]), tmp / "herdr.sock"),
             running_runtime(
-                tmp / "herdr.sock", tmp / "config", env={"PATH": _path_without_rg(tmp)}
+                tmp / "herdr.sock", tmp / "config", env={"PATH": path_without_rg(tmp)}
             ) as runtime,
         ):
 

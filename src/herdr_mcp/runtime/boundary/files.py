@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import posixpath
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Literal, NamedTuple
 
@@ -133,12 +133,18 @@ def _sorted_names(dir_fd: int) -> list[str]:
     return sorted(os.listdir(dir_fd))
 
 
-def walk(top_fd: int, root_relative: str, *, recursive: bool) -> Iterator[WalkEntry]:
+def walk(
+    top_fd: int,
+    root_relative: str,
+    *,
+    recursive: bool,
+    skip: Callable[[WalkEntry], bool] | None = None,
+) -> Iterator[WalkEntry]:
     """Depth-first, name-sorted entries under an open directory (owned: closed when done).
 
     Never follows symlinks and never descends into `.git` or secret-looking directories; every
     directory is opened relative to its parent with O_NOFOLLOW. Unreadable directories are
-    skipped.
+    skipped, and so is every entry `skip` says to skip (a directory is then not entered).
     """
     stack: list[tuple[int, str, Iterator[str]]] = []
     top_name = posixpath.basename(root_relative.rstrip("/"))
@@ -161,7 +167,10 @@ def walk(top_fd: int, root_relative: str, *, recursive: bool) -> Iterator[WalkEn
             # Ancestors are known not to be secret (the listed directory was checked and secret
             # directories are never entered), so only this name and its parent pair can be.
             secret = is_secret_entry(parent, name)
-            yield WalkEntry(relative, name, kind, st.st_size, secret, dir_fd)
+            entry = WalkEntry(relative, name, kind, st.st_size, secret, dir_fd)
+            if skip is not None and skip(entry):
+                continue
+            yield entry
             if recursive and kind == "dir" and not secret and not is_git_name(name):
                 _push_directory(stack, dir_fd, name, relative)
     finally:

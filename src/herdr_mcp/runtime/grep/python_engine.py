@@ -13,7 +13,7 @@ import signal
 import stat
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -22,6 +22,7 @@ from herdr_mcp.errors import ToolError
 from herdr_mcp.runtime.boundary import (
     ResolvedPath,
     Root,
+    WalkEntry,
     open_directory,
     open_error,
     open_file_in,
@@ -29,6 +30,7 @@ from herdr_mcp.runtime.boundary import (
     walk,
 )
 from herdr_mcp.runtime.grep.children import SearchChild, stopping
+from herdr_mcp.runtime.grep.ignore_rules import IgnoreLevel
 from herdr_mcp.runtime.grep.query import BINARY_SNIFF_BYTES, GREP_MAX_FILE_BYTES, GrepQuery, Matches
 
 # The Python engine's child also arms SIGALRM (default action: terminate) this long after its
@@ -212,10 +214,36 @@ def _grep_files(query: GrepQuery) -> Iterator[tuple[str, int]]:
             with open_regular(target) as (fd, _):
                 yield query.base, os.dup(fd)
         return
-    for entry in walk(open_directory(target), query.base, recursive=True):
+    skip = _ignored_by_files(target.path)
+    for entry in walk(open_directory(target), query.base, recursive=True, skip=skip):
         root_relative = posixpath.normpath(posixpath.join(query.base, entry.relative))
         if entry.kind != "file" or entry.size > GREP_MAX_FILE_BYTES or not query.wants(root_relative):
             continue
         opened = open_file_in(entry.dir_fd, entry.name)
         if opened is not None:
             yield root_relative, opened
+
+
+def _ignored_by_files(top: Path) -> Callable[[WalkEntry], bool]:
+    """The walk's `skip`: what the ignore files around `top` exclude, as rg reads them
+    (`ignore_rules`). `top` itself is never asked about, so a named ignored directory is searched."""
+    above = IgnoreLevel.above(top)
+    levels: dict[str, IgnoreLevel] = {}
+
+    def skip(entry: WalkEntry) -> bool:
+        prefix = entry.relative[: len(entry.relative) - len(entry.name)]
+        level = levels.get(prefix)
+        if level is None:
+            # The parent directory's level exists: this directory was one of its entries.
+            parent = levels[_parent_prefix(prefix)] if prefix else above
+            level = IgnoreLevel.of_directory(entry.dir_fd, top / prefix, parent)
+            levels[prefix] = level
+        return level.ignores(os.fsencode(entry.name), entry.kind == "dir")
+
+    return skip
+
+
+def _parent_prefix(prefix: str) -> str:
+    """`a/b/` -> `a/`, `a/` -> `` (the walk's directory prefixes)."""
+    head = posixpath.dirname(prefix.rstrip("/"))
+    return head + "/" if head else ""

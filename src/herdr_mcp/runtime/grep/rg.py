@@ -22,7 +22,10 @@ def _rg_command(rg: str, query: GrepQuery, max_matches: int, *, sort: bool) -> l
         "--json",
         "--no-config",
         "--hidden",
-        "--no-ignore",
+        # .gitignore, .ignore and .rgignore are read (the Python engine reads them alike, see
+        # `ignore_rules`); Git's global excludes and .git/info/exclude are not, by either.
+        "--no-ignore-global",
+        "--no-ignore-exclude",
         "--no-follow",
         *(["--sort", "path"] if sort else []),
         "--encoding",
