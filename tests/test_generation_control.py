@@ -77,7 +77,7 @@ def _generation(index: int) -> dict[str, Any]:
         ),
         (
             control_doc(generations=[{**_generation(1), "expected_contract": {"epoch": 5, "hash": "x"}}]),
-            "missing field(s)",
+            "expected_contract.tool_count is missing",
         ),
         (control_doc(desired_active=None, generations=[_generation(i) for i in range(9)]), "1..8"),
         (control_doc(desired_active=None, generations=[]), "1..8"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -49,6 +50,57 @@ class ContractIdentity:
 
     def to_dict(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "hash": self.hash, "tool_count": self.tool_count}
+
+
+#: The one rule for a contract identity read from outside (a release manifest, runtime-control.json,
+#: the DEV plane's pin, a runtime's /health, a candidate's `version --json`): exactly these members,
+#: integers (never booleans) in these ranges, the hash as `identity_of` writes it.
+IDENTITY_FIELDS = ("epoch", "hash", "tool_count")
+MAX_EPOCH = 2**31 - 1
+MAX_TOOL_COUNT = 10_000
+_IDENTITY_HASH = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+class ContractIdentityInvalid(ValueError):
+    """`parse_identity` refused a value. `kind` is `type`, `value`, `unknown_field` or
+    `missing_field`; `field` the member at fault (None: the value itself); the message names the
+    place as `<where>.<field>`, so each reader can turn it into its own code."""
+
+    def __init__(self, kind: str, field: str | None, where: str, detail: str) -> None:
+        self.kind = kind
+        self.field = field
+        self.detail = detail
+        super().__init__(f"{where if field is None else f'{where}.{field}'} {detail}")
+
+
+def parse_identity(value: object, where: str = "contract") -> ContractIdentity:
+    """`value` as a contract identity `{epoch, hash, tool_count}`; raises `ContractIdentityInvalid`."""
+    if not isinstance(value, dict):
+        raise ContractIdentityInvalid("type", None, where, "must be an object {epoch, hash, tool_count}")
+    unknown = sorted(str(key) for key in value if key not in IDENTITY_FIELDS)
+    if unknown:
+        raise ContractIdentityInvalid("unknown_field", unknown[0], where, "is not a contract identity field")
+    for name in IDENTITY_FIELDS:
+        if name not in value:
+            raise ContractIdentityInvalid("missing_field", name, where, "is missing")
+    epoch = _identity_int(value["epoch"], "epoch", where, MAX_EPOCH)
+    digest = value["hash"]
+    if not isinstance(digest, str):
+        raise ContractIdentityInvalid("type", "hash", where, "must be a string")
+    if _IDENTITY_HASH.fullmatch(digest) is None:
+        raise ContractIdentityInvalid(
+            "value", "hash", where, 'must be "sha256:" followed by 64 lowercase hex digits'
+        )
+    tool_count = _identity_int(value["tool_count"], "tool_count", where, MAX_TOOL_COUNT)
+    return ContractIdentity(epoch=epoch, hash=digest, tool_count=tool_count)
+
+
+def _identity_int(value: object, name: str, where: str, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ContractIdentityInvalid("type", name, where, "must be an integer")
+    if not 1 <= value <= high:
+        raise ContractIdentityInvalid("value", name, where, f"must be an integer in 1..{high}, not {value}")
+    return value
 
 
 def identity_of(tools: list[dict[str, Any]], epoch: int) -> ContractIdentity:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from herdr_mcp.contract import ContractIdentity
+from herdr_mcp.contract import ContractIdentity, ContractIdentityInvalid, parse_identity
 from herdr_mcp.errors import LocalFault, UsageFault
 from herdr_mcp.records import RecordInvalid, atomic_write, load_strict, read_capped
 
@@ -312,17 +312,11 @@ def _schema(value: dict[str, Any]) -> None:
 
 
 def parse_contract(value: object, where: str) -> ContractIdentity:
-    """A `{epoch, hash, tool_count}` object (no other fields); raises `ValueError` otherwise."""
-    raw = _object(value, where)
-    _fields(raw, where, {"epoch", "hash", "tool_count"}, set())
-    digest = _str(raw["hash"], f"{where}.hash")
-    if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
-        raise _Invalid(f"{where}.hash must be sha256:<64 hex>")
-    return ContractIdentity(
-        epoch=_int(raw["epoch"], f"{where}.epoch", 0, 2**31),
-        hash=digest,
-        tool_count=_int(raw["tool_count"], f"{where}.tool_count", 0, 10_000),
-    )
+    """A contract identity as `contract.parse_identity` reads it; raises `ValueError` otherwise."""
+    try:
+        return parse_identity(value, where)
+    except ContractIdentityInvalid as exc:
+        raise _Invalid(str(exc)) from None
 
 
 def _parse_generation(value: object, index: int) -> Generation:

@@ -30,7 +30,7 @@ from typing import Any, Literal, TypeVar
 
 import rfc8785
 
-from herdr_mcp.contract import ContractIdentity
+from herdr_mcp.contract import ContractIdentity, ContractIdentityInvalid, parse_identity
 from herdr_mcp.errors import RefusedFault
 from herdr_mcp.release.evidence import EVIDENCE_TOO_LARGE, too_large_message
 from herdr_mcp.release.versions import release_version
@@ -63,7 +63,6 @@ _SEMVER_IDENT = r"(?:0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*)"
 _SEMVER = rf"{_SEMVER_CORE}(?:-{_SEMVER_IDENT}(?:\.{_SEMVER_IDENT})*)?"
 _VERSION = re.compile(_SEMVER)
 _MAX_VERSION_LENGTH = 64
-_CONTRACT_HASH = re.compile(r"sha256:[0-9a-f]{64}")
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 # GitHub: owner 1-39 alphanumerics or '-', repository name 1-100 of [A-Za-z0-9._-] but not "." or "..".
@@ -132,14 +131,10 @@ def _check_str(value: object, name: str, pattern: re.Pattern[str], what: str) ->
 
 
 def _check_identity(identity: object, name: str) -> None:
+    """An identity built in code obeys the rule a parsed one does (`contract.parse_identity`)."""
     if not isinstance(identity, ContractIdentity):
         raise ManifestError("manifest_type", "must be a contract identity", field=name)
-    try:
-        _check_int(identity.epoch, "epoch", minimum=1)
-        _check_str(identity.hash, "hash", _CONTRACT_HASH, '"sha256:" followed by 64 lowercase hex digits')
-        _check_int(identity.tool_count, "tool_count", minimum=1)
-    except ManifestError as exc:
-        raise exc.within(name) from None
+    _identity_from(identity.to_dict(), name)
 
 
 def _check_version(value: object, name: str) -> None:
@@ -497,10 +492,12 @@ def _fields(
 
 
 def _identity_from(value: object, path: str) -> ContractIdentity:
-    fields = _fields(value, path, ("epoch", "hash", "tool_count"))
-    identity = ContractIdentity(epoch=fields["epoch"], hash=fields["hash"], tool_count=fields["tool_count"])
-    _check_identity(identity, path)
-    return identity
+    """`contract.parse_identity`, its refusal as `manifest_<kind>` naming the field."""
+    try:
+        return parse_identity(value, path)
+    except ContractIdentityInvalid as exc:
+        field = path if exc.field is None else _join(path, exc.field)
+        raise ManifestError(f"manifest_{exc.kind}", exc.detail, field=field) from None
 
 
 def construct_at(path: str, build: type[_T], **kwargs: Any) -> _T:

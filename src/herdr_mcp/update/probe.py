@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from herdr_mcp.contract import ContractIdentity
+from herdr_mcp.contract import ContractIdentity, ContractIdentityInvalid, parse_identity
 from herdr_mcp.release.manifest import PRODUCT
 from herdr_mcp.strict_json import unique_keys
 from herdr_mcp.update.errors import LocalStateError, ReleaseDataError
@@ -39,7 +39,6 @@ from herdr_mcp.update.errors import LocalStateError, ReleaseDataError
 #: `version --json` prints about 200 bytes; 64 KiB leaves room for any future field and no more.
 MAX_OUTPUT_BYTES = 64 * 1024
 _KEYS = frozenset({"product", "version", "contract", "state_schema"})
-_CONTRACT_KEYS = frozenset({"epoch", "hash", "tool_count"})
 
 
 @dataclass(frozen=True)
@@ -127,21 +126,17 @@ def parse_version_output(data: bytes) -> ProbeResult:
     except (UnicodeDecodeError, ValueError) as exc:
         raise _malformed(f"not JSON ({exc})") from None
     _check_keys(document, _KEYS, "the output")
-    contract = document["contract"]
-    _check_keys(contract, _CONTRACT_KEYS, "contract")
+    try:
+        contract = parse_identity(document["contract"], "contract")
+    except ContractIdentityInvalid as exc:
+        raise _malformed(str(exc)) from None
     product, version = document["product"], document["version"]
-    epoch, digest, tool_count = contract["epoch"], contract["hash"], contract["tool_count"]
     state_schema = document["state_schema"]
-    if not (isinstance(product, str) and isinstance(version, str) and isinstance(digest, str)):
-        raise _malformed("product, version and contract.hash must be strings")
-    if not all(_is_int(value) for value in (epoch, tool_count, state_schema)):
-        raise _malformed("contract.epoch, contract.tool_count and state_schema must be integers")
-    return ProbeResult(
-        product=product,
-        version=version,
-        contract=ContractIdentity(epoch=epoch, hash=digest, tool_count=tool_count),
-        state_schema=state_schema,
-    )
+    if not (isinstance(product, str) and isinstance(version, str)):
+        raise _malformed("product and version must be strings")
+    if not _is_int(state_schema):
+        raise _malformed("state_schema must be an integer")
+    return ProbeResult(product=product, version=version, contract=contract, state_schema=state_schema)
 
 
 def _check_keys(value: Any, keys: frozenset[str], where: str) -> None:
