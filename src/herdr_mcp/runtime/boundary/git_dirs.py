@@ -68,7 +68,7 @@ def enclosing_git_dirs(target: ResolvedPath) -> list[Path]:
         if directory == target.root.path or not is_within(directory, target.root.path):
             break
         directory = directory.parent
-    return found
+    return list(dict.fromkeys(found))
 
 
 def _nearest_directory(path: Path, root: Path) -> Path:
