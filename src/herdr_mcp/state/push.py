@@ -3,7 +3,8 @@
 `push_agents` holds the last status recorded for every agent pane. `observe()` compares a status
 with it and, only when the agent moved between working and not working, appends one row to the
 `events` table (`agent_working` or `agent_settled`) in the same `BEGIN IMMEDIATE` transaction; an
-agent that went away (`gone()`) appends `agent_gone`. The row's `seq` is the herdr_since cursor:
+agent that went away (`gone()`) appends `agent_gone`. The rows are written and read through
+`state/event_log.py`, the table's one owner. The row's `seq` is the herdr_since cursor:
 it only grows and keeps its meaning across restarts, and since every event-log row is inserted
 and committed under SQLite's one writer lock, the rows become visible in `seq` order, so a reader
 that remembers the highest `seq` it read (`read()`) never skips one committed later.
@@ -18,13 +19,12 @@ holder renews it, and a lease whose holder died (its pid is gone) or expired is 
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
+from herdr_mcp.state.event_log import append_event, events_named, iso_ms, last_event_seq, position
 from herdr_mcp.state.leases import Lease
 from herdr_mcp.state.store import StateStore
 
@@ -37,18 +37,8 @@ LEASE_NAME = "push"
 READ_PAGE = 500
 
 
-def iso_ms(at_ms: int) -> str:
-    return datetime.fromtimestamp(at_ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def last_event_seq(conn: sqlite3.Connection) -> int:
-    """The newest event-log number ever given (0 before the first event)."""
-    row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
-    return int(row[0]) if row else 0
 
 
 @dataclass(frozen=True)
@@ -127,7 +117,7 @@ class AgentStates:
                 data["status"] = status
                 data["workspace_working"] = _others_working(tx, workspace_id, pane_id)
             data["at"] = iso_ms(at_ms)
-            seq = _append(tx, name, workspace_id, data, at_ms)
+            seq = append_event(tx, name, workspace_id, data, at_ms)
             tx.execute(
                 """INSERT INTO push_agents (pane_id, workspace_id, agent, status, seq, updated_at)
                    VALUES (?, ?, ?, ?, ?, ?)
@@ -154,7 +144,7 @@ class AgentStates:
                 "workspace_working": _others_working(tx, workspace_id, pane_id),
                 "at": iso_ms(at_ms),
             }
-            seq = _append(tx, "agent_gone", workspace_id, data, at_ms)
+            seq = append_event(tx, "agent_gone", workspace_id, data, at_ms)
         return PushEvent(seq, "agent_gone", {"seq": seq, **data})
 
     def known(self) -> dict[str, AgentRecord]:
@@ -179,23 +169,13 @@ class AgentStates:
         from the log, or that `after` is from a log that no longer exists (then the events start
         from the oldest kept)."""
         with self._store.snapshot() as conn:
-            last = last_event_seq(conn)
-            ceiling = last if upto is None else min(upto, last)
-            oldest_row = conn.execute("SELECT MIN(seq) FROM events").fetchone()
-            oldest = oldest_row[0] if oldest_row[0] is not None else last + 1
-            unknown = after > last
-            gap = unknown or (after != 0 and after < oldest - 1)
-            start = 0 if unknown else after
-            placeholders = ", ".join("?" for _ in DURABLE_EVENTS)
-            rows = conn.execute(
-                f"SELECT seq, name, data_json FROM events WHERE name IN ({placeholders}) "  # noqa: S608 (placeholders only)
-                "AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
-                (*DURABLE_EVENTS, start, ceiling, limit + 1),
-            ).fetchall()
+            at = position(conn, after)
+            ceiling = at.last if upto is None else min(upto, at.last)
+            rows = events_named(conn, DURABLE_EVENTS, at.start, ceiling, limit + 1)
         more = len(rows) > limit
         rows = rows[:limit]
-        events = [PushEvent(row[0], row[1], {"seq": row[0], **json.loads(row[2])}) for row in rows]
-        return Replay(events, rows[-1][0] if more else max(start, ceiling), gap, more, unknown)
+        events = [PushEvent(seq, name, {"seq": seq, **data}) for seq, name, data in rows]
+        return Replay(events, rows[-1][0] if more else max(at.start, ceiling), at.gap, more, at.unknown)
 
     # -- the lease -------------------------------------------------------------------------
 
@@ -213,14 +193,3 @@ def _others_working(tx: sqlite3.Connection, workspace_id: str, pane_id: str) -> 
         (workspace_id, pane_id),
     ).fetchone()
     return row is not None
-
-
-def _append(tx: sqlite3.Connection, name: str, workspace_id: str, data: dict[str, Any], at_ms: int) -> int:
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    cursor = tx.execute(
-        "INSERT INTO events (name, workspace_id, data_json, at) VALUES (?, ?, ?, ?)",
-        (name, workspace_id, text, at_ms),
-    )
-    if cursor.lastrowid is None:
-        raise RuntimeError("SQLite did not report the new event's rowid")
-    return cursor.lastrowid

@@ -35,7 +35,8 @@ from herdr_mcp.herdr import HerdrClient, HerdrError
 from herdr_mcp.runtime.events import FeedEvent
 from herdr_mcp.runtime.push.hub import PushHub
 from herdr_mcp.runtime.push.output import MAX_OUTPUT_CHARS, clip, new_output
-from herdr_mcp.state.push import AgentStates, PushEvent, iso_ms
+from herdr_mcp.state.event_log import iso_ms
+from herdr_mcp.state.push import AgentStates, PushEvent
 
 log = logging.getLogger(__name__)
 
