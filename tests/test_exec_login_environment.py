@@ -1,23 +1,28 @@
 """The login environment of exec sessions: captured once from a real `bash -l`, again when the
-profile changes, `bash -lc` when the capture fails. Real bash, a private HOME per test."""
+profile changes; when the capture is slow or fails, the command runs without it (`bash -c` in the
+runtime's environment) and the answer says so. Real bash, a private HOME per test."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from herdr_mcp.runtime.exec_sessions import ExecSessions
+from herdr_mcp.runtime.exec_sessions import ExecSessions, login_environment
 from herdr_mcp.runtime.exec_sessions.login_environment import LoginEnvironment
 from herdr_mcp.runtime.exec_sessions.processes import SESSION_ENV
-from tests.waiting import wait_until_async
+from tests.waiting import wait_until, wait_until_async
 
 Body = Callable[[ExecSessions], Awaitable[None]]
+#: How much later than its own bound a call may answer on a loaded 2-core machine.
+SLACK_S = 4.0
 
 
 @pytest.fixture
@@ -122,40 +127,131 @@ def test_commands_get_the_shell_state_a_login_shell_gave_them(tmp_path: Path, ho
     drive(tmp_path, body)
 
 
-def test_a_capture_past_its_deadline_falls_back_to_bash_lc(tmp_path: Path, home: Path) -> None:
-    # Slow the first time only: the capture is killed at its deadline, the fallback login shell
-    # that runs the command then reads a quick profile.
+# A profile that waits for a file the test creates: the test decides when the capture ends.
+WAIT_FOR_GO = 'while [ ! -e "$HOME/go" ]; do sleep 0.02; done\nexport HM_VAR=from-profile\n'
+GATED = 'echo "$$" > "$HOME/capture.pid"\n' + WAIT_FOR_GO
+PROFILE_VAR = 'echo "[$HM_VAR]"'
+
+
+def without(report: dict[str, Any] | None, state: str, *phrases: str) -> None:
+    """`report` says the command ran without the login environment, in `state`, naming `phrases`."""
+    assert report is not None
+    assert (report["used"], report["state"]) == (False, state), report
+    for phrase in phrases:
+        assert phrase in report["reason"], report
+
+
+def test_a_slow_capture_is_not_waited_for_past_half_the_timeout(tmp_path: Path, home: Path) -> None:
+    # Found: a profile that hangs made herdr_exec with timeout_ms 1000 answer after 11 s (a 10 s
+    # capture, then `bash -lc` reading the profile again inside the command).
+    (home / ".bash_profile").write_text(GATED)
+
+    async def body(sessions: ExecSessions) -> None:
+        asked = time.monotonic()
+        first = await sessions.run(tmp_path, PROFILE_VAR, 1000)
+        elapsed = time.monotonic() - asked
+        assert (first["completed"], first["stdout"]) == (True, "[]\n"), first
+        without(first.get("login_environment"), "capturing", "still running after", "at most 0.5 s")
+        assert elapsed < 1.0 + SLACK_S, elapsed
+        assert sessions.login_status()["state"] == "capturing"
+        (home / "go").touch()
+        await wait_until_async(lambda: sessions.login_status()["state"] == "captured", "the capture")
+        second = await run(sessions, tmp_path, PROFILE_VAR)
+        assert (second["stdout"], "login_environment" in second) == ("[from-profile]\n", False)
+
+    drive(tmp_path, body)
+
+
+def test_a_capture_past_its_deadline_is_remembered_and_the_command_runs_without_it(
+    tmp_path: Path, home: Path
+) -> None:
     profile = home / ".profile"
-    profile.write_text(
-        '[ -e "$HOME/warm" ] || { touch "$HOME/warm"; sleep 30; }\n'
-        'echo x >> "$HOME/count"\nexport HM_VAR=from-profile\n'
-    )
+    slow_once = '[ -e "$HOME/warm" ] || { touch "$HOME/warm"; sleep 30; }\n'
+    profile.write_text(slow_once + 'echo x >> "$HOME/count"\n' + WAIT_FOR_GO)
+    (home / "go").touch()
     login = LoginEnvironment((SESSION_ENV,), timeout_seconds=1.0)
 
     async def body(sessions: ExecSessions) -> None:
-        command = 'echo "$HM_VAR"; shopt -q login_shell && echo login'
+        command = PROFILE_VAR + "; shopt -q login_shell && echo login"
         first = await run(sessions, tmp_path, command)
-        assert first["stdout"] == "from-profile\nlogin\n"
+        assert first["stdout"] == "[]\n"  # bash -c, the runtime's environment: not a login shell
+        without(first["login_environment"], "failed", "ran longer than 1 s")
         second = await run(sessions, tmp_path, command)
-        assert second["stdout"] == "from-profile\nlogin\n"
+        assert second["stdout"] == "[]\n"
+        without(second["login_environment"], "failed", "ran longer than 1 s", "Tried again after 60 s")
         assert login.captures == 1  # the failure is remembered, not retried on every call
-        assert lines(home / "count") == 2  # the fallback reads the profile on every call
+        assert lines(home / "count") == 0  # and the profile is not read by every command either
         profile.write_text(profile.read_text() + "# edited\n")
         third = await run(sessions, tmp_path, command)
-        assert third["stdout"] == "from-profile\n"  # captured this time: plain bash -c
+        assert (third["stdout"], "login_environment" in third) == ("[from-profile]\n", False)
         assert login.captures == 2
 
     drive(tmp_path, body, login)
 
 
-def test_a_profile_that_exits_fails_the_command_as_bash_lc_did(tmp_path: Path, home: Path) -> None:
+def test_a_profile_that_exits_never_stands_in_for_the_command(tmp_path: Path, home: Path) -> None:
+    # Found: with a profile ending in `exit 4`, every command answered exit 4 and never ran.
     (home / ".profile").write_text("echo leaving >&2\nexit 4\n")
 
     async def body(sessions: ExecSessions) -> None:
-        result = await run(sessions, tmp_path, "echo never")
-        assert (result["exit_code"], result["stdout"], result["stderr"]) == (4, "", "leaving\n")
+        result = await run(sessions, tmp_path, "echo ran")
+        assert (result["exit_code"], result["stdout"], result["stderr"]) == (0, "ran\n", "")
+        without(result["login_environment"], "failed", "exited with status 4", "leaving", "bash -c")
+        shell = await sessions.prepare()
+        started = sessions.start(tmp_path, "echo started", shell=shell)
+        without(started["login_environment"], "failed", "exited with status 4")
+        assert (await wait_finished(sessions, started["session_id"]))["stdout"]["text"] == "started\n"
+        status = sessions.login_status()
+        assert (status["state"], status["captures"]) == ("failed", 1)
+        assert "exited with status 4" in status["reason"]
 
     drive(tmp_path, body)
+
+
+def test_a_failed_capture_is_tried_again_in_the_background(
+    tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(login_environment, "RETRY_FAILED_SECONDS", 0.3)
+    (home / ".profile").write_text('[ -e "$HOME/mended" ] || exit 3\nexport HM_VAR=from-profile\n')
+
+    async def body(sessions: ExecSessions) -> None:
+        without((await run(sessions, tmp_path, PROFILE_VAR))["login_environment"], "failed", "status 3")
+        (home / "mended").touch()  # not a watched file: only the retry can notice
+        await wait_until_async(lambda: sessions.login_status().get("retry_in_s") == 0, "the retry time")
+        retried = await run(sessions, tmp_path, PROFILE_VAR)  # starts the retry, does not wait for it
+        without(retried["login_environment"], "failed", "status 3")
+        await wait_until_async(lambda: sessions.login_status()["state"] == "captured", "the retry")
+        assert sessions.login_status()["captures"] == 2
+        mended = await run(sessions, tmp_path, PROFILE_VAR)
+        assert (mended["stdout"], "login_environment" in mended) == ("[from-profile]\n", False)
+
+    drive(tmp_path, body)
+
+
+def test_shutdown_kills_a_capture_in_flight(tmp_path: Path, home: Path) -> None:
+    (home / ".bash_profile").write_text(GATED)
+    pid_file = home / "capture.pid"
+
+    async def body(sessions: ExecSessions) -> None:
+        result = await sessions.run(tmp_path, "true", 200)
+        without(result["login_environment"], "capturing")
+        await wait_until_async(lambda: pid_file.exists() and pid_file.read_text().strip(), "its pid")
+
+    drive(tmp_path, body)
+    pid = int(pid_file.read_text())
+    wait_until(lambda: not alive(pid), "the capture's login shell to be gone")
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is gone for our purposes (its parent, the capture thread, reaps it).
+    stat = Path(f"/proc/{pid}/stat")
+    with contextlib.suppress(OSError):
+        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    return False
 
 
 async def wait_finished(sessions: ExecSessions, session_id: str) -> dict[str, Any]:

@@ -91,6 +91,8 @@ def build_app(services: Services, token: str, dispatcher: ToolDispatcher | None 
                 "push": {"streams": services.push.hub.subscriber_count, "opened": services.push.hub.opened},
                 # rg, or the slower Python engine when rg is not on PATH (runtime.grep).
                 "grep": {"engine": engine_in_use()},
+                # herdr_exec's login environment: captured, capturing, or failed and why.
+                "login_environment": services.sessions.login_status(),
             }
         )
 

@@ -8,20 +8,26 @@ what the profile set up, and every command runs as `bash -c` with that environme
    got before (the runtime's own), in the user's home directory, stdin, stdout and stderr not
    ours (what the profile prints is written to a private file, so it no longer ends up in every
    command's output). The login shell replaces itself with a tiny Python that writes its
-   exported variables and its umask to a private file. Deadline `CAPTURE_TIMEOUT_SECONDS`; its
-   process group is killed when it passes.
+   exported variables and its umask to a private file. It runs in a thread of its own, with a
+   deadline of `CAPTURE_TIMEOUT_SECONDS`; its process group is killed when it passes.
 2. Reuse: the captured variables, minus those a shell sets for itself at start (`SHLVL`, `PWD`,
    `OLDPWD`, `_`: they keep what the runtime has, as before), plus the session's own variable,
    and the captured umask.
 3. Capture again when anything it depends on changes: the files a login bash reads
-   (`_PROFILE_FILES`, every entry of the profile.d/paths.d directories, and the directories
+   (`_SYSTEM_FILES`, `_HOME_FILES`, every entry of the profile.d/paths.d directories, and the directories
    themselves, so an added file counts), each keyed on (path, device, inode, size, mtime_ns,
    ctime_ns), the runtime's own environment, and the bash binary.
 
-When the capture fails (the profile exits, or runs past the deadline, or bash cannot start),
-commands run as `bash -lc` exactly as before, so a call still works; the failure is logged and
-remembered for this key for `_RETRY_FAILED_SECONDS`, so a hanging profile is not waited for on
-every call.
+A call waits for a capture in flight only as long as its caller allows (`shell(bash, wait_s)`):
+past that, or when the capture failed (the profile exits, runs past the deadline, or bash
+cannot start), the command runs as `bash -c` in the runtime's own environment, without the
+profile, and the launch carries a `report` saying so and why, for the call's answer; the
+capture goes on in the background. Until 2026-12-02 a failure fell back to `bash -lc`: a profile
+that exited stood in for every command (its exit code answered, the command never ran), and a
+slow one was waited for twice a call. A failure is remembered for `RETRY_FAILED_SECONDS`; then
+the next call starts one more capture in the background, which no call waits for (a change to
+the watched files is tried at once, and waited for as a first capture is). `status()` is what
+/health shows.
 
 What a command no longer gets from the profile: shell functions it defines without `export -f`,
 shell options (`set -o`, `shopt`) and unexported shell variables; the shell is no longer a login
@@ -35,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import pwd
 import signal
@@ -43,19 +50,24 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import Any
 
-__all__ = ["CAPTURE_TIMEOUT_SECONDS", "LoginEnvironment", "ShellLaunch"]
+from herdr_mcp.runtime.exec_sessions.live import epoch_ms, iso_from_ms
+
+__all__ = ["CAPTURE_TIMEOUT_SECONDS", "RETRY_FAILED_SECONDS", "LoginEnvironment", "ShellLaunch"]
 
 _log = logging.getLogger(__name__)
 
 #: How long the one login shell of a capture may take. Generous: a slow profile (nvm, conda)
-#: takes about a second; past this the capture is abandoned and commands run as `bash -lc`.
+#: takes about a second; past this the capture is abandoned (its process group killed).
 CAPTURE_TIMEOUT_SECONDS = 10.0
-# After a failed capture, commands run as `bash -lc` for this long before a capture is tried
-# again with unchanged files (a change to them is tried at once).
-_RETRY_FAILED_SECONDS = 300.0
+#: After a failed capture, commands run without the profile; with unchanged files a capture is
+#: tried again (in the background) at most this often.
+RETRY_FAILED_SECONDS = 60.0
 # What bash -l reads: /etc/profile, then the first of ~/.bash_profile, ~/.bash_login, ~/.profile;
 # Debian's /etc/profile reads /etc/profile.d/*.sh and (interactive only) /etc/bash.bashrc, and
 # ~/.profile reads ~/.bashrc; macOS's /etc/profile runs path_helper over /etc/paths{,.d}.
@@ -73,6 +85,10 @@ _DUMP = (
     "with open(sys.argv[1], 'wb') as out:\n"
     "    out.write(b'\\0'.join(entries))\n"
 )
+_WITHOUT = (
+    "this command ran as `bash -c` in the runtime's own environment, without what the login "
+    "profile sets up (PATH additions, exported variables, umask)"
+)
 
 _Signature = tuple[tuple[str, tuple[int, int, int, int, int] | None], ...]
 
@@ -80,26 +96,38 @@ _Signature = tuple[tuple[str, tuple[int, int, int, int, int] | None], ...]
 @dataclass(frozen=True)
 class ShellLaunch:
     """How to start one command: `argv(command)` with `env` (add the per-command variables) and
-    `umask` (None: leave the runtime's)."""
+    `umask` (None: leave the runtime's). `report` is None when `env` is the captured login
+    environment; otherwise `{"used": False, "state": "capturing"|"failed", "reason"}` for the
+    call's answer."""
 
     bash: str
-    login: bool  # True: the fallback, `bash -lc` sourcing the profile itself
     env: dict[str, str]
     umask: int | None
+    report: dict[str, Any] | None = None
 
     def argv(self, command: str) -> list[str]:
         """The command line that runs `command`."""
-        return [self.bash, "-lc" if self.login else "-c", command]
+        return [self.bash, "-c", command]
 
 
 _Key = tuple[str, _Signature, dict[str, str]]
 
 
-@dataclass(frozen=True)
-class _Capture:
+@dataclass(eq=False)
+class _Attempt:
+    """One capture for one key: running until `done` is set, then `launch` or `error`."""
+
     key: _Key
-    launch: ShellLaunch
-    at: float
+    #: The failure this attempt tries again after (no call waits for such a retry).
+    retrying: str | None
+    started: float = field(default_factory=time.monotonic)
+    done: threading.Event = field(default_factory=threading.Event)
+    finished: float = 0.0
+    finished_at_ms: int = 0
+    launch: ShellLaunch | None = None
+    error: str | None = None
+    process: subprocess.Popen[bytes] | None = None
+    waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = field(default_factory=list)
 
 
 class LoginEnvironment:
@@ -112,67 +140,151 @@ class LoginEnvironment:
         self._own = own_variables
         self._timeout = timeout_seconds
         self._lock = threading.Lock()
-        self._capture: _Capture | None = None
-        #: How many captures ran (each one a login shell); for tests and diagnostics.
+        self._attempt: _Attempt | None = None
+        #: How many captures started (each one a login shell); for tests and diagnostics.
         self.captures = 0
 
-    def shell(self, bash: str) -> ShellLaunch:
-        """How to run a command with `bash` now: `bash -c` in the captured environment, or
-        `bash -lc` in the runtime's environment when the capture failed. Captures first when
-        nothing is captured for the current key, blocking up to the capture deadline."""
+    def shell(self, bash: str, wait_s: float) -> ShellLaunch:
+        """How to run a command with `bash` now: in the captured environment, or, when none is
+        captured for the current key within `wait_s` (a capture starts if due), in the
+        runtime's own environment with a `report`. Blocks up to `wait_s`."""
         key = self._key(bash)
-        capture = self._capture
-        if capture is not None and self._usable(capture, key):
-            return capture.launch
-        return self._recapture(key).launch
+        attempt, wait = self._choose(key)
+        if wait:
+            attempt.done.wait(wait_s)
+        return self._launch(attempt, key, wait_s if wait else None)
 
-    async def shell_async(self, bash: str) -> ShellLaunch:
-        """`shell`, with a capture, when one is due, run in a worker thread off the event loop."""
+    async def shell_async(self, bash: str, wait_s: float) -> ShellLaunch:
+        """`shell`, waiting on the event loop (no thread held) for a capture in flight."""
         key = self._key(bash)
-        capture = self._capture
-        if capture is not None and self._usable(capture, key):
-            return capture.launch
-        return (await asyncio.to_thread(self._recapture, key)).launch
+        attempt, wait = self._choose(key)
+        if wait:
+            loop = asyncio.get_running_loop()
+            future: asyncio.Future[None] = loop.create_future()
+            with self._lock:
+                pending = not attempt.done.is_set()
+                if pending:
+                    attempt.waiters.append((loop, future))
+            if pending:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(future, wait_s)
+        return self._launch(attempt, key, wait_s if wait else None)
+
+    def status(self) -> dict[str, Any]:
+        """The last capture, for /health: `state` `not_captured`, `capturing`, `captured` or
+        `failed` (with `reason`), `captures`, and when and how long."""
+        with self._lock:
+            attempt = self._attempt
+        document: dict[str, Any] = {"captures": self.captures}
+        if attempt is None:
+            return {"state": "not_captured", **document}
+        now = time.monotonic()
+        if not attempt.done.is_set():
+            document["capturing_for_ms"] = round((now - attempt.started) * 1000)
+            if attempt.retrying is None:
+                return {"state": "capturing", **document}
+            return {"state": "failed", "reason": attempt.retrying, "retrying": True, **document}
+        document["duration_ms"] = round((attempt.finished - attempt.started) * 1000)
+        document["finished_at"] = iso_from_ms(attempt.finished_at_ms)
+        if attempt.error is None:
+            return {"state": "captured", **document}
+        # Rounded up: 0 only once the next call does try again.
+        retry_in = math.ceil(max(0.0, RETRY_FAILED_SECONDS - (now - attempt.finished)) * 10) / 10
+        return {"state": "failed", "reason": attempt.error, "retry_in_s": retry_in, **document}
+
+    def stop(self) -> None:
+        """Kill the capture in flight, if any (the runtime is stopping)."""
+        with self._lock:
+            attempt = self._attempt
+        process = None if attempt is None else attempt.process
+        if process is not None and process.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
 
     def _key(self, bash: str) -> _Key:
         # The runtime's environment without the per-command variables: what a capture starts from.
         base = {name: value for name, value in os.environ.items() if name not in self._own}
         return (bash, _signature(base), base)
 
-    def _usable(self, capture: _Capture, key: _Key) -> bool:
-        if capture.key != key:
-            return False
-        return not capture.launch.login or time.monotonic() - capture.at < _RETRY_FAILED_SECONDS
-
-    def _recapture(self, key: _Key) -> _Capture:
+    def _choose(self, key: _Key) -> tuple[_Attempt, bool]:
+        """The attempt that decides this call, starting one when due, and whether to wait for it."""
         with self._lock:
-            capture = self._capture
-            if capture is None or not self._usable(capture, key):
-                capture = self._run_capture(key)
-                self._capture = capture
-            return capture
+            attempt = self._attempt
+            if attempt is None or attempt.key != key:
+                return self._begin(key, None), True
+            if not attempt.done.is_set():
+                return attempt, attempt.retrying is None
+            if attempt.error is not None and time.monotonic() - attempt.finished >= RETRY_FAILED_SECONDS:
+                return self._begin(key, attempt.error), False
+            return attempt, False
 
-    def _run_capture(self, key: _Key) -> _Capture:
-        bash, _, base = key
+    def _begin(self, key: _Key, retrying: str | None) -> _Attempt:
+        # Under self._lock.
+        attempt = _Attempt(key=key, retrying=retrying)
+        self._attempt = attempt
         self.captures += 1
-        started = time.monotonic()
-        try:
-            env, umask = _capture(bash, base, self._timeout)
-        except _CaptureFailed as exc:
-            _log.warning(
-                "could not capture the login environment (%s); commands run as `bash -lc` until the "
-                "profile changes or %d s have passed",
-                exc,
-                _RETRY_FAILED_SECONDS,
+        threading.Thread(target=self._run, args=(attempt,), name="login-capture", daemon=True).start()
+        return attempt
+
+    def _launch(self, attempt: _Attempt, key: _Key, waited_s: float | None) -> ShellLaunch:
+        if attempt.launch is not None:
+            return attempt.launch
+        bash, _, base = key
+        if attempt.error is not None:
+            reason = (
+                f"{attempt.error}; {_WITHOUT}. Tried again after {RETRY_FAILED_SECONDS:g} s, or at "
+                "once when a profile file changes."
             )
-            fallback = ShellLaunch(bash=bash, login=True, env=base, umask=None)
-            return _Capture(key=key, launch=fallback, at=time.monotonic())
-        _log.info("captured the login environment in %.0f ms", (time.monotonic() - started) * 1000)
-        for name in (*_SHELL_OWN, *self._own):
-            env.pop(name, None)
-        env.update((name, base[name]) for name in _SHELL_OWN if name in base)
-        launch = ShellLaunch(bash=bash, login=False, env=env, umask=umask)
-        return _Capture(key=key, launch=launch, at=time.monotonic())
+            report = {"used": False, "state": "failed", "reason": reason}
+        elif attempt.retrying is not None:
+            reason = f"{attempt.retrying}; {_WITHOUT}. Trying again now, in the background."
+            report = {"used": False, "state": "failed", "reason": reason}
+        else:
+            running = time.monotonic() - attempt.started
+            bound = "" if waited_s is None else f" (this call waits at most {waited_s:g} s)"
+            reason = (
+                f"the login profile (bash -l) was still running after {running:.1f} s{bound}; "
+                f"{_WITHOUT}. The capture goes on in the background (up to {self._timeout:g} s) "
+                "and later calls use it."
+            )
+            report = {"used": False, "state": "capturing", "reason": reason}
+        return ShellLaunch(bash=bash, env=base, umask=None, report=report)
+
+    def _run(self, attempt: _Attempt) -> None:
+        """The capture thread: run the login shell, record how it went, wake the waiters."""
+        bash, _, base = attempt.key
+        launch: ShellLaunch | None = None
+        error: str | None = None
+        try:
+            env, umask = _capture(bash, base, self._timeout, partial(setattr, attempt, "process"))
+        except (_CaptureFailed, OSError) as exc:  # OSError: the scratch directory or its files
+            error = str(exc) if isinstance(exc, _CaptureFailed) else f"the capture could not run: {exc}"
+            _log.warning(
+                "could not capture the login environment (%s); commands run without it, tried again "
+                "in %g s or when the profile changes",
+                exc,
+                RETRY_FAILED_SECONDS,
+            )
+        else:
+            for name in (*_SHELL_OWN, *self._own):
+                env.pop(name, None)
+            env.update((name, base[name]) for name in _SHELL_OWN if name in base)
+            launch = ShellLaunch(bash=bash, env=env, umask=umask)
+            took_ms = (time.monotonic() - attempt.started) * 1000
+            _log.info("captured the login environment in %.0f ms", took_ms)
+        with self._lock:
+            attempt.launch, attempt.error, attempt.process = launch, error, None
+            attempt.finished, attempt.finished_at_ms = time.monotonic(), epoch_ms()
+            attempt.done.set()
+            waiters, attempt.waiters = attempt.waiters, []
+        for loop, future in waiters:
+            with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits any more
+                loop.call_soon_threadsafe(_wake, future)
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 class _CaptureFailed(Exception):
@@ -213,8 +325,11 @@ def _signature(base: dict[str, str]) -> _Signature:
     return tuple(signature)
 
 
-def _capture(bash: str, base: dict[str, str], timeout: float) -> tuple[dict[str, str], int]:
-    """Run the login shell once; its exported environment and umask. Raises _CaptureFailed."""
+def _capture(
+    bash: str, base: dict[str, str], timeout: float, started: Callable[[subprocess.Popen[bytes]], None]
+) -> tuple[dict[str, str], int]:
+    """Run the login shell once (`started` is given its process); its exported environment and
+    umask. Raises _CaptureFailed."""
     home = _home(base)
     with tempfile.TemporaryDirectory(prefix="herdr-mcp-login-") as scratch:
         output = os.path.join(scratch, "environment")
@@ -233,16 +348,17 @@ def _capture(bash: str, base: dict[str, str], timeout: float) -> tuple[dict[str,
                 )
             except OSError as exc:
                 raise _CaptureFailed(f"bash could not start: {exc}") from exc
+            started(process)
             try:
                 returncode = process.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
-                raise _CaptureFailed(f"the login profile ran longer than {timeout:g} s") from None
+                raise _CaptureFailed(f"the login profile (bash -l) ran longer than {timeout:g} s") from None
         if returncode != 0:
             tail = Path(log_path).read_bytes()[-300:].decode("utf-8", "replace").strip()
-            raise _CaptureFailed(f"the login shell exited with status {returncode}: {tail!r}")
+            raise _CaptureFailed(f"the login profile (bash -l) exited with status {returncode}: {tail!r}")
         try:
             data = Path(output).read_bytes()
         except OSError as exc:

@@ -45,7 +45,11 @@ from typing import Any
 
 from herdr_mcp.errors import ToolError
 from herdr_mcp.runtime.exec_sessions.live import LiveSession, epoch_ms, iso_from_ms
-from herdr_mcp.runtime.exec_sessions.login_environment import LoginEnvironment, ShellLaunch
+from herdr_mcp.runtime.exec_sessions.login_environment import (
+    CAPTURE_TIMEOUT_SECONDS,
+    LoginEnvironment,
+    ShellLaunch,
+)
 from herdr_mcp.runtime.exec_sessions.output import (
     DEFAULT_READ_BYTES,
     Spool,
@@ -93,6 +97,9 @@ _POLL_SECONDS = 0.02
 _DESCENDANT_POLL_SECONDS = 1.0
 
 _SESSION_ID = re.compile(r"x[0-9a-f]{16}")
+#: herdr_exec_start answers at once: it waits at most this long for a capture of the login
+#: environment in flight (herdr_exec: half its timeout_ms, at most the capture's own deadline).
+START_WAIT_SECONDS = 5.0
 
 
 def _new_session_id() -> str:
@@ -137,23 +144,29 @@ class ExecSessions:
             self._records.mark_lost()
             self._prune_records()
 
-    def start(self, cwd: Path, command: str, *, op_id: str | None = None) -> dict[str, Any]:
+    def start(
+        self, cwd: Path, command: str, *, op_id: str | None = None, shell: ShellLaunch | None = None
+    ) -> dict[str, Any]:
         """Start `bash -c command` in `cwd` as a background session.
 
         Synchronous, but must be called on the running event loop that will drain the
-        output; await `prepare` first so that a capture of the login environment, when one is
-        due, does not block the loop. `op_id` links the session to the ledger operation it
-        carries out (it must exist in `state.db`). Returns `{"session_id", "pid", "running":
-        True, "started_at"}`.
+        output; pass the `shell` that `await prepare()` chose so that a capture of the login
+        environment, when one is due, does not block the loop (without it, up to
+        `START_WAIT_SECONDS`). `op_id` links the session to the ledger operation it carries out
+        (it must exist in `state.db`). Returns `{"session_id", "pid", "running": True,
+        "started_at"}`, and `login_environment` (see `run`) when the command runs without it.
         Raises ToolError `cwd_not_found`, `too_many_sessions`, `shell_unavailable` or `exec_failed`.
         """
-        session = self._spawn(cwd, command, op_id)
-        return {
+        session, shell = self._spawn(cwd, command, op_id, shell)
+        answer: dict[str, Any] = {
             "session_id": session.session_id,
             "pid": session.pid,
             "running": True,
             "started_at": session.started_at,
         }
+        if shell.report is not None:
+            answer["login_environment"] = shell.report
+        return answer
 
     async def run(
         self,
@@ -176,15 +189,23 @@ class ExecSessions:
         output keys..., "message"}`. `stdout`/`stderr` are the first `max_bytes` of each stream, never ending
         inside a UTF-8 sequence. `op_id` as for `start`. Raises what `start` raises, and
         `invalid_arguments`.
+
+        A capture of the login environment that is due is waited for at most half of
+        `timeout_ms` (and at most its own deadline), and that wait counts against `timeout_ms`;
+        when the command runs without the login environment (the capture is slower, or failed)
+        the answer carries `login_environment: {"used": false, "state", "reason"}`.
         """
         if timeout_ms < 1:
             raise ToolError("invalid_arguments", "timeout_ms must be at least 1; pass a positive timeout.")
         check_read_bytes(max_bytes)
+        called = time.monotonic()
         bash = shutil.which("bash")
-        shell = None if bash is None else await self._login.shell_async(bash)
-        session = self._spawn(cwd, command, op_id, shell)
+        wait_s = min(timeout_ms / 2000, CAPTURE_TIMEOUT_SECONDS)
+        shell = None if bash is None else await self._login.shell_async(bash, wait_s)
+        session, shell = self._spawn(cwd, command, op_id, shell)
+        left_s = max(timeout_ms / 1000 - (time.monotonic() - called), 0.0)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(session.settled.wait(), timeout_ms / 1000)
+            await asyncio.wait_for(session.settled.wait(), left_s)
         end = session.finished_monotonic if session.finished_monotonic is not None else time.monotonic()
         duration_ms = round((end - session.started_monotonic) * 1000)
         if not session.running:
@@ -198,7 +219,7 @@ class ExecSessions:
                     "watch them with herdr_exec_read, stop them with herdr_exec_kill; they are also "
                     "stopped when the runtime stops."
                 )
-            return answer
+            return self._reported(answer, shell)
         result = output_answer(
             {"session_id": session.session_id, "completed": False, "running": True},
             session.view,
@@ -212,7 +233,13 @@ class ExecSessions:
             f"{result['stdout_next_offset']} and stderr_offset={result['stderr_next_offset']}, "
             "or stop it with herdr_exec_kill."
         )
-        return result
+        return self._reported(result, shell)
+
+    @staticmethod
+    def _reported(answer: dict[str, Any], shell: ShellLaunch) -> dict[str, Any]:
+        if shell.report is not None:
+            answer["login_environment"] = shell.report
+        return answer
 
     def read(
         self,
@@ -286,7 +313,8 @@ class ExecSessions:
     def result_of(self, session_id: str, *, max_bytes: int = DEFAULT_READ_BYTES) -> dict[str, Any] | None:
         """The answer `run()` gives for a completed command, for a session that has finished
         (in memory, or from `state.db` and its spool after a restart); None when the session is
-        unknown, still running or lost. Lets a replay of an idempotent exec answer in full.
+        unknown, still running or lost. Lets a replay of an idempotent exec answer in full (but
+        for `login_environment`, which is not stored).
         Raises ToolError `invalid_arguments` or `state_unavailable`.
         """
         check_read_bytes(max_bytes)
@@ -304,12 +332,17 @@ class ExecSessions:
         answer = completed_answer(stored.state_answer(), stored.view, max_bytes, duration_ms)
         return answer | stored.descendants_answer()
 
-    async def prepare(self) -> None:
-        """Capture the login environment in a worker thread if the next command would need a
-        capture (the first one, or the profile changed); see `login_environment`."""
+    async def prepare(self) -> ShellLaunch | None:
+        """How the next `start` runs its command (pass it as `start(shell=...)`): waits, off the
+        event loop's back, up to `START_WAIT_SECONDS` for a capture of the login environment
+        when one is due (the first one, or the profile changed); None without bash (`start`
+        refuses then). See `login_environment`."""
         bash = shutil.which("bash")
-        if bash is not None:
-            await self._login.shell_async(bash)
+        return None if bash is None else await self._login.shell_async(bash, START_WAIT_SECONDS)
+
+    def login_status(self) -> dict[str, Any]:
+        """The login environment's last capture, for /health (`LoginEnvironment.status`)."""
+        return self._login.status()
 
     def session_of_operation(self, op_id: str) -> str | None:
         """The session that carries out ledger operation `op_id`, if one was started (needs a
@@ -320,8 +353,10 @@ class ExecSessions:
         """Kill every session that runs, or whose shell left processes running (TERM, then
         KILL after `grace_ms`), and wait for them.
 
-        Spool files and metadata stay on disk (and their rows record how they ended).
+        Spool files and metadata stay on disk (and their rows record how they ended). A capture
+        of the login environment in flight is killed.
         """
+        self._login.stop()
         if self._watcher is not None:
             self._watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -334,7 +369,7 @@ class ExecSessions:
 
     def _spawn(
         self, cwd: Path, command: str, op_id: str | None, shell: ShellLaunch | None = None
-    ) -> LiveSession:
+    ) -> tuple[LiveSession, ShellLaunch]:
         loop = asyncio.get_running_loop()
         self._prune()
         self._make_room()
@@ -367,7 +402,7 @@ class ExecSessions:
             on_exited=self._on_exited,
         )
         if shell is None:
-            shell = self._login.shell(bash)
+            shell = self._login.shell(bash, START_WAIT_SECONDS)
         try:
             process = subprocess.Popen(
                 shell.argv(command),
@@ -404,7 +439,7 @@ class ExecSessions:
                     started_at_ms=started_ms,
                 )
             )
-        return session
+        return session, shell
 
     def _on_settle(self, session: LiveSession) -> None:
         if self._records is not None:

@@ -106,8 +106,8 @@ def _recover_exec(svc: Services, op_id: str) -> dict[str, Any] | None:
 async def exec_start(svc: Services, args: dict[str, Any]) -> dict[str, Any]:
     root = (await svc.topology.roots()).root_for(args["root"])
     _gate(svc, root, args, intent=None)
-    await svc.sessions.prepare()
-    result = svc.sessions.start(root.path, args["command"])
+    shell = await svc.sessions.prepare()
+    result = svc.sessions.start(root.path, args["command"], shell=shell)
     result["cwd"] = str(root.path)
     return result
 
