@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any
 import pytest
 
 from herdr_mcp.errors import ToolError
-from herdr_mcp.runtime.boundary import Policy, RootCandidate, RootSet, check_target
+from herdr_mcp.runtime.boundary import Policy, RootCandidate, RootSet, check_target, git_dirs
 from herdr_mcp.sim import SimConfig, SimulatorThread
 from tests.git_trees import git, make_repo, snapshot
 from tests.runtime_harness import ToolSession, in_process_session
@@ -252,3 +253,25 @@ def test_without_git_the_gate_reads_git_files_and_git_dirs_itself(
 def test_a_target_outside_any_git_dir_passes_with_git(bare_worktree: Path) -> None:
     for relative in ("a.txt", "new/deeper/file.txt", ".bare-not/config", "bare/config"):
         check_target(Policy(), _target(bare_worktree, relative))
+
+
+def test_git_itself_names_a_bare_git_dir_even_where_implicit_bare_repositories_are_refused(
+    bare_worktree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "gitconfig"
+    config.write_text("[safe]\n\tbareRepository = explicit\n")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+    hooks = bare_worktree / ".bare" / "hooks"
+    refused = subprocess.run(
+        ["git", "-C", str(hooks), "rev-parse", "--git-dir"], capture_output=True, text=True
+    )
+    assert refused.returncode != 0 and "safe.bareRepository" in refused.stderr
+    assert git_dirs._asked_of_git(hooks) == [bare_worktree / ".bare"] * 2
+
+
+def test_a_target_outside_any_repository_is_not_refused(tmp_path: Path) -> None:
+    # Git answers "not a git repository"; the ancestors hold no Git directory either.
+    plain = Path(os.path.realpath(tmp_path)) / "plain"
+    (plain / "sub").mkdir(parents=True)
+    assert git_dirs._asked_of_git(plain / "sub") == []
+    check_target(Policy(), _target(plain, "sub/file.txt"))
