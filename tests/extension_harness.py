@@ -315,6 +315,25 @@ async def bind_tab(browser: Browser, station: Workstation, page: Page) -> None:
     await wait_hud(page, "Bound to api")
 
 
+#: The side panel, opened as an extension page (the Control Center is in it).
+PANEL = "src/sidepanel/sidepanel.html"
+
+
+async def open_panel(browser: Browser) -> Page:
+    """The side panel in a tab of the side panel's width."""
+    panel = await browser.page_for(PANEL)
+    await panel.set_viewport_size({"width": 380, "height": 1100})
+    return panel
+
+
+async def pin(panel: Page, pane_id: str) -> None:
+    """Pin pane `pane_id` with its row's Pin button, and wait until the row shows it pinned."""
+    row = panel.locator(f'li.cc-pane[data-pane="{pane_id}"]')
+    await row.wait_for(timeout=DEADLINE_S * 1000)
+    await row.locator("button.cc-pin").click()
+    await panel.locator(f'li.cc-pane.pinned[data-pane="{pane_id}"]').wait_for(timeout=DEADLINE_S * 1000)
+
+
 def screenshot_dirs(tmp_path: Path) -> list[Path]:
     """Where a test's screenshots go: its temp dir, and $HERDR_MCP_SCREENSHOTS when set."""
     extra = os.environ.get("HERDR_MCP_SCREENSHOTS")

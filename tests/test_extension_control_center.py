@@ -23,13 +23,11 @@ from playwright.async_api import Page
 
 from herdr_mcp.herdr import HerdrClient
 from herdr_mcp.sim import AgentConfig, PaneConfig
-from tests.extension_harness import AGENT, BODY_TIMEOUT_S, Browser, Workstation, rig, screenshot_dirs
+from tests.extension_harness import AGENT, BODY_TIMEOUT_S, Workstation, open_panel, pin, rig, screenshot_dirs
 from tests.sim_helpers import run, short_tmp_dir
 from tests.waiting import DEADLINE_S, poll_until
 
 pytestmark = pytest.mark.slow
-
-PANEL = "src/sidepanel/sidepanel.html"
 
 
 @pytest.fixture
@@ -54,22 +52,9 @@ async def text_with(station: Workstation, pane_id: str, needle: str, what: str) 
     return await poll_until(probe, what)
 
 
-async def open_panel(browser: Browser) -> Page:
-    panel = await browser.page_for(PANEL)
-    await panel.set_viewport_size({"width": 380, "height": 1100})
-    return panel
-
-
 async def message(panel: Page, text: str) -> str:
     await panel.locator("#cc-message").filter(has_text=text).wait_for(timeout=DEADLINE_S * 1000)
     return await panel.locator("#cc-message").inner_text()
-
-
-async def pin(panel: Page, pane_id: str) -> None:
-    row = panel.locator(f'li.cc-pane[data-pane="{pane_id}"]')
-    await row.wait_for(timeout=DEADLINE_S * 1000)
-    await row.locator("button.cc-pin").click()
-    await panel.locator(f'li.cc-pane.pinned[data-pane="{pane_id}"]').wait_for(timeout=DEADLINE_S * 1000)
 
 
 def test_pinned_prompt_once_per_key_and_send_input_only_into_terminals(base: Path, tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import {
   ControlError,
   isControlMethod,
   keepsPending,
+  knownCode,
   newKey,
   pinDrift,
   pinFromPane,
@@ -59,12 +60,21 @@ test("drift between the pin and the live panes is named", () => {
 });
 
 test("unknown outcomes keep the send for a retry with the same key; refusals drop it", () => {
-  for (const code of ["timeout", "runtime_unavailable", "delivery_uncertain", "idempotency_in_flight", "herdr_unavailable"]) {
+  for (const code of ["timeout", "runtime_unavailable", "delivery_unknown", "delivery_uncertain", "idempotency_in_flight", "herdr_unavailable"]) {
     assert.equal(keepsPending(code), true, code);
   }
   for (const code of ["target_changed", "pane_has_agent", "invalid_argument", "pane_not_found", "agent_blocked", "idempotency_key_conflict"]) {
     assert.equal(keepsPending(code), false, code);
   }
+});
+
+test("sent, answer lost: the runtime's older name is read and shown as delivery_unknown, other codes as they came", () => {
+  assert.equal(knownCode("delivery_uncertain"), "delivery_unknown");
+  assert.equal(knownCode("delivery_unknown"), "delivery_unknown");
+  for (const code of ["timeout", "target_changed", "failed", "toString", "__proto__", "constructor"]) {
+    assert.equal(knownCode(code), code, code);
+  }
+  assert.equal(keepsPending("toString"), false);
 });
 
 test("keys and line counts stay within the runtime's limits", () => {

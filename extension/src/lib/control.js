@@ -14,6 +14,20 @@ export const MAX_PROMPT_CHARS = 16_000;
 export const MAX_INPUT_CHARS = 4_000;
 
 /**
+ * "Sent, but the answer was lost: it may have been delivered". The link and the Edge say
+ * `delivery_unknown`; the runtime said `delivery_uncertain` (issue 23 moves it to
+ * `delivery_unknown`). The planes are deployed separately, so an answer may carry either name:
+ * both are read as the one code, and the panel shows that code whichever name came.
+ */
+export const DELIVERY_UNKNOWN = "delivery_unknown";
+const SAME_AS = Object.freeze({ delivery_uncertain: DELIVERY_UNKNOWN });
+
+/** An error code as the panel shows it and decides on it (an older name read as today's). */
+export function knownCode(code) {
+  return Object.hasOwn(SAME_AS, code) ? SAME_AS[code] : code;
+}
+
+/**
  * Failures after which the send's outcome is unknown, or nothing was sent and the same key may
  * be used again: the send stays pending and "Retry" repeats it with the same key (the runtime
  * delivers a key at most once). Every other error is a refusal: nothing was sent, the pending
@@ -23,7 +37,7 @@ const UNCONFIRMED = new Set([
   "timeout",
   "runtime_unavailable",
   "host_unavailable",
-  "delivery_uncertain",
+  DELIVERY_UNKNOWN,
   "idempotency_in_flight",
   "idempotency_outcome_unknown",
   "herdr_unavailable",
@@ -42,7 +56,7 @@ export function isControlMethod(method) {
 }
 
 export function keepsPending(code) {
-  return UNCONFIRMED.has(code);
+  return UNCONFIRMED.has(knownCode(code));
 }
 
 /** A pinned target from a listed pane: what the person saw when pinning (the fence). */

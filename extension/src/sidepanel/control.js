@@ -8,7 +8,7 @@
 // storage until its answer arrives, so an unconfirmed send is retried with the same key and
 // delivered at most once.
 
-import { keepsPending, newKey, pinDrift, pinFromPane, readLines, sendRequest } from "../lib/control.js";
+import { keepsPending, knownCode, newKey, pinDrift, pinFromPane, readLines, sendRequest } from "../lib/control.js";
 import { t } from "../lib/i18n.js";
 import { CONTROL_LAST, CONTROL_PENDING, CONTROL_PINNED } from "../lib/storage-keys.js";
 
@@ -24,7 +24,7 @@ class RequestError extends Error {
 async function request(method, body) {
   const answer = await chrome.runtime.sendMessage({ type: "control.request", method, body });
   if (answer?.error) {
-    throw new RequestError(answer.error.code ?? "failed", answer.error.message ?? "failed");
+    throw new RequestError(knownCode(answer.error.code ?? "failed"), answer.error.message ?? "failed");
   }
   return answer;
 }
