@@ -32,6 +32,18 @@ EXIT_LOCAL = 4
 #: Stopped by SIGINT (128 + 2, as a shell reports it).
 EXIT_INTERRUPTED = 130
 
+#: "Sent, answer lost": the request reached the other side and no whole answer came back, so it
+#: may have taken effect. The one code for it on every plane (runtime, link, Edge, extension).
+DELIVERY_UNKNOWN = "delivery_unknown"
+#: The runtime's name for the same thing before issue 23. Never written any more; still read
+#: (stored ledger records, answers of a runtime or link deployed earlier) as `DELIVERY_UNKNOWN`.
+FORMER_DELIVERY_UNKNOWN = "delivery_uncertain"
+
+
+def current_code(code: str) -> str:
+    """`code` under its current name (`delivery_uncertain` is read as `delivery_unknown`)."""
+    return DELIVERY_UNKNOWN if code == FORMER_DELIVERY_UNKNOWN else code
+
 
 class HerdrMcpError(Exception):
     """Base of every expected failure: a stable `code` and an actionable `message`."""

@@ -9,7 +9,8 @@ in flight by a runtime that died has an unknown outcome unless the caller can re
 
 A mutation that certainly did not happen (a refusal before acting, or Herdr never got the
 request) releases its key, so the caller may retry with it; any other failure is stored and
-replayed like a result.
+replayed like a result (under its current code: a record stored as `delivery_uncertain` before
+issue 23 is replayed as `delivery_unknown`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from herdr_mcp.errors import ToolError
+from herdr_mcp.errors import ToolError, current_code
 from herdr_mcp.state.ledger import InFlight, Ledger, Replay, Started, request_hash
 
 Action = Callable[[str], Awaitable[dict[str, Any]]]
@@ -125,5 +126,6 @@ def _replayed(stored: dict[str, Any], state: str) -> dict[str, Any]:
     if state == "failed":
         error = dict(stored)
         code, message = str(error.pop("code", "replayed_failure")), str(error.pop("message", ""))
-        raise ToolError(code, message, idempotent_replay=True, **error)
+        # A failure stored before issue 23 may carry the former name of `delivery_unknown`.
+        raise ToolError(current_code(code), message, idempotent_replay=True, **error)
     return {**stored, "idempotent_replay": True}
