@@ -228,22 +228,20 @@ def _ignored_by_files(top: Path) -> Callable[[WalkEntry], bool]:
     """The walk's `skip`: what the ignore files around `top` exclude, as rg reads them
     (`ignore_rules`). `top` itself is never asked about, so a named ignored directory is searched."""
     above = IgnoreLevel.above(top)
-    levels: dict[str, IgnoreLevel] = {}
+    # The levels of the directory being listed and its ancestors (the walk is depth-first, so
+    # this is all it needs: memory stays proportional to depth, not to the tree).
+    chain: list[tuple[str, IgnoreLevel]] = []
 
     def skip(entry: WalkEntry) -> bool:
-        prefix = entry.relative[: len(entry.relative) - len(entry.name)]
-        level = levels.get(prefix)
-        if level is None:
-            # The parent directory's level exists: this directory was one of its entries.
-            parent = levels[_parent_prefix(prefix)] if prefix else above
-            level = IgnoreLevel.of_directory(entry.dir_fd, top / prefix, parent)
-            levels[prefix] = level
+        prefix = entry.relative[: len(entry.relative) - len(entry.name)]  # "" or "a/b/"
+        while chain and not prefix.startswith(chain[-1][0]):
+            chain.pop()
+        if chain and chain[-1][0] == prefix:
+            level = chain[-1][1]
+        else:
+            # The parent's level is on top: this directory was one of its entries.
+            level = IgnoreLevel.of_directory(entry.dir_fd, top / prefix, chain[-1][1] if chain else above)
+            chain.append((prefix, level))
         return level.ignores(os.fsencode(entry.name), entry.kind == "dir")
 
     return skip
-
-
-def _parent_prefix(prefix: str) -> str:
-    """`a/b/` -> `a/`, `a/` -> `` (the walk's directory prefixes)."""
-    head = posixpath.dirname(prefix.rstrip("/"))
-    return head + "/" if head else ""
