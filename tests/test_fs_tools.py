@@ -8,7 +8,6 @@ symlinks, real FIFOs, /dev/zero and /dev/null, a real 2 GiB sparse file.
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import resource
 import struct
@@ -25,9 +24,25 @@ import pytest
 from herdr_mcp.errors import ToolError
 from herdr_mcp.runtime.boundary import Policy, RootCandidate, RootSet
 from herdr_mcp.runtime.grep.query import GREP_LINE_MAX_BYTES, GrepEngine, glob_match
-from herdr_mcp.runtime.tools.fs import access, editing, patching, reading
-from herdr_mcp.runtime.tools.fs.image import IMAGE_DEFAULT_MAX_BYTES, fs_image
+from herdr_mcp.runtime.tools.arguments import catalog_arguments, prepared
+from herdr_mcp.runtime.tools.fs import access, editing, image, patching, reading
 from tests.git_trees import git, make_repo, snapshot
+
+
+def parsed(function: Callable[..., Any]) -> Callable[..., Any]:
+    """The fs tool `function` called as the dispatcher calls it: with its arguments bounded,
+    validated against the frozen catalog and given the catalog's defaults (`prepared`)."""
+    tool = f"herdr_{function.__name__}"
+
+    def call(roots: RootSet, policy: Policy, args: dict[str, Any], **options: Any) -> Any:
+        return function(roots, policy, prepared(tool, args), **options)
+
+    return call
+
+
+fs_read, fs_list, fs_grep = parsed(reading.fs_read), parsed(reading.fs_list), parsed(reading.fs_grep)
+fs_edit, fs_write, fs_patch = parsed(editing.fs_edit), parsed(editing.fs_write), parsed(patching.fs_patch)
+fs_image = parsed(image.fs_image)
 
 # Both engines always run: the test command installs ripgrep, and without it the rg cases fail
 # (engine_unavailable) rather than being skipped.
@@ -103,20 +118,16 @@ Attack = Callable[[World], object]
 
 
 def read(path: str | Callable[[World], str], **extra: Any) -> Attack:
-    return lambda w: reading.fs_read(
-        w.roots, w.policy, {"path": path(w) if callable(path) else path, **extra}
-    )
+    return lambda w: fs_read(w.roots, w.policy, {"path": path(w) if callable(path) else path, **extra})
 
 
 def write(path: str | Callable[[World], str], **extra: Any) -> Attack:
     args = {"content": "evil\n", **extra}
-    return lambda w: editing.fs_write(
-        w.roots, w.policy, {"path": path(w) if callable(path) else path, **args}
-    )
+    return lambda w: fs_write(w.roots, w.policy, {"path": path(w) if callable(path) else path, **args})
 
 
 def edit(path: str | Callable[[World], str], old: str = "alpha", **extra: Any) -> Attack:
-    return lambda w: editing.fs_edit(
+    return lambda w: fs_edit(
         w.roots,
         w.policy,
         {"path": path(w) if callable(path) else path, "old_string": old, "new_string": "evil", **extra},
@@ -124,9 +135,7 @@ def edit(path: str | Callable[[World], str], old: str = "alpha", **extra: Any) -
 
 
 def patch(*body: str, root: Callable[[World], Path] = lambda w: w.repo, **extra: Any) -> Attack:
-    return lambda w: patching.fs_patch(
-        w.roots, w.policy, {"root": str(root(w)), "patch": _patch(*body), **extra}
-    )
+    return lambda w: fs_patch(w.roots, w.policy, {"root": str(root(w)), "patch": _patch(*body), **extra})
 
 
 def with_roots(make: Callable[[World], RootSet], attack: Attack) -> Attack:
@@ -165,14 +174,12 @@ ATTACKS = [
     pytest.param(read("link_dir/target.txt"), "path_outside_root", id="symlink-dir-out-read"),
     pytest.param(write("link_dir/new.txt"), "path_outside_root", id="symlink-dir-out-write"),
     pytest.param(
-        lambda w: reading.fs_list(w.roots, w.policy, {"path": "link_dir"}),
+        lambda w: fs_list(w.roots, w.policy, {"path": "link_dir"}),
         "path_outside_root",
         id="symlink-dir-out-list",
     ),
     pytest.param(
-        lambda w: reading.fs_grep(
-            w.roots, w.policy, {"root": str(w.repo), "pattern": "t", "path": "link_dir"}
-        ),
+        lambda w: fs_grep(w.roots, w.policy, {"root": str(w.repo), "pattern": "t", "path": "link_dir"}),
         "path_outside_root",
         id="symlink-dir-out-grep",
     ),
@@ -183,7 +190,7 @@ ATTACKS = [
         read(lambda w: str(w.repo.parent / "repo2" / "victim.txt")), "path_outside_root", id="sibling-prefix"
     ),
     pytest.param(
-        lambda w: reading.fs_grep(w.roots, w.policy, {"root": str(w.repo.parent / "repo2"), "pattern": "v"}),
+        lambda w: fs_grep(w.roots, w.policy, {"root": str(w.repo.parent / "repo2"), "pattern": "v"}),
         "root_unknown",
         id="sibling-prefix-grep-root",
     ),
@@ -216,12 +223,12 @@ ATTACKS = [
     pytest.param(read("x.pem"), "secret_path", id="secret-pem-read"),
     pytest.param(read(".ssh/config"), "secret_path", id="secret-ssh-config-read"),
     pytest.param(
-        lambda w: reading.fs_list(w.roots, w.policy, {"path": ".ssh"}),
+        lambda w: fs_list(w.roots, w.policy, {"path": ".ssh"}),
         "secret_path",
         id="secret-ssh-dir-list",
     ),
     pytest.param(
-        lambda w: reading.fs_grep(w.roots, w.policy, {"root": str(w.repo), "pattern": "T", "path": ".env"}),
+        lambda w: fs_grep(w.roots, w.policy, {"root": str(w.repo), "pattern": "T", "path": ".env"}),
         "secret_path",
         id="secret-env-grep",
     ),
@@ -236,9 +243,7 @@ ATTACKS = [
     pytest.param(edit("fifo"), "special_file", id="fifo-edit"),
     pytest.param(write("fifo", overwrite=True), "special_file", id="fifo-overwrite"),
     pytest.param(patch("*** Update File: fifo", "@@", "-x", "+y"), "special_file", id="fifo-patch"),
-    pytest.param(
-        lambda w: reading.fs_list(w.roots, w.policy, {"path": "fifo"}), "not_a_directory", id="fifo-list"
-    ),
+    pytest.param(lambda w: fs_list(w.roots, w.policy, {"path": "fifo"}), "not_a_directory", id="fifo-list"),
     pytest.param(with_roots(dev_roots, read("/dev/zero")), "special_file", id="dev-zero-read"),
     pytest.param(with_roots(dev_roots, read("/dev/null")), "special_file", id="dev-null-read"),
     pytest.param(
@@ -374,26 +379,24 @@ ATTACKS = [
     pytest.param(edit("dup.txt", old="x"), "edit_not_unique", id="edit-not-unique"),
     pytest.param(edit("missing.txt"), "not_found", id="edit-missing"),
     pytest.param(read("sub"), "not_a_file", id="read-directory"),
-    pytest.param(
-        lambda w: reading.fs_list(w.roots, w.policy, {"path": "a.txt"}), "not_a_directory", id="list-file"
-    ),
+    pytest.param(lambda w: fs_list(w.roots, w.policy, {"path": "a.txt"}), "not_a_directory", id="list-file"),
     pytest.param(
         lambda w: fs_image(w.roots, w.policy, {"path": "a.txt"}), "unsupported_image", id="image-text"
     ),
     pytest.param(
-        lambda w: reading.fs_grep(w.roots, w.policy, {"root": str(w.repo / "sub"), "pattern": "b"}),
+        lambda w: fs_grep(w.roots, w.policy, {"root": str(w.repo / "sub"), "pattern": "b"}),
         "root_unknown",
         id="grep-root-subdir",
     ),
     pytest.param(
-        lambda w: reading.fs_grep(
+        lambda w: fs_grep(
             w.roots, w.policy, {"root": str(w.repo), "pattern": "a(", "regex": True}, engine="python"
         ),
         "pattern_invalid",
         id="grep-bad-regex-python",
     ),
     pytest.param(
-        lambda w: reading.fs_grep(
+        lambda w: fs_grep(
             w.roots, w.policy, {"root": str(w.repo), "pattern": "a(", "regex": True}, engine="rg"
         ),
         "pattern_invalid",
@@ -427,7 +430,7 @@ def test_home_and_its_aliases_are_excluded_with_a_reason(world: World) -> None:
 
 
 def test_confirmations_allow_dirty_and_busy_mutations(world: World) -> None:
-    result = editing.fs_edit(
+    result = fs_edit(
         world.roots,
         world.policy,
         {"path": "dirty.txt", "old_string": "edited", "new_string": "again", "confirm_dirty": True},
@@ -435,9 +438,7 @@ def test_confirmations_allow_dirty_and_busy_mutations(world: World) -> None:
     assert result["start_line"] == 1
     assert (world.repo / "dirty.txt").read_text() == "again\n"
     busy = busy_roots(world)
-    editing.fs_edit(
-        busy, world.policy, {"path": "b.txt", "old_string": "b", "new_string": "c", "confirm_busy": True}
-    )
+    fs_edit(busy, world.policy, {"path": "b.txt", "old_string": "b", "new_string": "c", "confirm_busy": True})
     assert (world.busy / "b.txt").read_text() == "c\n"
 
 
@@ -454,7 +455,7 @@ def text_root(tmp_path: Path) -> tuple[RootSet, Path]:
 
 
 def _read(roots: RootSet, path: str, **args: Any) -> dict[str, Any]:
-    return reading.fs_read(roots, Policy(), {"path": path, **args})
+    return fs_read(roots, Policy(), {"path": path, **args})
 
 
 def test_read_line_ranges_and_pagination(text_root: tuple[RootSet, Path]) -> None:
@@ -547,7 +548,8 @@ def test_a_2_gib_sparse_file_is_read_with_flat_memory(text_root: tuple[RootSet, 
     growth = _peak_growth_bytes(lambda: results.append(_read(roots, "huge.bin")))
     page = results[0]
     assert (page["total_bytes"], page["total_lines"], page["truncated"]) == (2 << 30, None, True)
-    assert page["content"] == "\0" * reading.READ_DEFAULT_MAX_BYTES
+    read_default = catalog_arguments().schemas["herdr_fs_read"]["properties"]["max_bytes"]["default"]
+    assert page["content"] == "\0" * read_default
     assert growth < 64 << 20, f"peak RSS grew by {growth} bytes"
 
 
@@ -605,7 +607,7 @@ def listing(text_root: tuple[RootSet, Path]) -> tuple[RootSet, Path]:
 
 
 def _list(roots: RootSet, **args: Any) -> dict[str, Any]:
-    return reading.fs_list(roots, Policy(), {"path": ".", **args})
+    return fs_list(roots, Policy(), {"path": ".", **args})
 
 
 def test_list_flat_and_recursive(listing: tuple[RootSet, Path]) -> None:
@@ -656,7 +658,7 @@ def test_list_glob_and_cap(listing: tuple[RootSet, Path]) -> None:
     ]
     capped = _list(roots, recursive=True, glob="**/*.py", max_entries=2)
     assert ([e["path"] for e in capped["entries"]], capped["truncated"]) == (["a.py", "pkg/c.py"], True)
-    sub = reading.fs_list(roots, Policy(), {"path": "pkg"})
+    sub = fs_list(roots, Policy(), {"path": "pkg"})
     assert [e["path"] for e in sub["entries"]] == ["c.py", "deep"]
 
 
@@ -715,7 +717,7 @@ def grep_tree(tmp_path_factory: pytest.TempPathFactory) -> tuple[RootSet, Path]:
 
 
 def _grep(roots: RootSet, root: Path, engine: GrepEngine, **args: Any) -> dict[str, Any]:
-    return reading.fs_grep(roots, Policy(), {"root": str(root), "pattern": "needle", **args}, engine=engine)
+    return fs_grep(roots, Policy(), {"root": str(root), "pattern": "needle", **args}, engine=engine)
 
 
 GREP_VARIANTS = [
@@ -822,7 +824,7 @@ def test_grep_ends_at_its_deadline_with_a_timeout_code(
     started = time.monotonic()
     try:
         with pytest.raises(ToolError) as caught:
-            reading.fs_grep(
+            fs_grep(
                 roots,
                 Policy(),
                 {"root": str(root), "pattern": "(a+)+$", "regex": True},
@@ -846,7 +848,7 @@ def test_list_never_descends_into_git_in_another_case(tmp_path: Path) -> None:
     (root / ".GIT" / "objects").mkdir(parents=True)
     (root / "a.txt").write_text("a\n")
     roots = RootSet.build([RootCandidate(root, "operational")], home=tmp_path / "home")
-    listed = reading.fs_list(roots, Policy(), {"path": ".", "recursive": True})
+    listed = fs_list(roots, Policy(), {"path": ".", "recursive": True})
     assert [e["path"] for e in listed["entries"]] == [".GIT", "a.txt"]
 
 
@@ -938,11 +940,11 @@ def test_images_above_max_bytes_or_truncated_are_refused(text_root: tuple[RootSe
 
 
 def test_write_creates_and_overwrites_keeping_the_mode(world: World) -> None:
-    created = editing.fs_write(world.roots, world.policy, {"path": "sub/new.txt", "content": "héllo\n"})
+    created = fs_write(world.roots, world.policy, {"path": "sub/new.txt", "content": "héllo\n"})
     assert (created["created"], created["bytes_written"]) == (True, 7)
     assert (world.repo / "sub/new.txt").read_text() == "héllo\n"
     (world.repo / "a.txt").chmod(0o600)
-    replaced = editing.fs_write(
+    replaced = fs_write(
         world.roots,
         world.policy,
         {"path": "a.txt", "content": "new\n", "overwrite": True, "confirm_dirty": True},
@@ -978,12 +980,10 @@ def test_patch_dry_run_then_apply(world: World) -> None:
         {"path": "dup.txt", "action": "delete", "added_lines": 0, "removed_lines": 2},
     ]
     before = snapshot(world.tmp)
-    dry = patching.fs_patch(
-        world.roots, world.policy, {"root": str(world.repo), "patch": text, "dry_run": True}
-    )
+    dry = fs_patch(world.roots, world.policy, {"root": str(world.repo), "patch": text, "dry_run": True})
     assert (dry["dry_run"], dry["files"]) == (True, expected_files)
     assert snapshot(world.tmp) == before
-    done = patching.fs_patch(world.roots, world.policy, {"root": str(world.repo), "patch": text})
+    done = fs_patch(world.roots, world.policy, {"root": str(world.repo), "patch": text})
     assert (done["dry_run"], done["files"]) == (False, expected_files)
     assert (world.repo / "pkg/new/mod.py").read_text() == "print('hi')\n"
     assert (world.repo / "a.txt").read_text() == "alpha\ngamma\ndelta\n"
@@ -997,7 +997,7 @@ def test_patch_deletes_binary_files(world: World) -> None:
     (world.repo / "blob.bin").write_bytes(b"\0\xff\n\0")
     git(world.repo, "add", "blob.bin")
     git(world.repo, "commit", "-q", "-m", "blob")
-    done = patching.fs_patch(
+    done = fs_patch(
         world.roots, world.policy, {"root": str(world.repo), "patch": _patch("*** Delete File: blob.bin")}
     )
     assert done["files"] == [{"path": "blob.bin", "action": "delete", "added_lines": 0, "removed_lines": 2}]
@@ -1024,7 +1024,7 @@ def test_a_failure_midway_rolls_back_what_was_written(world: World) -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, hard))
     try:
         with pytest.raises(ToolError) as caught:
-            patching.fs_patch(world.roots, world.policy, {"root": str(world.repo), "patch": text})
+            fs_patch(world.roots, world.policy, {"root": str(world.repo), "patch": text})
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
     assert caught.value.code == "io_error"
@@ -1036,9 +1036,9 @@ def test_names_at_name_max_bytes_are_written(world: World) -> None:
     # 85 three-byte characters: 255 bytes, the most a name may hold; the temp file's name must be
     # cut by bytes, not characters, to fit beside it.
     name = "€" * 85
-    editing.fs_write(world.roots, world.policy, {"path": name, "content": "w\n"})
+    fs_write(world.roots, world.policy, {"path": name, "content": "w\n"})
     text = _patch(f"*** Add File: sub/{name}", "+p")
-    patching.fs_patch(world.roots, world.policy, {"root": str(world.repo), "patch": text})
+    fs_patch(world.roots, world.policy, {"root": str(world.repo), "patch": text})
     assert ((world.repo / name).read_text(), (world.repo / "sub" / name).read_text()) == ("w\n", "p\n")
     assert not [p for p in world.repo.rglob("*.herdr-tmp")]
 
@@ -1047,26 +1047,7 @@ def test_patch_on_a_dirty_file_needs_confirmation(world: World) -> None:
     text = _patch("*** Update File: dirty.txt", "@@", "-edited", "+confirmed")
     args = {"root": str(world.repo), "patch": text}
     with pytest.raises(ToolError) as caught:
-        patching.fs_patch(world.roots, world.policy, args)
+        fs_patch(world.roots, world.policy, args)
     assert caught.value.code == "dirty_file_unconfirmed"
-    patching.fs_patch(world.roots, world.policy, {**args, "confirm_dirty": True})
+    fs_patch(world.roots, world.policy, {**args, "confirm_dirty": True})
     assert (world.repo / "dirty.txt").read_text() == "confirmed\n"
-
-
-# --- The catalog -------------------------------------------------------------------------------
-
-
-def test_defaults_match_the_frozen_catalog() -> None:
-    catalog = json.loads(
-        (Path(__file__).parent.parent / "manifests/contracts/runtime-epoch-5.json").read_text()
-    )
-    schemas = {tool["name"]: tool["inputSchema"]["properties"] for tool in catalog["tools"]}
-    assert schemas["herdr_fs_read"]["max_bytes"]["default"] == reading.READ_DEFAULT_MAX_BYTES
-    assert schemas["herdr_fs_list"]["max_entries"]["default"] == reading.LIST_DEFAULT_MAX_ENTRIES
-    assert schemas["herdr_fs_grep"]["max_matches"]["default"] == reading.GREP_DEFAULT_MAX_MATCHES
-    assert schemas["herdr_fs_grep"]["max_bytes"]["default"] == reading.GREP_DEFAULT_MAX_BYTES
-    assert schemas["herdr_fs_image"]["max_bytes"]["default"] == IMAGE_DEFAULT_MAX_BYTES
-    assert schemas["herdr_fs_read"]["start_line"]["default"] == 1
-    for tool in ("herdr_fs_edit", "herdr_fs_write", "herdr_fs_patch"):
-        assert schemas[tool]["confirm_dirty"]["default"] is False
-        assert schemas[tool]["confirm_busy"]["default"] is False

@@ -12,6 +12,7 @@ import pytest
 
 from herdr_mcp.errors import ToolError
 from herdr_mcp.runtime.tools import git as git_module
+from herdr_mcp.runtime.tools.arguments import prepared
 from herdr_mcp.runtime.tools.git import git_facts, git_toplevel, project_git_summary
 from tests.processes import alive
 from tests.waiting import wait_until
@@ -66,18 +67,24 @@ def repo(tmp_path: Path) -> Path:
     return root
 
 
+def facts(root: Path, args: dict[str, Any], **options: Any) -> dict[str, Any]:
+    """`git_facts` called as herdr_git's handler calls it: `args` (with `root`) bounded, validated
+    against the frozen catalog and given its defaults by the dispatcher's own step (`prepared`)."""
+    return git_facts(root, prepared("herdr_git", {"root": str(root), **args}), **options)
+
+
 def by_path(files: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {entry["path"]: entry for entry in files}
 
 
 def refusal(root: Path, **args: Any) -> str:
     with pytest.raises(ToolError) as error:
-        git_facts(root, args)
+        facts(root, args)
     return error.value.code
 
 
 def test_status_reports_branch_head_and_every_kind_of_change(repo: Path) -> None:
-    result = git_facts(repo, {"action": "status"})
+    result = facts(repo, {"action": "status"})
     assert result["action"] == "status"
     assert (result["branch"], result["detached"]) == ("main", False)
     assert result["head"] == git(repo, "rev-parse", "HEAD")
@@ -96,7 +103,7 @@ def test_status_of_a_clone_counts_ahead_and_behind(repo: Path, tmp_path: Path) -
     git(tmp_path, "clone", "-q", str(repo), str(clone))
     write(clone / "b.txt", "beta 2\n")
     git(clone, "commit", "-q", "-am", "ahead by one")
-    result = git_facts(clone, {"action": "status"})
+    result = facts(clone, {"action": "status"})
     assert (result["upstream"], result["ahead"], result["behind"]) == ("origin/main", 1, 0)
     assert (result["clean"], result["files"]) == (True, [])
 
@@ -106,15 +113,15 @@ def test_status_of_an_unborn_branch(tmp_path: Path) -> None:
     root.mkdir()
     git(root, "init", "-q")
     write(root / "first.txt", "x\n")
-    result = git_facts(root, {"action": "status"})
+    result = facts(root, {"action": "status"})
     assert (result["branch"], result["head"]) == ("main", None)
     assert result["files"] == [{"path": "first.txt", "index": "?", "worktree": "?"}]
-    assert git_facts(root, {"action": "log"}) == {"action": "log", "commits": [], "truncated": False}
+    assert facts(root, {"action": "log"}) == {"action": "log", "commits": [], "truncated": False}
     assert project_git_summary(root)["head"] is None
 
 
 def test_working_tree_diff(repo: Path) -> None:
-    result = git_facts(repo, {"action": "diff"})
+    result = facts(repo, {"action": "diff"})
     assert (result["staged"], result["truncated"], result["files_truncated"]) == (False, False, False)
     assert "-alpha\n+alpha changed\n" in result["diff"]
     assert "staged.txt" not in result["diff"]
@@ -123,7 +130,7 @@ def test_working_tree_diff(repo: Path) -> None:
 
 
 def test_staged_diff_shows_additions_and_renames(repo: Path) -> None:
-    result = git_facts(repo, {"action": "diff", "staged": True})
+    result = facts(repo, {"action": "diff", "staged": True})
     assert "+staged\n" in result["diff"]
     assert "rename from old.txt" in result["diff"]
     assert by_path(result["files"]) == {
@@ -134,23 +141,23 @@ def test_staged_diff_shows_additions_and_renames(repo: Path) -> None:
 
 def test_path_limits_diff_and_log(repo: Path) -> None:
     write(repo / "sub" / "c.txt", "gamma changed\n")
-    diff = git_facts(repo, {"action": "diff", "path": "sub"})
+    diff = facts(repo, {"action": "diff", "path": "sub"})
     assert [entry["path"] for entry in diff["files"]] == ["sub/c.txt"]
     assert "a.txt" not in diff["diff"]
-    log = git_facts(repo, {"action": "log", "path": "./b.txt"})
+    log = facts(repo, {"action": "log", "path": "./b.txt"})
     assert [commit["subject"] for commit in log["commits"]] == ["first commit"]
 
 
 def test_log_shape_and_limits(repo: Path) -> None:
-    result = git_facts(repo, {"action": "log"})
+    result = facts(repo, {"action": "log"})
     assert [commit["subject"] for commit in result["commits"]] == ["second: Änderung", "first commit"]
     newest = result["commits"][0]
     assert newest["sha"] == git(repo, "rev-parse", "HEAD")
     assert (newest["author"], newest["author_email"]) == ("Test Author", "test@example.com")
     assert datetime.fromisoformat(newest["date"]).tzinfo is not None
     assert result["truncated"] is False
-    assert len(git_facts(repo, {"action": "log", "max_count": 1})["commits"]) == 1
-    cut = git_facts(repo, {"action": "log", "max_bytes": 150})
+    assert len(facts(repo, {"action": "log", "max_count": 1})["commits"]) == 1
+    cut = facts(repo, {"action": "log", "max_bytes": 150})
     assert cut["truncated"] is True
     assert [commit["subject"] for commit in cut["commits"]] == ["second: Änderung"]
 
@@ -159,7 +166,7 @@ def test_big_diff_is_cut_at_max_bytes_on_a_character_boundary(repo: Path) -> Non
     write(repo / "big.txt", "ä" * 10)
     git(repo, "add", "big.txt")
     write(repo / "big.txt", "ö€" * 200_000)
-    result = git_facts(repo, {"action": "diff", "path": "big.txt", "max_bytes": 1001})
+    result = facts(repo, {"action": "diff", "path": "big.txt", "max_bytes": 1001})
     assert result["truncated"] is True
     assert 990 <= len(result["diff"].encode()) <= 1001
     assert "\ufffd" not in result["diff"]
@@ -189,7 +196,7 @@ def test_bad_arguments_are_refused(repo: Path) -> None:
 
 
 def test_glob_paths_are_literal(repo: Path) -> None:
-    result = git_facts(repo, {"action": "diff", "path": "*.txt"})
+    result = facts(repo, {"action": "diff", "path": "*.txt"})
     assert (result["diff"], result["files"]) == ("", [])
 
 
@@ -202,7 +209,7 @@ def test_external_diff_programs_never_run(
     script.chmod(0o755)
     monkeypatch.setenv("GIT_EXTERNAL_DIFF", str(script))
     git(repo, "config", "diff.external", str(script))
-    assert "-alpha" in git_facts(repo, {"action": "diff"})["diff"]
+    assert "-alpha" in facts(repo, {"action": "diff"})["diff"]
     assert not marker.exists()
 
 
@@ -258,7 +265,7 @@ def test_slow_git_is_stopped_with_its_helpers(repo: Path, tmp_path: Path) -> Non
     )
     write(repo / "data.slow", "two\n")
     with pytest.raises(ToolError) as error:
-        git_facts(repo, {"action": "diff", "path": "data.slow"}, timeout=1.0)
+        facts(repo, {"action": "diff", "path": "data.slow"}, timeout=1.0)
     assert error.value.code == "git_timeout"
     assert pid_file.exists(), "the filter did not start within the timeout"
     helper = int(pid_file.read_text())
@@ -300,7 +307,7 @@ def test_diff_withholds_changes_of_a_committed_secret_file(
     if staged:
         git(secret_repo, "add", "-A")
     args: dict[str, Any] = {"action": "diff", "staged": staged} | ({"path": path} if path else {})
-    result = git_facts(secret_repo, args)
+    result = facts(secret_repo, args)
     assert shows(result, SECRET_OLD, SECRET_NEW) == []
     assert result["withheld"] == [".env.production"]
     assert "withheld" in result["message"] and "secret" in result["message"]
@@ -314,7 +321,7 @@ def test_diff_withholds_changes_of_a_committed_secret_file(
 
 def test_diff_without_secrets_says_nothing_is_withheld(secret_repo: Path) -> None:
     write(secret_repo / "notes.txt", "one\n")
-    result = git_facts(secret_repo, {"action": "diff"})
+    result = facts(secret_repo, {"action": "diff"})
     assert (result["withheld"], "message" in result) == ([], False)
     assert "-four\n" in result["diff"]
 
@@ -329,7 +336,7 @@ def test_a_secret_renamed_to_an_ordinary_name_shows_none_of_its_old_contents(
     git(secret_repo, "mv", ".env.production", "env.txt")
     write(secret_repo / "env.txt", f"{SECRET_NEW}\nDEBUG=0\nREGION=eu\nPORT=1\n")
     git(secret_repo, "add", "-A")
-    result = git_facts(secret_repo, {"action": "diff", "staged": True})
+    result = facts(secret_repo, {"action": "diff", "staged": True})
     assert shows(result, SECRET_OLD) == []
     assert result["withheld"] == [".env.production"]
     assert "rename from" not in result["diff"]
@@ -341,7 +348,7 @@ def test_a_copy_of_a_changed_secret_is_not_diffed_against_it(secret_repo: Path) 
     write(secret_repo / "copied.txt", f"{SECRET_NEW}\nDEBUG=0\nREGION=eu\nPORT=1\nEXTRA=1\n")
     write(secret_repo / ".env.production", f"{SECRET_NEW}\nDEBUG=0\nREGION=eu\nPORT=1\n")
     git(secret_repo, "add", "-A")
-    result = git_facts(secret_repo, {"action": "diff", "staged": True})
+    result = facts(secret_repo, {"action": "diff", "staged": True})
     assert shows(result, SECRET_OLD) == []
     assert "copy from" not in result["diff"]
     assert result["withheld"] == [".env.production"]
@@ -351,7 +358,7 @@ def test_an_ordinary_file_renamed_to_a_secret_name_is_withheld(secret_repo: Path
     git(secret_repo, "mv", "notes.txt", ".env.local")
     write(secret_repo / ".env.local", "one\ntwo\nthree\nfour\nTOKEN=added-do-not-leak\n")
     git(secret_repo, "add", "-A")
-    result = git_facts(secret_repo, {"action": "diff", "staged": True})
+    result = facts(secret_repo, {"action": "diff", "staged": True})
     assert shows(result, "TOKEN=added-do-not-leak") == []
     assert result["withheld"] == [".env.local"]
 
@@ -362,7 +369,7 @@ def test_binary_and_nested_secrets_are_withheld(secret_repo: Path) -> None:
     write(secret_repo / "deploy" / ".ssh" / "config", "Host do-not-leak\n")
     write(secret_repo / "notes.txt", "changed\n")
     git(secret_repo, "add", "-A")
-    result = git_facts(secret_repo, {"action": "diff", "staged": True})
+    result = facts(secret_repo, {"action": "diff", "staged": True})
     assert shows(result, "binary-key-do-not-leak", "Host do-not-leak", "server.key", "deploy/.ssh") == [
         "server.key",
         "deploy/.ssh",
@@ -386,7 +393,7 @@ def test_a_submodule_diff_never_opens_the_submodule(secret_repo: Path, tmp_path:
     write(secret_repo / "sub" / ".env", f"{SECRET_NEW}\n")
     git(secret_repo / "sub", "commit", "-q", "-am", "inner change")
     git(secret_repo, "config", "diff.submodule", "diff")
-    result = git_facts(secret_repo, {"action": "diff"})
+    result = facts(secret_repo, {"action": "diff"})
     assert shows(result, SECRET_OLD, SECRET_NEW) == []
     assert "Subproject commit" in result["diff"]
 
@@ -404,9 +411,9 @@ def test_no_action_shows_secret_contents(secret_repo: Path) -> None:
         for staged in (False, True):
             for path in (None, ".env.production", "credentials.json", ".env", "."):
                 args: dict[str, Any] = {"action": action, "staged": staged}
-                result = git_facts(secret_repo, args | ({"path": path} if path else {}))
+                result = facts(secret_repo, args | ({"path": path} if path else {}))
                 assert shows(result, *needles) == [], (action, staged, path)
-    assert [commit["subject"] for commit in git_facts(secret_repo, {"action": "log"})["commits"]] == [
+    assert [commit["subject"] for commit in facts(secret_repo, {"action": "log"})["commits"]] == [
         "rotate the key",
         "with a secret",
     ]
@@ -421,7 +428,7 @@ def test_past_the_listing_cap_only_listed_paths_are_diffed(
     write(secret_repo / "z" / ".env", "LATE=do-not-leak\n")
     git(secret_repo, "add", "-A")
     monkeypatch.setattr(git_module, "_NUMSTAT_CAP", 60)
-    result = git_facts(secret_repo, {"action": "diff", "staged": True})
+    result = facts(secret_repo, {"action": "diff", "staged": True})
     assert shows(result, "LATE=do-not-leak", "z/.env") == []
     assert (result["truncated"], result["files_truncated"]) == (True, True)
     listed = [entry["path"] for entry in result["files"]]
@@ -444,7 +451,7 @@ def test_a_secret_below_a_listed_path_withholds_the_whole_patch(
         write(secret_repo / f"a-{number}.txt", f"file {number}\n")
     git(secret_repo, "add", "-A")
     monkeypatch.setattr(git_module, "_NUMSTAT_CAP", 60)
-    result = git_facts(secret_repo, {"action": "diff", "staged": True})
+    result = facts(secret_repo, {"action": "diff", "staged": True})
     assert shows(result, "BELOW=do-not-leak") == []
     assert (result["diff"], result["files"], result["truncated"]) == ("", [], True)
     assert "no diff is shown" in result["message"]
@@ -459,7 +466,7 @@ def test_a_cut_listing_of_secrets_only_diffs_nothing(
     write(secret_repo / "z.txt", "after the cut\n")
     git(secret_repo, "add", "-A")
     monkeypatch.setattr(git_module, "_NUMSTAT_CAP", 60)
-    result = git_facts(secret_repo, {"action": "diff", "staged": True})
+    result = facts(secret_repo, {"action": "diff", "staged": True})
     assert shows(result, "do-not-leak", "after the cut") == []
     assert (result["diff"], result["files"], result["truncated"]) == ("", [], True)
     assert result["withheld"] == [f".env.{number}" for number in range(5)]

@@ -1,9 +1,10 @@
 """The MCP server: the frozen catalog on tools/list and one dispatcher on tools/call.
 
 The tool list is served byte-for-byte from the frozen catalog of the current epoch, so what a
-client receives hashes to the contract identity in `herdr-mcp version`. Arguments are validated
-against the catalog's own JSON schema before a handler runs; a handler returns a dict (the
-structured result) or an `ImageResult`, or raises `ToolError`.
+client receives hashes to the contract identity in `herdr-mcp version`. Arguments are parsed once,
+before a handler runs (`runtime.tools.arguments`: bounded, validated against the catalog's own
+JSON schema, its defaults filled); a handler returns a dict (the structured result) or an
+`ImageResult`, or raises `ToolError`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import mcp_types as types
-from jsonschema import Draft202012Validator
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from starlette.requests import Request
@@ -29,6 +29,7 @@ from herdr_mcp.runtime.audit import AuditLog, AuditUnavailable, describe_call
 from herdr_mcp.runtime.services import Services
 from herdr_mcp.runtime.tools import HANDLERS
 from herdr_mcp.runtime.tools.agents import CALL_SCOPE, SCOPE_META_KEY
+from herdr_mcp.runtime.tools.arguments import ToolArguments, check_limits
 from herdr_mcp.runtime.tools.fs.image import ImageResult
 from herdr_mcp.text import clean_json, safe_json
 
@@ -42,8 +43,9 @@ INSTRUCTIONS = (
 
 
 class ToolDispatcher:
-    """Validates arguments against the frozen schemas, runs the matching handler and records
-    every call in the audit log (`audit`; by default `audit.jsonl` in the config dir)."""
+    """Parses arguments once (bounds, the frozen schemas, their defaults), runs the matching
+    handler and records every call in the audit log (`audit`; by default `audit.jsonl` in the
+    config dir)."""
 
     def __init__(self, services: Services, epoch: int = CURRENT_EPOCH, audit: AuditLog | None = None) -> None:
         self.services = services
@@ -52,10 +54,8 @@ class ToolDispatcher:
         missing = {tool["name"] for tool in self.catalog} - set(HANDLERS)
         if missing:
             raise RuntimeError(f"catalog tools without a handler: {sorted(missing)}")
-        self._validators = {tool["name"]: Draft202012Validator(tool["inputSchema"]) for tool in self.catalog}
-        self.input_schemas: dict[str, Mapping[str, Any]] = {
-            tool["name"]: tool["inputSchema"] for tool in self.catalog
-        }
+        self.arguments = ToolArguments(self.catalog)
+        self.input_schemas: dict[str, Mapping[str, Any]] = self.arguments.schemas
         self.list_result = types.ListToolsResult(
             tools=[types.Tool.model_validate(tool) for tool in self.catalog]
         )
@@ -71,13 +71,23 @@ class ToolDispatcher:
         """Answer one tools/call; the answer leaves only after its audit record is written.
         `meta` is the request's `_meta`: its `herdr-mcp/scope` (the browser session scope a
         herdr_prompt's outcome wakes, docs/browser-protocol.md 2) is handed to the handler."""
-        # Text rule (docs/runtime.md "Text"): a lone surrogate in the arguments is U+FFFD from here on.
-        given: dict[str, Any] = clean_json(dict(arguments or {}))
+        # Bounds first (docs/runtime.md "Tool arguments"): arguments past them are not read
+        # further, not even for the audit record's digest.
+        received = dict(arguments or {})
+        try:
+            check_limits(received)
+        except ToolError as exc:
+            refused: ToolError | None = exc
+            given: dict[str, Any] = {}
+        else:
+            refused = None
+            # Text rule (docs/runtime.md "Text"): a lone surrogate in the arguments is U+FFFD from here on.
+            given = clean_json(received)
         CALL_SCOPE.set(None if meta is None else meta.get(SCOPE_META_KEY))
         started, clock = dt.datetime.now(dt.UTC), time.perf_counter()
 
         def record(outcome: str) -> dict[str, Any]:
-            return describe_call(
+            entry = describe_call(
                 tool=name,
                 arguments=given,
                 session=session,
@@ -87,11 +97,14 @@ class ToolDispatcher:
                 outcome=outcome,
                 duration_ms=(time.perf_counter() - clock) * 1000,
             )
+            if refused is not None:
+                entry["args_sha256"] = None  # the arguments were refused unread
+            return entry
 
         # Only cancellation (the client went away) leaves _answer without an outcome.
         outcome = "cancelled"
         try:
-            result, outcome = await self._answer(name, given)
+            result, outcome = await self._answer(name, given, refused)
         finally:
             try:
                 self.audit.append(record(outcome))
@@ -101,8 +114,11 @@ class ToolDispatcher:
                 log.error("%s answered without an audit record: %s", name, exc)
         return result
 
-    async def _answer(self, name: str, arguments: dict[str, Any]) -> tuple[types.CallToolResult, str]:
-        """The call's result and its outcome code (`ok` or the error code)."""
+    async def _answer(
+        self, name: str, arguments: dict[str, Any], refused: ToolError | None
+    ) -> tuple[types.CallToolResult, str]:
+        """The call's result and its outcome code (`ok` or the error code); `refused` is the
+        bounds' refusal of the arguments, if any."""
         try:
             if not self.audit.healthy:
                 raise ToolError(
@@ -110,6 +126,8 @@ class ToolDispatcher:
                     f"nothing was run: the runtime cannot write its audit log ({self.audit.last_error}); "
                     f"free disk space or fix the permissions of {self.audit.directory}, then retry",
                 )
+            if refused is not None:
+                raise refused
             output = await self._run(name, arguments)
         except ToolError as exc:
             return _error_result(exc), exc.code
@@ -120,14 +138,8 @@ class ToolDispatcher:
         return _ok_result(output), "ok"
 
     async def _run(self, name: str, arguments: dict[str, Any]) -> dict[str, Any] | ImageResult:
-        validator = self._validators.get(name)
-        if validator is None:
-            raise ToolError("unknown_tool", f"no tool named {name!r}; tools/list shows the 18 tools")
-        problem = next(iter(sorted(validator.iter_errors(arguments), key=lambda e: list(e.path))), None)
-        if problem is not None:
-            where = "/".join(str(part) for part in problem.absolute_path) or "(arguments)"
-            raise ToolError("invalid_arguments", f"{where}: {problem.message}", tool=name)
-        return await HANDLERS[name](self.services, arguments)
+        prepared = self.arguments.prepare(name, arguments)  # unknown_tool before a handler is looked up
+        return await HANDLERS[name](self.services, prepared)
 
 
 def _ok_result(output: dict[str, Any] | ImageResult) -> types.CallToolResult:

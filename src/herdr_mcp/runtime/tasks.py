@@ -215,8 +215,8 @@ class TaskTracker:
         fed by the event feed as events arrive and by a probe of the agent every
         `wait_probe_interval` (in case the feed is down). An agent that was not working and shows
         no state change within the prompt-effect window (Herdr's own 5 s) is reported stalled."""
-        until = list(wait.get("until", ["idle", "done", "blocked"]))
-        timeout = int(wait.get("timeout_ms", 60000)) / 1000
+        until = list(wait["until"])  # both filled with herdr_prompt's catalog defaults
+        timeout = wait["timeout_ms"] / 1000
         deadline = started + timeout
         task = self.tasks.get(task_id)
         effect_deadline = (

@@ -75,7 +75,7 @@ async def _dispatch(
     request = {"target": args["target"], "text": args["text"], "browser_session_ref": browser_session_ref}
     follower_timeout = FOLLOWER_TIMEOUT_SECONDS
     if wait is not None:
-        follower_timeout += int(wait.get("timeout_ms", 60000)) / 1000
+        follower_timeout += wait["timeout_ms"] / 1000
     answer = await svc.idempotency.run(
         "prompt", key, request, action, follower_timeout=follower_timeout, recover=svc.tasks.recover_answer
     )
@@ -87,7 +87,7 @@ async def task_dispatch(svc: Services, params: dict[str, Any]) -> dict[str, Any]
 
 
 async def task_inbox(svc: Services, params: dict[str, Any]) -> dict[str, Any]:
-    return svc.tasks.tasks.inbox(params.get("browser_session_ref"), limit=int(params.get("limit", 100)))
+    return svc.tasks.tasks.inbox(params.get("browser_session_ref"), limit=params["limit"])
 
 
 async def task_ack(svc: Services, params: dict[str, Any]) -> dict[str, Any]:

@@ -17,12 +17,13 @@ if TYPE_CHECKING:
 
 
 def _gate(svc: Services, root: Root, args: dict[str, Any], *, intent: str | None) -> None:
+    """The read-only and busy gates; `args` as the dispatcher parsed them (`confirm_busy` set)."""
     if svc.policy.read_only and intent != "read_only":
         raise ToolError(
             "read_only_mode",
             "the runtime is in read-only mode; only herdr_exec with intent read_only may run",
         )
-    if root.busy and not args.get("confirm_busy", False):
+    if root.busy and not args["confirm_busy"]:
         raise ToolError(
             "project_busy_unconfirmed",
             f"an agent is working in {root.path}; wait with herdr_since or pass confirm_busy true",
@@ -66,7 +67,7 @@ async def exec_short(svc: Services, args: dict[str, Any]) -> dict[str, Any]:
             "a non_idempotent_write must carry an idempotency_key (any fresh string of 8+ characters, "
             "e.g. a UUID) so a lost answer can be recovered without running the command twice",
         )
-    timeout_ms = int(args.get("timeout_ms", 30000))
+    timeout_ms: int = args["timeout_ms"]
 
     async def action(op_id: str | None) -> dict[str, Any]:
         try:
@@ -115,12 +116,12 @@ async def exec_start(svc: Services, args: dict[str, Any]) -> dict[str, Any]:
 async def exec_read(svc: Services, args: dict[str, Any]) -> dict[str, Any]:
     return svc.sessions.read(
         args["session_id"],
-        stream=args.get("stream", "both"),
-        stdout_offset=int(args.get("stdout_offset", 0)),
-        stderr_offset=int(args.get("stderr_offset", 0)),
-        max_bytes=int(args.get("max_bytes", 65536)),
+        stream=args["stream"],
+        stdout_offset=args["stdout_offset"],
+        stderr_offset=args["stderr_offset"],
+        max_bytes=args["max_bytes"],
     )
 
 
 async def exec_kill(svc: Services, args: dict[str, Any]) -> dict[str, Any]:
-    return await svc.sessions.kill(args["session_id"], int(args.get("grace_ms", 2000)))
+    return await svc.sessions.kill(args["session_id"], args["grace_ms"])

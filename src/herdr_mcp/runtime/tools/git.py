@@ -35,12 +35,6 @@ from herdr_mcp.text import show_name, shown_path
 
 __all__ = ["git_facts", "git_toplevel", "project_git_summary"]
 
-# The catalog defaults and bounds of herdr_git.
-DEFAULT_MAX_COUNT = 20
-MAX_MAX_COUNT = 100
-DEFAULT_MAX_BYTES = 65536
-MAX_MAX_BYTES = 262144
-
 # Git on a healthy repository answers these questions in milliseconds; ten seconds means a
 # network filesystem or a huge repository, and the planner should hear about it.
 GIT_TIMEOUT_SECONDS = 10.0
@@ -50,8 +44,6 @@ TOPLEVEL_TIMEOUT_SECONDS = 5.0
 _NUMSTAT_CAP = 256 * 1024
 # herdr_inspect's summary needs a count and a few names, not every untracked file.
 _SUMMARY_STATUS_CAP = 1024 * 1024
-
-_ACTIONS = ("status", "diff", "log")
 
 
 @dataclass
@@ -68,9 +60,10 @@ class _Status:
 def git_facts(root: Path, args: Mapping[str, Any], *, timeout: float = GIT_TIMEOUT_SECONDS) -> dict[str, Any]:
     """Answer one herdr_git call for `root` (already resolved and admitted by the caller).
 
-    `args` are the tool arguments (`action`, `path`, `staged`, `max_count`, `max_bytes`);
-    missing ones take the catalog defaults and unknown ones (`root`) are ignored. `path`
-    limits status as well as diff and log. Each Git run gets `timeout` seconds. Results:
+    `args` are the tool arguments as the dispatcher parsed them (`runtime.tools.arguments`:
+    valid against the catalog, `staged`, `max_count` and `max_bytes` filled with the catalog
+    defaults; `root` is the caller's to resolve and ignored here). `path` limits status as
+    well as diff and log. Each Git run gets `timeout` seconds. Results:
 
     - status: `{"action", "branch", "detached", "head", "upstream", "ahead", "behind", "clean",
       "files": [{"path", "index", "worktree", "orig_path"?}], "truncated"}`; `index`/`worktree`
@@ -85,16 +78,15 @@ def git_facts(root: Path, args: Mapping[str, Any], *, timeout: float = GIT_TIMEO
     - log: `{"action", "commits": [{"sha", "author", "author_email", "date", "subject"}],
       "truncated"}`; an unborn branch has no commits.
 
-    Raises ToolError: `invalid_argument`, `argument_looks_like_option`, `path_outside_root`,
-    `root_not_found`, `not_a_git_repository`, `git_timeout`, `git_unavailable`, `git_failed`.
+    Raises ToolError: `invalid_arguments` (a path with NUL), `argument_looks_like_option`,
+    `path_outside_root`, `root_not_found`, `not_a_git_repository`, `git_timeout`,
+    `git_unavailable`, `git_failed`.
     """
-    action = args.get("action")
-    if action not in _ACTIONS:
-        raise ToolError("invalid_arguments", "action must be one of status, diff or log.", argument="action")
+    action: str = args["action"]
     path = _checked_path(args.get("path"))
-    staged = _bool_argument(args, "staged", False)
-    max_count = _int_argument(args, "max_count", DEFAULT_MAX_COUNT, MAX_MAX_COUNT)
-    max_bytes = _int_argument(args, "max_bytes", DEFAULT_MAX_BYTES, MAX_MAX_BYTES)
+    staged: bool = args["staged"]
+    max_count: int = args["max_count"]
+    max_bytes: int = args["max_bytes"]
     if not root.is_dir():
         raise ToolError(
             "root_not_found", f"The root {root} is not a directory; use a root from herdr_inspect."
@@ -149,11 +141,9 @@ def project_git_summary(root: Path, *, max_files: int = 50) -> dict[str, Any]:
 # Arguments ------------------------------------------------------------------------------
 
 
-def _checked_path(value: object) -> str | None:
+def _checked_path(value: str | None) -> str | None:
     if value is None or value == "":
         return None
-    if not isinstance(value, str):
-        raise ToolError("invalid_arguments", "path must be a string.", argument="path")
     if value.startswith("-"):
         raise ToolError(
             "argument_looks_like_option",
@@ -180,20 +170,6 @@ def _checked_path(value: object) -> str | None:
             argument="path",
         )
     return normalized
-
-
-def _bool_argument(args: Mapping[str, Any], name: str, default: bool) -> bool:
-    value = args.get(name, default)
-    if not isinstance(value, bool):
-        raise ToolError("invalid_arguments", f"{name} must be true or false.", argument=name)
-    return value
-
-
-def _int_argument(args: Mapping[str, Any], name: str, default: int, maximum: int) -> int:
-    value = args.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
-        raise ToolError("invalid_arguments", f"{name} must be an integer from 1 to {maximum}.", argument=name)
-    return value
 
 
 def _pathspec(path: str | None) -> list[str]:

@@ -3,9 +3,10 @@
 Native methods are the connected Herdr's own (runtime/native.py: its live schema or the built-in
 reference for its protocol), each with its class; internal `herdr_mcp.*` methods are served by
 the runtime itself. Params are checked against the method's JSON schema before anything is sent
-(unknown params refused too), unknown methods are refused, and each class gets its rule
-(runtime/native.py): streaming methods bounded or refused, server control and install refused by
-default, changing methods refused in read-only mode.
+(unknown params refused too; an internal method's params then get its schema's defaults, as the
+dispatcher gives a tool its catalog defaults; Herdr applies its own), unknown methods are
+refused, and each class gets its rule (runtime/native.py): streaming methods bounded or refused,
+server control and install refused by default, changing methods refused in read-only mode.
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from jsonschema import Draft202012Validator
-
+from herdr_mcp.contract import load_catalog
 from herdr_mcp.errors import ToolError
 from herdr_mcp.herdr import HerdrError
 from herdr_mcp.herdr.client import wait_budget_ms
@@ -24,6 +24,7 @@ from herdr_mcp.herdr.reference import MethodReference
 from herdr_mcp.runtime.herdr_errors import tool_error_from_herdr
 from herdr_mcp.runtime.native import BOUNDED_WAITS, CHANGING_CLASSES, MAX_WAIT_MS, NativeMethods, plain
 from herdr_mcp.runtime.tools import agents, skill
+from herdr_mcp.runtime.tools.arguments import describe_problem, first_problem, validator_for, with_defaults
 from herdr_mcp.runtime.tools.continuity_methods import CONTINUITY_METHODS, MethodSpec
 
 if TYPE_CHECKING:
@@ -60,19 +61,10 @@ _SCOPE = {
     "description": "The caller's browser session scope; omit for the default scope.",
 }
 _KEY = {"type": "string", "minLength": 8, "maxLength": 128, "pattern": "^[A-Za-z0-9._:-]+$"}
-_WAIT = {
-    "type": "object",
-    "properties": {
-        "until": {
-            "type": "array",
-            "items": {"type": "string", "enum": ["idle", "done", "blocked", "working"]},
-            "minItems": 1,
-            "uniqueItems": True,
-        },
-        "timeout_ms": {"type": "integer", "minimum": 1, "maximum": 600000},
-    },
-    "additionalProperties": False,
-}
+#: herdr_prompt's own `wait` (the frozen catalog's schema, defaults included), so a task.dispatch
+#: waits exactly as herdr_prompt does.
+_PROMPT = next(tool for tool in load_catalog() if tool["name"] == "herdr_prompt")
+_WAIT = _PROMPT["inputSchema"]["properties"]["wait"]
 
 
 def _object(properties: dict[str, Any], *required: str) -> dict[str, Any]:
@@ -131,7 +123,10 @@ INTERNAL_METHODS: dict[str, InternalMethod] = {
             "herdr_mcp.agent.task.inbox",
             "Unacknowledged terminal task outcomes (completed, blocked, failed) of one scope, oldest first.",
             _object(
-                {"browser_session_ref": _SCOPE, "limit": {"type": "integer", "minimum": 1, "maximum": 100}}
+                {
+                    "browser_session_ref": _SCOPE,
+                    "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 100},
+                }
             ),
             agents.task_inbox,
         ),
@@ -214,12 +209,10 @@ async def methods(svc: Services, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def _validate(method: str, schema: Mapping[str, Any], params: dict[str, Any]) -> None:
-    problem = next(iter(Draft202012Validator(schema).iter_errors(params)), None)
+    problem = first_problem(validator_for(schema), params)
     if problem is not None:
-        where = "/".join(str(part) for part in problem.absolute_path) or "(params)"
-        raise ToolError(
-            "invalid_params", f"{method} {where}: {problem.message}; see herdr_methods for the schema"
-        )
+        where = describe_problem(problem, "(params)")
+        raise ToolError("invalid_params", f"{method} {where}; see herdr_methods for the schema")
 
 
 def _unknown_params(method: str, schema: Mapping[str, Any], params: dict[str, Any]) -> None:
@@ -238,11 +231,12 @@ def _unknown_params(method: str, schema: Mapping[str, Any], params: dict[str, An
 
 async def call(svc: Services, args: dict[str, Any]) -> dict[str, Any]:
     name: str = args["method"]
-    params: dict[str, Any] = dict(args.get("params") or {})
+    params: dict[str, Any] = dict(args["params"])
     internal = INTERNAL_METHODS.get(name)
     if internal is not None:
         _validate(name, internal.params_schema, params)
-        return {"method": name, "result": await internal.run(svc, params)}
+        filled: dict[str, Any] = with_defaults(internal.params_schema, params)
+        return {"method": name, "result": await internal.run(svc, filled)}
     surface = await svc.native.surface()
     native = surface.reference.methods.get(name)
     if native is None:

@@ -72,7 +72,7 @@ async def skill(svc: Services, args: dict[str, Any]) -> dict[str, Any]:
         "modules": module_list(),
         "load_with": {"tool": "herdr_call", "method": "herdr_mcp.skill.load", "params": {"module": "<name>"}},
     }
-    if args.get("include_native_reference"):
+    if args["include_native_reference"]:
         from herdr_mcp.runtime.tools.passthrough import method_index
 
         answer["native_methods"] = (await method_index(svc, None, native_only=True))["methods"]

@@ -77,9 +77,7 @@ def _projects(roots: list[Root], policy: Policy) -> list[dict[str, Any]]:
 
 async def since(svc: Services, args: dict[str, Any]) -> dict[str, Any]:
     workspace = args.get("workspace")
-    answer = svc.events.since(
-        int(args.get("cursor", 0)), workspace=workspace, limit=int(args.get("max_events", 100))
-    )
+    answer = svc.events.since(args["cursor"], workspace=workspace, limit=args["max_events"])
     view = await svc.topology.view()
     answer["agents"] = [
         agent for agent in view.agents if workspace is None or agent.get("workspace_id") == workspace

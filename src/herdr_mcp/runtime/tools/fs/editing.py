@@ -20,7 +20,6 @@ from herdr_mcp.runtime.boundary import (
     refuse_non_regular,
 )
 from herdr_mcp.runtime.tools.fs.access import encode_text, read_text
-from herdr_mcp.runtime.tools.fs.arguments import bool_arg, str_arg
 from herdr_mcp.text import shown_answer
 
 
@@ -33,11 +32,9 @@ def fs_edit(roots: RootSet, policy: Policy, args: Mapping[str, Any]) -> dict[str
     not_a_file, special_file, not_utf8, too_large, edit_not_found, edit_not_unique.
     """
     refuse_if_read_only(policy)
-    old = str_arg(args, "old_string")
-    new = str_arg(args, "new_string")
-    if not old:
-        raise ToolError("invalid_arguments", "old_string must not be empty.", argument="old_string")
-    target = roots.resolve(str_arg(args, "path"), for_write=True)
+    old: str = args["old_string"]
+    new: str = args["new_string"]
+    target = roots.resolve(args["path"], for_write=True)
     check_target(policy, target)
     shown = target.lexical_relative
     if not target.exists:
@@ -60,8 +57,8 @@ def fs_edit(roots: RootSet, policy: Policy, args: Mapping[str, Any]) -> dict[str
     check_acknowledged(
         target.root,
         [target],
-        confirm_busy=bool_arg(args, "confirm_busy"),
-        confirm_dirty=bool_arg(args, "confirm_dirty"),
+        confirm_busy=args["confirm_busy"],
+        confirm_dirty=args["confirm_dirty"],
     )
     data = encode_text(text[:first] + new + text[first + len(old) :], shown)
     atomic_write(target, data, expect=identity)
@@ -83,10 +80,10 @@ def fs_write(roots: RootSet, policy: Policy, args: Mapping[str, Any]) -> dict[st
     not_a_file, special_file, not_utf8, too_large.
     """
     refuse_if_read_only(policy)
-    target = roots.resolve(str_arg(args, "path"), for_write=True)
+    target = roots.resolve(args["path"], for_write=True)
     check_target(policy, target)
     shown = target.lexical_relative
-    data = encode_text(str_arg(args, "content"), shown)
+    data = encode_text(args["content"], shown)
     if target.missing_parents:
         raise ToolError(
             "not_found",
@@ -98,14 +95,14 @@ def fs_write(roots: RootSet, policy: Policy, args: Mapping[str, Any]) -> dict[st
     if target.exists:
         st = os.lstat(target.path)
         refuse_non_regular(st, shown)
-        if not bool_arg(args, "overwrite"):
+        if not args["overwrite"]:
             raise ToolError("file_exists", f"{shown} exists; pass overwrite=true to replace it.", path=shown)
         identity = FileIdentity.of(st)
     check_acknowledged(
         target.root,
         [target],
-        confirm_busy=bool_arg(args, "confirm_busy"),
-        confirm_dirty=bool_arg(args, "confirm_dirty"),
+        confirm_busy=args["confirm_busy"],
+        confirm_dirty=args["confirm_dirty"],
     )
     atomic_write(target, data, expect=identity, create_only=identity is None)
     return shown_answer(

@@ -11,11 +11,7 @@ from typing import Any
 from herdr_mcp.errors import ToolError
 from herdr_mcp.runtime.boundary import Policy, RootSet, open_regular
 from herdr_mcp.runtime.tools.fs.access import read_capped, refuse_secret
-from herdr_mcp.runtime.tools.fs.arguments import int_arg, str_arg
 from herdr_mcp.text import shown_answer
-
-# Catalog default (manifests/contracts/runtime-epoch-5.json; a test keeps it in sync).
-IMAGE_DEFAULT_MAX_BYTES = 2097152
 
 
 @dataclass(frozen=True)
@@ -104,8 +100,8 @@ def fs_image(roots: RootSet, policy: Policy, args: Mapping[str, Any]) -> ImageRe
     unsupported_image.
     """
     del policy
-    max_bytes = int_arg(args, "max_bytes", IMAGE_DEFAULT_MAX_BYTES)
-    target = roots.resolve(str_arg(args, "path"), for_write=False)
+    max_bytes: int = args["max_bytes"]
+    target = roots.resolve(args["path"], for_write=False)
     refuse_secret(target)
     shown = target.lexical_relative
     with open_regular(target) as (fd, st):

@@ -26,7 +26,6 @@ from herdr_mcp.runtime.boundary import (
     remove_file,
 )
 from herdr_mcp.runtime.tools.fs.access import EDIT_MAX_BYTES, encode_text, read_capped, read_text
-from herdr_mcp.runtime.tools.fs.arguments import bool_arg, str_arg
 from herdr_mcp.runtime.tools.patch import (
     AddFile,
     DeleteFile,
@@ -245,8 +244,8 @@ def fs_patch(roots: RootSet, policy: Policy, args: Mapping[str, Any]) -> dict[st
     removed_lines, (to)}].
     """
     refuse_if_read_only(policy)
-    root = roots.root_for(str_arg(args, "root"))
-    text = str_arg(args, "patch")
+    root = roots.root_for(args["root"])
+    text: str = args["patch"]
     if len(text.encode("utf-8", "surrogatepass")) > PATCH_MAX_BYTES:
         raise ToolError(
             "too_large", f"The patch exceeds {PATCH_MAX_BYTES} bytes; split it.", limit=PATCH_MAX_BYTES
@@ -255,10 +254,10 @@ def fs_patch(roots: RootSet, policy: Policy, args: Mapping[str, Any]) -> dict[st
     check_acknowledged(
         root,
         [step.target for step in plan.steps if step.original is not None],
-        confirm_busy=bool_arg(args, "confirm_busy"),
-        confirm_dirty=bool_arg(args, "confirm_dirty"),
+        confirm_busy=args["confirm_busy"],
+        confirm_dirty=args["confirm_dirty"],
     )
-    dry_run = bool_arg(args, "dry_run")
+    dry_run: bool = args["dry_run"]
     if not dry_run:
         _apply_plan(plan)
     return {"root": str(root.path), "dry_run": dry_run, "files": plan.report}

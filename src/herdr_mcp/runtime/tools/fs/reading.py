@@ -19,14 +19,7 @@ from herdr_mcp.runtime.boundary import Policy, RootSet, open_directory, open_reg
 from herdr_mcp.runtime.grep.query import GREP_TIMEOUT_S, GrepEngine, GrepQuery, Matches, glob_match
 from herdr_mcp.runtime.grep.search import search
 from herdr_mcp.runtime.tools.fs.access import READ_CHUNK_BYTES, decode_text, not_utf8, refuse_secret
-from herdr_mcp.runtime.tools.fs.arguments import bool_arg, int_arg, opt_str_arg, str_arg
 from herdr_mcp.text import shown_answer, shown_path
-
-# Catalog defaults (manifests/contracts/runtime-epoch-5.json; a test keeps them in sync).
-READ_DEFAULT_MAX_BYTES = 16384
-LIST_DEFAULT_MAX_ENTRIES = 200
-GREP_DEFAULT_MAX_MATCHES = 50
-GREP_DEFAULT_MAX_BYTES = 65536
 
 # fs_read counts total_lines by scanning the whole file only up to this size (a 64 MiB scan takes
 # well under a second); above it total_lines is null and only total_bytes is reported.
@@ -143,16 +136,12 @@ def fs_read(roots: RootSet, policy: Policy, args: Mapping[str, Any]) -> dict[str
     Raises ToolError: path codes, secret_path, not_a_file, special_file, not_utf8, too_large.
     """
     del policy
-    start_line = int_arg(args, "start_line", 1)
-    end_line = args.get("end_line")
-    max_bytes = int_arg(args, "max_bytes", READ_DEFAULT_MAX_BYTES)
-    if end_line is not None:
-        end_line = int_arg(args, "end_line", 1)
-        if end_line < start_line:
-            raise ToolError(
-                "invalid_arguments", "end_line must not be before start_line.", argument="end_line"
-            )
-    target = roots.resolve(str_arg(args, "path"), for_write=False)
+    start_line: int = args["start_line"]
+    end_line: int | None = args.get("end_line")
+    max_bytes: int = args["max_bytes"]
+    if end_line is not None and end_line < start_line:
+        raise ToolError("invalid_arguments", "end_line must not be before start_line.", argument="end_line")
+    target = roots.resolve(args["path"], for_write=False)
     refuse_secret(target)
     shown = target.lexical_relative
     with open_regular(target) as (fd, st):
@@ -198,10 +187,10 @@ def fs_list(roots: RootSet, policy: Policy, args: Mapping[str, Any]) -> dict[str
     LIST_MAX_SCANNED stopped the listing. Raises ToolError: path codes, secret_path, not_a_directory.
     """
     del policy
-    recursive = bool_arg(args, "recursive")
-    pattern = opt_str_arg(args, "glob")
-    max_entries = int_arg(args, "max_entries", LIST_DEFAULT_MAX_ENTRIES)
-    target = roots.resolve(str_arg(args, "path"), for_write=False)
+    recursive: bool = args["recursive"]
+    pattern: str | None = args.get("glob") or None
+    max_entries: int = args["max_entries"]
+    target = roots.resolve(args["path"], for_write=False)
     refuse_secret(target)
     entries: list[dict[str, Any]] = []
     hidden = 0
@@ -264,13 +253,13 @@ def fs_grep(
     grep_timeout (with the matches found before the deadline).
     """
     del policy
-    pattern = str_arg(args, "pattern")
+    pattern: str = args["pattern"]
     if "\n" in pattern or "\0" in pattern:
         raise ToolError(
             "pattern_invalid", "The pattern must be a single line without NUL; search line by line."
         )
-    root = roots.root_for(str_arg(args, "root"))
-    path = opt_str_arg(args, "path")
+    root = roots.root_for(args["root"])
+    path: str | None = args.get("path") or None
     target = roots.resolve(path if path is not None else str(root.path), for_write=False, root=root)
     refuse_secret(target)
     base = "." if target.path == root.path else target.path.relative_to(root.path).as_posix()
@@ -279,14 +268,11 @@ def fs_grep(
         target=target,
         base=base,
         pattern=pattern,
-        regex=bool_arg(args, "regex"),
-        case_insensitive=bool_arg(args, "case_insensitive"),
-        glob=opt_str_arg(args, "glob"),
+        regex=args["regex"],
+        case_insensitive=args["case_insensitive"],
+        glob=args.get("glob") or None,
     )
-    matches = Matches(
-        max_matches=int_arg(args, "max_matches", GREP_DEFAULT_MAX_MATCHES),
-        max_bytes=int_arg(args, "max_bytes", GREP_DEFAULT_MAX_BYTES),
-    )
+    matches = Matches(max_matches=args["max_matches"], max_bytes=args["max_bytes"])
     try:
         used = search(query, matches, engine=engine, timeout_s=timeout_s)
     except ToolError as exc:
