@@ -8,12 +8,14 @@ refused (schema too new, locked, corrupt), which is when an auditor most wants i
 What a record holds (`describe_call`): the time the call arrived (UTC, ISO 8601, ms), the MCP
 session id (null on transports without one), the runtime instance and version, the tool name as
 sent, the paths named by the arguments (`path`, `root`, `project_root` and the file headers of a
-patch, as given), the exec command line (heredoc bodies withheld, secret-looking values
-redacted, capped), a few identifiers (workspace, session_id, target, method, action, intent,
-idempotency_key, dry_run), the sha256 of the RFC 8785 JCS of the arguments as received, the
-outcome (`ok`, the stable error code, or `cancelled`) and the duration in ms. Only argument names on these
-lists are ever copied, so file contents, edit strings, patch bodies, prompt text, grep patterns
-and passthrough params never reach the log, for any tool, including one added later.
+patch, as given), the exec command line (the command as run with the spans of secret values
+replaced, heredoc bodies withheld, capped: `redaction.py`), a few identifiers (workspace,
+session_id, target, method, action, intent, idempotency_key, dry_run), the sha256 of the RFC 8785
+JCS of the arguments as received, the outcome (`ok`, the stable error code, or `cancelled`) and
+the duration in ms. Only argument names on these lists are ever copied, so file contents, edit
+strings, patch bodies, prompt text, grep patterns and passthrough params never reach the log,
+for any tool, including one added later. The secrets the runtime knows (`KnownSecrets`: its
+bearer, the link's, the Edge device secret) reach no field of the file.
 
 Writing: `append` writes its record with one write(2) before it returns, so a call's answer
 leaves only after its record is in the file (it survives the runtime being killed); a sync
@@ -33,10 +35,10 @@ import fcntl
 import hashlib
 import json
 import os
-import re
 import stat
 import threading
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,7 +46,8 @@ from typing import Any
 import rfc8785
 
 from herdr_mcp.errors import LocalFault
-from herdr_mcp.layout import AUDIT_FILE, AUDIT_KEEP_FILES, AUDIT_MAX_FILE_BYTES
+from herdr_mcp.layout import AUDIT_FILE, AUDIT_KEEP_FILES, AUDIT_MAX_FILE_BYTES, Layout
+from herdr_mcp.runtime.redaction import MIN_KNOWN_SECRET_CHARS, REDACTED, redact_command, redact_known
 from herdr_mcp.runtime.tools.patch import ADD, DELETE, MOVE, UPDATE
 from herdr_mcp.text import safe_json
 
@@ -78,7 +81,6 @@ PATH_ARGUMENTS = ("root", "path", "project_root")
 IDENTIFIER_ARGUMENTS = ("workspace", "session_id", "target", "method", "action", "intent", "idempotency_key")
 FLAG_ARGUMENTS = ("dry_run",)
 PATCH_HEADERS = (ADD, DELETE, UPDATE, MOVE)
-REDACTED = "[redacted]"
 
 
 class AuditUnavailable(LocalFault):
@@ -106,8 +108,10 @@ def describe_call(
     started: dt.datetime,
     outcome: str,
     duration_ms: float,
+    known_secrets: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The audit record of one tools/call; see the module docstring for what is (never) in it."""
+    """The audit record of one tools/call; see the module docstring for what is (never) in it.
+    `known_secrets` (`KnownSecrets.values`) are replaced wherever they appear in the record."""
     record: dict[str, Any] = {
         "v": RECORD_VERSION,
         "time": format_time(started),
@@ -119,19 +123,19 @@ def describe_call(
         "duration_ms": round(duration_ms, 1),
         "args_sha256": arguments_digest(arguments),
     }
-    paths = touched_paths(arguments)
+    paths = touched_paths(arguments, known_secrets)
     if paths:
         record["paths"] = paths[:MAX_PATHS]
         if len(paths) > MAX_PATHS:
             record["paths_omitted"] = len(paths) - MAX_PATHS
     command = arguments.get("command")
     if isinstance(command, str):
-        record["command"] = recorded_command(command)
+        record["command"] = recorded_command(command, known_secrets)
         record["command_sha256"] = hashlib.sha256(command.encode("utf-8", "surrogatepass")).hexdigest()
     for name in IDENTIFIER_ARGUMENTS:
         value = arguments.get(name)
         if isinstance(value, str):
-            record[name] = _cap(value, MAX_IDENTIFIER_CHARS)
+            record[name] = _cap(redact_known(value, known_secrets), MAX_IDENTIFIER_CHARS)
     for name in FLAG_ARGUMENTS:
         value = arguments.get(name)
         if isinstance(value, bool):
@@ -154,20 +158,17 @@ def arguments_digest(arguments: Mapping[str, Any]) -> str | None:
     return "sha256:" + hashlib.sha256(canonical).hexdigest()
 
 
-def touched_paths(arguments: Mapping[str, Any]) -> list[str]:
-    """The paths the arguments name, as given: path-like arguments, then a patch's file headers."""
-    paths = [
-        _cap(value, MAX_PATH_CHARS)
-        for name in PATH_ARGUMENTS
-        if isinstance(value := arguments.get(name), str)
-    ]
+def touched_paths(arguments: Mapping[str, Any], known_secrets: Sequence[str] = ()) -> list[str]:
+    """The paths the arguments name, as given (known secrets replaced): path-like arguments,
+    then a patch's file headers."""
+    named = [value for name in PATH_ARGUMENTS if isinstance(value := arguments.get(name), str)]
     patch = arguments.get("patch")
     if isinstance(patch, str):
         for line in patch.splitlines():
             for header in PATCH_HEADERS:
                 if line.startswith(header):
-                    paths.append(_cap(line[len(header) :].rstrip("\r").strip(), MAX_PATH_CHARS))
-    return paths
+                    named.append(line[len(header) :].rstrip("\r").strip())
+    return [_cap(redact_known(path, known_secrets), MAX_PATH_CHARS) for path in named]
 
 
 def _cap(value: str, limit: int) -> str:
@@ -176,91 +177,82 @@ def _cap(value: str, limit: int) -> str:
     return f"{value[:limit]}...[{len(value) - limit} more characters]"
 
 
-# --- the command line: heredoc bodies withheld, secrets redacted ------------------------------
-
-# `<<WORD`, `<<-WORD`, `<<'WORD'`, `<<"WORD"`, `<<\WORD`; not `<<<` (a here-string is inline).
-_HEREDOC = re.compile(r"(?<!<)<<(?!<)(-?)[ \t]*(?:'([^'\n]+)'|\"([^\"\n]+)\"|\\?([A-Za-z_][A-Za-z0-9_]*))")
-# Every pattern starts where no character of its own run precedes it and bounds its repeats, so
-# a hostile 64 KiB command is scanned in linear time (a regex engine backtracks otherwise).
-_PRIVATE_KEY = re.compile(
-    r"-----BEGIN [A-Z0-9 ]{0,64}PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]{0,64}PRIVATE KEY-----|\Z)", re.S
-)
-# Token shapes published by their issuers (GitHub, GitLab, Slack, OpenAI/Anthropic-style `sk-`,
-# AWS access key ids, Google API keys, npm, PyPI, Stripe) and JWTs.
-_KNOWN_TOKENS = re.compile(
-    r"(?<![A-Za-z0-9_-])(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|glpat-[A-Za-z0-9_-]{20,}"
-    r"|xox[abposr]-[A-Za-z0-9-]{10,}|sk-[A-Za-z0-9_-]{20,}|(?:AKIA|ASIA)[0-9A-Z]{16}"
-    r"|AIza[0-9A-Za-z_-]{35}|npm_[A-Za-z0-9]{36}|pypi-[A-Za-z0-9_-]{50,}|[rs]k_(?:live|test)_[A-Za-z0-9]{16,}"
-    r"|eyJ[A-Za-z0-9_-]{5,4096}\.[A-Za-z0-9_-]{5,4096}\.[A-Za-z0-9_-]{5,4096})"
-)
-_AUTH_HEADER = re.compile(
-    r"(?i)(?<![\w-])((?:proxy-)?authorization[ \t]*:[ \t]*(?:(?:bearer|basic|token|digest)[ \t]+)?)[^\s'\"]+"
-)
-_KEY_HEADER = re.compile(
-    r"(?i)(?<![\w-])((?:x-[a-z0-9-]{0,64}?(?:token|key|secret|auth)[a-z0-9-]{0,64}|cookie)[ \t]*:[ \t]*)"
-    r"[^'\"\n]+"
-)
-_BEARER = re.compile(r"(?i)(?<![\w-])(bearer[ \t]+)[A-Za-z0-9._~+/=-]{8,}")
-_URL_PASSWORD = re.compile(
-    r"(?i)(?<![a-z0-9+.-])([a-z][a-z0-9+.-]{0,31}://[^/\s:@'\"]{1,256}:)[^@\s/'\"]{1,256}@"
-)
-_USER_PASSWORD = re.compile(r"(?<![\w-])((?:-u|--user)(?:[ \t]+|=)['\"]?[^:\s'\"]{1,256}:)[^\s'\"]+")
-_VALUE = r"(\"[^\"\n]*\"|'[^'\n]*'|[^\s'\"]+)"
-_ASSIGNMENT = re.compile(r"(?<![\w.-])(-{0,2}[\w.-]+)=" + _VALUE)
-_OPTION = re.compile(r"(?<![\w-])(--?[\w-]+)([ \t]+)(?![-<>|;&])" + _VALUE)
-_SECRET_WORD = re.compile(
-    r"(?i)token|secret|passw|api[_-]?key|access[_-]?key|private[_-]?key|credential|cookie"
-)
+# --- the command line: heredoc bodies withheld, secret values redacted ------------------------
 
 
-def recorded_command(command: str) -> str:
-    """The command as the log keeps it: heredoc bodies withheld, secret-looking values replaced
-    by `[redacted]`, capped at MAX_COMMAND_CHARS.
-
-    Redaction is pattern matching (see docs/runtime.md): values of NAME=value and `--option
-    value` whose name says token/secret/password/key/credential/cookie, Authorization and
-    API-key headers, bearer tokens, passwords in URLs and `-u user:password`, private key
-    blocks and the published token shapes. A secret in a shape it does not know is recorded;
-    `command_sha256` never reveals it.
-    """
-    text = _withhold_heredoc_bodies(command[:MAX_COMMAND_SCAN_CHARS])
-    text = _PRIVATE_KEY.sub(REDACTED, text)
-    text = _KNOWN_TOKENS.sub(REDACTED, text)
-    text = _AUTH_HEADER.sub(lambda m: m[1] + REDACTED, text)
-    text = _KEY_HEADER.sub(lambda m: m[1] + REDACTED, text)
-    text = _BEARER.sub(lambda m: m[1] + REDACTED, text)
-    text = _URL_PASSWORD.sub(lambda m: m[1] + REDACTED + "@", text)
-    text = _USER_PASSWORD.sub(lambda m: m[1] + REDACTED, text)
-    text = _ASSIGNMENT.sub(lambda m: f"{m[1]}={REDACTED}" if _SECRET_WORD.search(m[1]) else m[0], text)
-    text = _OPTION.sub(lambda m: m[1] + m[2] + REDACTED if _SECRET_WORD.search(m[1]) else m[0], text)
+def recorded_command(command: str, known_secrets: Sequence[str] = ()) -> str:
+    """The command as the log keeps it: the command as run, with only the spans of secret values
+    replaced by `[redacted]` and heredoc bodies withheld (`redaction.py` says what is found and
+    what is not), capped at MAX_COMMAND_CHARS. `command_sha256` is of the command as sent."""
+    text = redact_command(command[:MAX_COMMAND_SCAN_CHARS], known_secrets, kept_chars=MAX_COMMAND_CHARS + 1)
     if len(text) <= MAX_COMMAND_CHARS and len(command) <= MAX_COMMAND_SCAN_CHARS:
         return text
     return f"{text[:MAX_COMMAND_CHARS]}...[cut at {MAX_COMMAND_CHARS} of {len(command)} characters]"
 
 
-def _withhold_heredoc_bodies(command: str) -> str:
-    """Keep every line that is shell syntax; replace each heredoc body (file contents, usually)
-    by one `[heredoc body withheld: N lines]` line."""
-    kept: list[str] = []
-    pending: list[tuple[str, bool]] = []
-    withheld = 0
-    for line in command.split("\n"):
-        if pending:
-            delimiter, strip_tabs = pending[0]
-            if (line.lstrip("\t") if strip_tabs else line) == delimiter:
-                kept.append(f"[heredoc body withheld: {withheld} lines]")
-                kept.append(line)
-                pending.pop(0)
-                withheld = 0
-            else:
-                withheld += 1
-            continue
-        kept.append(line)
-        for match in _HEREDOC.finditer(line):
-            pending.append((match[2] or match[3] or match[4], match[1] == "-"))
-    if pending:
-        kept.append(f"[heredoc body withheld: {withheld} lines, unterminated]")
-    return "\n".join(kept)
+class KnownSecrets:
+    """The secrets in a config dir that grant this workstation's shell, for redaction: the
+    runtime's bearer (`token`), the link's (`link-token`), the Edge device secret
+    (`edge-device.json`), and any `add`ed. The files are read again when one changes, looked at
+    at most every RECHECK_S."""
+
+    RECHECK_S = 1.0
+    #: A file bigger than this is not one of ours and is not read.
+    MAX_FILE_BYTES = 65_536
+
+    def __init__(self, directory: Path) -> None:
+        layout = Layout(directory)
+        self._files = (layout.token_file, layout.link_token_file, layout.edge_device_file)
+        self._added: tuple[str, ...] = ()
+        self._signature: tuple[tuple[int, int, int] | None, ...] | None = None
+        self._from_files: tuple[str, ...] = ()
+        self._checked = float("-inf")
+        self._lock = threading.Lock()
+
+    def add(self, secret: str) -> None:
+        with self._lock:
+            if secret not in self._added:
+                self._added += (secret,)
+
+    def values(self) -> tuple[str, ...]:
+        with self._lock:
+            now = time.monotonic()
+            if now - self._checked >= self.RECHECK_S:
+                self._checked = now
+                signature = tuple(_signature(path) for path in self._files)
+                if signature != self._signature:
+                    self._signature = signature
+                    self._from_files = tuple(
+                        secret for path in self._files if (secret := self._read(path)) is not None
+                    )
+            return self._added + self._from_files
+
+    def _read(self, path: Path) -> str | None:
+        try:
+            with path.open("rb") as handle:
+                data = handle.read(self.MAX_FILE_BYTES + 1)
+        except OSError:
+            return None
+        if len(data) > self.MAX_FILE_BYTES:
+            return None
+        text = data.decode("utf-8", "replace").strip()
+        if path.suffix == ".json":
+            # The device record's field (`link/edge_device.py`; the runtime may not import the link).
+            try:
+                document = json.loads(text)
+            except (ValueError, RecursionError):
+                return None
+            secret = document.get("device_secret") if isinstance(document, dict) else None
+            return secret if isinstance(secret, str) else None
+        return text or None
+
+
+def _signature(path: Path) -> tuple[int, int, int] | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_ino, info.st_size, info.st_mtime_ns
 
 
 # --- the writer ------------------------------------------------------------------------------
@@ -284,6 +276,8 @@ class AuditLog:
         self.path = directory / AUDIT_FILE_NAME
         self.max_file_bytes = max_file_bytes
         self.keep = keep
+        #: What redaction replaces wherever it appears in a record (`describe_call`).
+        self.known_secrets = KnownSecrets(directory)
         self._lock = threading.Lock()
         self._synced = threading.Condition(self._lock)
         self._fd: int | None = None
@@ -303,7 +297,13 @@ class AuditLog:
         # the raw file. `safe_json` first (docs/runtime.md "Text"): no `\u` escape in the file
         # spells a lone surrogate (a byte of a path is `\xNN`, anything else U+FFFD), so a reader
         # never gets text it cannot print.
-        line = json.dumps(safe_json(record), ensure_ascii=True, separators=(",", ":")).encode("ascii")
+        text = json.dumps(safe_json(record), ensure_ascii=True, separators=(",", ":"))
+        # The backstop: a known secret reaches no field of the file, whatever built the record.
+        for secret in self.known_secrets.values():
+            spelled = json.dumps(secret, ensure_ascii=True)[1:-1]
+            if len(secret) >= MIN_KNOWN_SECRET_CHARS and spelled in text:
+                text = text.replace(spelled, REDACTED)
+        line = text.encode("ascii")
         with self._lock:
             if self._closed:
                 raise AuditUnavailable(f"the audit log {self.path} is closed")

@@ -96,6 +96,7 @@ class ToolDispatcher:
                 started=started,
                 outcome=outcome,
                 duration_ms=(time.perf_counter() - clock) * 1000,
+                known_secrets=self.audit.known_secrets.values(),
             )
             if refused is not None:
                 entry["args_sha256"] = None  # the arguments were refused unread

@@ -89,6 +89,7 @@ def browser_routes(services: Services, audit: AuditLog) -> list[Route]:
                 started=started,
                 outcome=outcome,
                 duration_ms=(time.perf_counter() - clock) * 1000,
+                known_secrets=audit.known_secrets.values(),
             )
             try:
                 audit.append(record)
