@@ -58,6 +58,7 @@ from websockets.asyncio.client import ClientConnection, connect
 
 from herdr_mcp import __version__
 from herdr_mcp.contract import FROZEN_EPOCHS, ContractError, contract_identity
+from herdr_mcp.errors import DELIVERY_UNKNOWN
 from herdr_mcp.link.edge_device import EdgeDevice
 from herdr_mcp.link.edge_frames import (
     MAX_FRAME_BYTES,
@@ -447,7 +448,7 @@ class EdgeLink:
         except Exception:  # a bug: the Edge still gets an answer, not a wait until the deadline
             log.exception("serving tool_request %s failed", frame.id)
             outcome = error_outcome(
-                frame.id, "link_internal_error", "the link failed; it may have run", "delivery_unknown"
+                frame.id, "link_internal_error", "the link failed; it may have run", DELIVERY_UNKNOWN
             )
         finally:
             self._calls.pop(frame.id, None)
@@ -504,15 +505,15 @@ class EdgeLink:
         except LinkRefusal as refusal:
             return _refused(frame.id, refusal)
         except UpstreamBroken as exc:
-            return error_outcome(frame.id, "delivery_unknown", str(exc), "delivery_unknown")
+            return error_outcome(frame.id, DELIVERY_UNKNOWN, str(exc), DELIVERY_UNKNOWN)
         except ClientGone:
             if call.cancelled.is_set():
-                return Outcome([], "delivery_unknown")
+                return Outcome([], DELIVERY_UNKNOWN)
             return error_outcome(
                 frame.id,
                 "deadline_exceeded",
                 "the deadline passed while the runtime worked; it may have run",
-                "delivery_unknown",
+                DELIVERY_UNKNOWN,
             )
         return answer_outcome(frame.id, status, data, cap)
 
@@ -583,5 +584,5 @@ def _refused(request_id: str, refusal: LinkRefusal) -> Outcome:
     if refusal.code == "result_too_large":
         return error_outcome(request_id, "result_too_large", refusal.message, "delivered")
     return error_outcome(
-        request_id, "delivery_unknown", f"{refusal.message} ({refusal.reason})", "delivery_unknown"
+        request_id, DELIVERY_UNKNOWN, f"{refusal.message} ({refusal.reason})", DELIVERY_UNKNOWN
     )
