@@ -19,16 +19,13 @@ function agentList(agents) {
   return agents.map((agent) => `${agent.agent ?? agent.pane_id} ${agent.status}`).join(", ");
 }
 
-/**
- * `bridged`: a z.ai or DeepSeek conversation, whose model reaches the tools only through the
- * bridge's fenced json calls (the protocol prompt earlier in the conversation), so the wake says so.
- */
-export function wakeText({ label, workspaceId, agents = [], inbox = [], bridged = false }) {
-  const name = label ? `"${label}" (${workspaceId})` : workspaceId;
-  const lines = [`${MARK} ${t("wakeSettled", name)}`];
-  if (agents.length > 0) {
-    lines.push(t("wakeAgents", agentList(agents)));
-  }
+/** A workspace as a wake or a check names it: `"label" (id)`, or the id alone. */
+function quoted(label, workspaceId) {
+  return label ? `"${label}" (${workspaceId})` : workspaceId;
+}
+
+/** What ends a wake and a check alike: the task outcomes, the ask to re-inspect, the call form. */
+function closing(lines, inbox, bridged) {
   for (const item of inbox) {
     lines.push(t("wakeTask", item.task_id, item.outcome));
   }
@@ -37,6 +34,18 @@ export function wakeText({ label, workspaceId, agents = [], inbox = [], bridged 
     lines.push(BRIDGE_HINT);
   }
   return lines.join("\n");
+}
+
+/**
+ * `bridged`: a z.ai or DeepSeek conversation, whose model reaches the tools only through the
+ * bridge's fenced json calls (the protocol prompt earlier in the conversation), so the wake says so.
+ */
+export function wakeText({ label, workspaceId, agents = [], inbox = [], bridged = false }) {
+  const lines = [`${MARK} ${t("wakeSettled", quoted(label, workspaceId))}`];
+  if (agents.length > 0) {
+    lines.push(t("wakeAgents", agentList(agents)));
+  }
+  return closing(lines, inbox, bridged);
 }
 
 export function progressText({ label, workspaceId, summary }) {
@@ -66,20 +75,12 @@ export function continueText({ label, workspaceId, bridged = false } = {}) {
  * look before deciding; a state is not a result.
  */
 export function checkText({ label, workspaceId, workspace = null, inbox = [], bridged = false }) {
-  const name = label ? `"${label}" (${workspaceId})` : workspaceId;
-  const lines = [`${MARK} ${t("checkHeader", name)}`];
+  const lines = [`${MARK} ${t("checkHeader", quoted(label, workspaceId))}`];
   if (!workspace) {
     lines.push(t("checkGone"));
   } else {
     lines.push(workspace.working ? t("checkWorking") : t("checkNotWorking"));
     lines.push(workspace.agents?.length ? t("wakeAgents", agentList(workspace.agents)) : t("checkNoAgents"));
   }
-  for (const item of inbox) {
-    lines.push(t("wakeTask", item.task_id, item.outcome));
-  }
-  lines.push(t("wakeReinspect"));
-  if (bridged) {
-    lines.push(BRIDGE_HINT);
-  }
-  return lines.join("\n");
+  return closing(lines, inbox, bridged);
 }
