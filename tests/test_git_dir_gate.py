@@ -198,14 +198,18 @@ def test_a_git_file_pointing_through_a_symlink_names_the_real_git_dir(layouts: L
     assert through_link["error"]["code"] == "symlink_refused", through_link
 
 
-def test_a_user_refusing_implicit_bare_repositories_still_gets_the_refusal(
-    layouts: Layouts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # With safe.bareRepository=explicit Git will not discover `.bare` from inside it; the gate
-    # overrides that for its question (and the structural check would catch it anyway).
+@pytest.fixture
+def implicit_bare_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The user's Git configuration says safe.bareRepository=explicit."""
     config = tmp_path / "gitconfig"
     config.write_text("[safe]\n\tbareRepository = explicit\n")
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+
+
+@pytest.mark.usefixtures("implicit_bare_refused")
+def test_a_user_refusing_implicit_bare_repositories_still_gets_the_refusal(layouts: Layouts) -> None:
+    # With safe.bareRepository=explicit Git will not discover `.bare` from inside it; the gate
+    # overrides that for its question (and the structural check would catch it anyway).
     answer = layouts.call(
         "herdr_fs_write",
         {"path": str(layouts.worktree / ".bare" / "description"), "content": "x\n", "overwrite": True},
@@ -255,12 +259,10 @@ def test_a_target_outside_any_git_dir_passes_with_git(bare_worktree: Path) -> No
         check_target(Policy(), _target(bare_worktree, relative))
 
 
+@pytest.mark.usefixtures("implicit_bare_refused")
 def test_git_itself_names_a_bare_git_dir_even_where_implicit_bare_repositories_are_refused(
-    bare_worktree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    bare_worktree: Path,
 ) -> None:
-    config = tmp_path / "gitconfig"
-    config.write_text("[safe]\n\tbareRepository = explicit\n")
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
     hooks = bare_worktree / ".bare" / "hooks"
     refused = subprocess.run(
         ["git", "-C", str(hooks), "rev-parse", "--git-dir"], capture_output=True, text=True
