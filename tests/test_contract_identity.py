@@ -14,9 +14,11 @@ from typing import Any
 import pytest
 
 from herdr_mcp.cli import version_info
-from herdr_mcp.contract import ContractIdentityInvalid, contract_identity, parse_identity
+from herdr_mcp.cli.generation import main as generation_main
+from herdr_mcp.contract import ContractIdentityInvalid, contract_identity, load_catalog, parse_identity
 from herdr_mcp.generations.control import parse_contract
 from herdr_mcp.release.manifest import ManifestError, RuntimeManifest
+from herdr_mcp.release.manifest_build import contract_migration_from_file
 from herdr_mcp.update.errors import ReleaseDataError
 from herdr_mcp.update.probe import parse_version_output
 
@@ -84,3 +86,36 @@ def test_every_reader_refuses_what_the_rule_refuses(
     with pytest.raises(ReleaseDataError) as probe:
         parse_version_output(_version_output_with(value))
     assert probe.value.code == "probe_output_malformed"
+
+
+#: Catalog files (`{"epoch", "tools"}`) both readers of one refuse: `generation register
+#: --expected-contract-file` took a boolean or zero epoch, the release build a zero epoch.
+BAD_CATALOGS = {
+    "boolean epoch": {"epoch": True, "tools": []},
+    "epoch 0": {"epoch": 0, "tools": []},
+    "tools not an array": {"epoch": 5, "tools": {}},
+    "a tool not an object": {"epoch": 5, "tools": [1]},
+}
+
+
+def test_a_catalog_file_is_read_by_one_rule(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = tmp_path / "runtime-epoch-5.json"
+    good.write_text(json.dumps({"epoch": 5, "tools": load_catalog(5)}), encoding="utf-8")
+    assert contract_migration_from_file(good) == (contract_identity(5), None)
+    state = ["--state-dir", str(tmp_path / "generations")]
+    endpoint = ["--endpoint", "http://127.0.0.1:9001"]
+    assert (
+        generation_main([*state, "register", "--id", "ok", *endpoint, "--expected-contract-file", str(good)])
+        == 0
+    )
+    for index, (name, document) in enumerate(BAD_CATALOGS.items()):
+        path = tmp_path / f"bad-{index}.json"
+        path.write_text(json.dumps(document), encoding="utf-8")
+        with pytest.raises(ManifestError) as built:
+            contract_migration_from_file(path)
+        assert built.value.code == "contract_migration_source_invalid", name
+        capsys.readouterr()
+        bad = ["--id", f"b{index}", "--endpoint", f"http://127.0.0.1:{9100 + index}"]
+        code = generation_main([*state, "--json", "register", *bad, "--expected-contract-file", str(path)])
+        assert code == 2, name
+        assert json.loads(capsys.readouterr().out)["error"]["code"] == "contract_file_invalid", name

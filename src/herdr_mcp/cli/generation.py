@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from herdr_mcp.cli.arguments import CommandParser, dir_path, run_guarded, seconds, with_json
-from herdr_mcp.contract import ContractError, ContractIdentity, contract_identity, identity_of
+from herdr_mcp.contract import ContractError, ContractIdentity, contract_identity, identity_of_catalog
 from herdr_mcp.errors import EXIT_REFUSED
 from herdr_mcp.generations.control import (
     Generation,
@@ -143,11 +143,8 @@ def _expected_contract(args: argparse.Namespace) -> ContractIdentity | None:
     try:
         with path.open("rb") as handle:
             document = json.loads(handle.read(MAX_CONTRACT_FILE_BYTES + 1))
-        epoch, tools = document["epoch"], document["tools"]
-        if not isinstance(epoch, int) or not isinstance(tools, list):
-            raise TypeError("epoch and tools missing")
-        return identity_of(tools, epoch)
-    except (OSError, ValueError, KeyError, TypeError, ContractError) as exc:
+        return identity_of_catalog(document)
+    except (OSError, ValueError, ContractError) as exc:
         raise GenerationError(
             "contract_file_invalid", f"{path} is not a catalog file {{epoch, tools}}: {exc}"
         ) from exc

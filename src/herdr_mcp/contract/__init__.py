@@ -115,6 +115,19 @@ def identity_of(tools: list[dict[str, Any]], epoch: int) -> ContractIdentity:
     return ContractIdentity(epoch=epoch, hash=f"sha256:{digest}", tool_count=len(tools))
 
 
+def identity_of_catalog(document: object) -> ContractIdentity:
+    """The identity of a catalog document `{"epoch": E, "tools": [...]}` read from a file (a
+    `runtime-epoch-E.json` given on the command line); raises `ContractError`."""
+    if not isinstance(document, dict):
+        raise ContractError("a catalog is a JSON object {epoch, tools}")
+    epoch, tools = document.get("epoch"), document.get("tools")
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or not 1 <= epoch <= MAX_EPOCH:
+        raise ContractError(f"a catalog's epoch is an integer in 1..{MAX_EPOCH}")
+    if not isinstance(tools, list) or not all(isinstance(tool, dict) for tool in tools):
+        raise ContractError("a catalog's tools are an array of objects")
+    return identity_of(tools, epoch)
+
+
 @cache
 def _catalog_text(epoch: int) -> str:
     package = resources.files(__package__) / "catalogs" / f"runtime-epoch-{epoch}.json"

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from herdr_mcp.contract import ContractError, ContractIdentity, contract_identity, identity_of
+from herdr_mcp.contract import ContractError, ContractIdentity, contract_identity, identity_of_catalog
 from herdr_mcp.release.manifest import (
     TIMESTAMP_FORMAT,
     Asset,
@@ -203,14 +203,9 @@ def contract_migration_from_file(path: Path) -> tuple[ContractIdentity, int | No
     except (ValueError, RecursionError):
         raise ManifestError("contract_migration_source_invalid", f"{path} is not JSON") from None
     if isinstance(document, dict) and "tools" in document:
-        epoch, tools = document.get("epoch"), document["tools"]
-        if not isinstance(epoch, int) or isinstance(epoch, bool) or not isinstance(tools, list):
-            raise ManifestError(
-                "contract_migration_source_invalid", f"{path} has no integer epoch and tool array"
-            )
         try:
-            return identity_of(tools, epoch), None
-        except (ContractError, AttributeError, TypeError) as exc:
+            return identity_of_catalog(document), None
+        except ContractError as exc:
             raise ManifestError("contract_migration_source_invalid", f"{path}: {exc}") from None
     if isinstance(document, dict) and "product" in document:
         previous = RuntimeManifest.from_bytes(data)
