@@ -408,7 +408,7 @@ def _steps(path: str) -> list[str | int]:
         (b"{", "manifest_not_json"),
         (b"\xff\xfe{}", "manifest_not_json"),
         (b'{"a": NaN}', "manifest_not_json"),
-        (b"[" * 100_000 + b"]" * 100_000, "manifest_not_json"),
+        (b"[" * 100_000 + b"]" * 100_000, "json_too_deep"),
         (b" " * (1024 * 1024 + 1), "evidence_too_large"),
         (b"[]", "manifest_type"),
         (b'{"a": 1.5}', "manifest_float"),

@@ -29,7 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from herdr_mcp.errors import LocalFault
-from herdr_mcp.strict_json import unique_keys
+from herdr_mcp.strict_json import JsonLimitExceeded, JsonLimits, loads_bounded
+
+#: What a record may hold (docs/runtime.md "Parse boundaries"): each kind caps its own size
+#: (at most 256 KiB today); a record is a few fields and lists of generations or services.
+RECORD_LIMITS = JsonLimits(max_bytes=1024 * 1024, max_items=10_000)
 
 
 class FailRule(enum.Enum):
@@ -95,21 +99,18 @@ class RecordKind:
         atomic_write(path, dump(document))
 
 
-def load_strict(data: bytes) -> dict[str, Any]:
-    """`data` as a strict JSON object (UTF-8, every key once, no NaN/Infinity); raises
-    `RecordInvalid`."""
+def load_strict(data: bytes, limits: JsonLimits = RECORD_LIMITS) -> dict[str, Any]:
+    """`data` as a strict JSON object (UTF-8, every key once, no NaN/Infinity) within `limits`;
+    raises `RecordInvalid`."""
     try:
-        text = data.decode("utf-8")
-        document = json.loads(text, object_pairs_hook=unique_keys, parse_constant=_no_constant)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        document = loads_bounded(data, limits)
+    except JsonLimitExceeded as exc:
+        raise RecordInvalid(f"{exc.code}: {exc.message}") from exc
+    except ValueError as exc:
         raise RecordInvalid(f"not JSON ({exc})") from exc
     if not isinstance(document, dict):
         raise RecordInvalid("not a JSON object")
     return document
-
-
-def _no_constant(name: str) -> object:
-    raise ValueError(f"{name} is not JSON")
 
 
 def dump(document: dict[str, Any]) -> bytes:

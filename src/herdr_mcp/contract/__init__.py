@@ -11,7 +11,6 @@ can all depend on it.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from dataclasses import dataclass
 from functools import cache
@@ -21,6 +20,7 @@ from typing import Any
 import rfc8785
 
 from herdr_mcp.errors import LocalFault
+from herdr_mcp.strict_json import PACKAGED_LIMITS, loads_bounded
 
 #: The epoch this runtime serves.
 CURRENT_EPOCH = 5
@@ -139,7 +139,12 @@ def _catalog_text(epoch: int) -> str:
 
 def load_catalog(epoch: int = CURRENT_EPOCH) -> list[dict[str, Any]]:
     """The frozen tool array of `epoch` (a fresh copy; callers may not mutate the original)."""
-    document = json.loads(_catalog_text(epoch))
+    try:
+        document = loads_bounded(_catalog_text(epoch), PACKAGED_LIMITS)
+    except ValueError as exc:  # a damaged install: not JSON, or past the bounds
+        raise ContractError(
+            f"the frozen catalog for epoch {epoch} is not JSON within bounds ({exc})"
+        ) from None
     if not isinstance(document, dict) or document.get("epoch") != epoch:
         raise ContractError(f"catalog file for epoch {epoch} does not declare that epoch")
     tools = document.get("tools")

@@ -31,7 +31,6 @@ environment, and a proxy that is down does not stop an activation.
 from __future__ import annotations
 
 import datetime
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -55,7 +54,7 @@ from herdr_mcp.generations.control import (
 from herdr_mcp.generations.migrated import check_activation_target
 from herdr_mcp.layout import Layout
 from herdr_mcp.local_http import local_client
-from herdr_mcp.strict_json import unique_keys
+from herdr_mcp.strict_json import JsonLimits, loads_bounded
 from herdr_mcp.tokens import TokenFileError, read_token
 
 #: /health is local and answers without touching Herdr for long (the runtime caps its ping at 1 s).
@@ -66,6 +65,10 @@ MAX_HEALTH_BYTES = 64 * 1024
 CATALOG_TIMEOUT_S = 10.0
 #: The original's cap on a tools/list answer (our epoch-5 catalog is ~40 KiB).
 MAX_CATALOG_BYTES = 2 * 1024 * 1024
+#: What the gate reads of a candidate's answers (docs/runtime.md "Parse boundaries"): the
+#: frozen catalog of 18 tools holds about 2,000 items, /health about 40.
+CATALOG_LIMITS = JsonLimits(max_bytes=MAX_CATALOG_BYTES, max_items=50_000)
+HEALTH_LIMITS = JsonLimits(max_bytes=MAX_HEALTH_BYTES, max_items=2_000)
 #: A paginated catalog longer than this is refused as malformed.
 MAX_CATALOG_PAGES = 8
 MCP_PROTOCOL_VERSION = "2025-06-18"
@@ -159,8 +162,8 @@ def _check_health(spec: Generation) -> dict[str, Any]:
     except httpx2.HTTPError as exc:
         raise _Refused("health_unreachable", f"{spec.endpoint}/health: {type(exc).__name__}") from exc
     try:
-        health = json.loads(body)
-    except ValueError as exc:
+        health = loads_bounded(body, HEALTH_LIMITS, strict=False)
+    except ValueError as exc:  # not JSON, or past the bounds
         raise _Refused("health_malformed", "/health did not answer JSON") from exc
     if (
         not isinstance(health, dict)
@@ -236,12 +239,9 @@ def _find_response(body: bytes, request_id: int, *, event_stream: bool) -> dict[
 
 
 def _strict_json(text: str) -> object:
-    """JSON with every key once and no NaN/Infinity: two readings of one answer must not differ."""
-    return json.loads(text, object_pairs_hook=unique_keys, parse_constant=_no_constant)
-
-
-def _no_constant(name: str) -> object:
-    raise ValueError(f"{name} is not JSON")
+    """JSON with every key once and no NaN/Infinity (two readings of one answer must not
+    differ), within `CATALOG_LIMITS`."""
+    return loads_bounded(text, CATALOG_LIMITS)
 
 
 def _list_tools(spec: Generation, token: str) -> list[dict[str, Any]]:

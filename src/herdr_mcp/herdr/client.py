@@ -31,9 +31,13 @@ from herdr_mcp.herdr.errors import (
     HerdrTimeout,
     HerdrUnavailable,
 )
+from herdr_mcp.strict_json import JsonLimitExceeded, JsonLimits, loads_bounded
 
 MAX_LINE_BYTES = 1 << 20
 """Herdr's own per-line limit (1 MiB) on requests; also our default cap on response lines."""
+#: Array elements and object members in one response line (a line of 1 MiB could hold 500,000):
+#: over ten times what a list of a thousand panes holds.
+MAX_RESPONSE_ITEMS = 100_000
 
 DEFAULT_TIMEOUT_S = 5.0
 """Budget for ordinary calls; matches Herdr's own 5 s read timeout."""
@@ -91,6 +95,9 @@ class _Connection:
         self._writer = writer
         self.method = method
         self._max_line = max_line
+        # A line's length is capped as it is read (its newline included); its structure when
+        # decoded (docs/runtime.md "Parse boundaries").
+        self._limits = JsonLimits(max_bytes=max_line + 1, max_items=MAX_RESPONSE_ITEMS)
         self._buffer = bytearray()
         self._scanned = 0
         self.request_sent = False
@@ -177,8 +184,11 @@ class _Connection:
 
     def _decode(self, line: bytes) -> dict[str, Any]:
         try:
-            message = json.loads(line)
-        except (ValueError, RecursionError):
+            message = loads_bounded(line, self._limits, strict=False)
+        except JsonLimitExceeded as exc:
+            detail = f"Herdr sent a line past the runtime's bounds ({exc.code}: {exc.message})"
+            raise self.protocol_error(detail) from None
+        except ValueError:
             raise self.protocol_error("Herdr sent a line that is not valid JSON") from None
         if not isinstance(message, dict):
             raise self.protocol_error("Herdr sent a JSON line that is not an object")

@@ -22,7 +22,6 @@ Loading is lazy and cached: `load(p)` reads its files once; validators are compi
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -31,6 +30,9 @@ from types import MappingProxyType
 from typing import Any
 
 from jsonschema import Draft202012Validator
+
+from herdr_mcp.errors import InternalFault
+from herdr_mcp.strict_json import PACKAGED_LIMITS, loads_bounded
 
 METHOD_CLASSES: tuple[str, ...] = ("read", "mutating", "streaming", "client_ui", "server_control", "install")
 UNCLASSIFIED = "unclassified"
@@ -460,7 +462,13 @@ def _build(
 
 def _read(name: str) -> Any:
     path = resources.files(__package__) / "reference" / name
-    return json.loads(path.read_text(encoding="utf-8"))
+    try:
+        return loads_bounded(path.read_bytes(), PACKAGED_LIMITS)
+    except ValueError as exc:  # a damaged install: not UTF-8, not JSON, or past the bounds
+        raise InternalFault(
+            "herdr_reference_damaged",
+            f"the packaged Herdr reference {name} is unreadable ({exc}); reinstall herdr-mcp",
+        ) from None
 
 
 @cache

@@ -25,7 +25,6 @@ malformed one drains nothing and is logged (only the migration writes it).
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import threading
 import time
@@ -34,6 +33,7 @@ from pathlib import Path
 
 from herdr_mcp.contract import CURRENT_EPOCH, ContractError, load_catalog
 from herdr_mcp.records import FailRule, RecordInvalid, RecordKind
+from herdr_mcp.strict_json import MESSAGE_LIMITS, loads_bounded
 
 log = logging.getLogger("herdr_mcp.link")
 
@@ -78,8 +78,8 @@ def _mutates(message: object, reads: frozenset[str]) -> bool:
 def may_mutate(body: bytes, reads: frozenset[str]) -> bool:
     """Whether the JSON-RPC `body` (one message or a batch) may carry a mutation."""
     try:
-        message = json.loads(body)
-    except (ValueError, UnicodeDecodeError, RecursionError):
+        message = loads_bounded(body, MESSAGE_LIMITS, strict=False)
+    except ValueError:  # not JSON or past the bounds: assumed to mutate
         return True
     if isinstance(message, list):
         return any(_mutates(item, reads) for item in message) if message else False

@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from herdr_mcp.strict_json import MESSAGE_LIMITS, JsonLimitExceeded, JsonLimits, loads_bounded
+
 PROTOCOL = 1
 #: docs/edge-protocol.md: at most 256 KiB of UTF-8 per frame, in both directions.
 MAX_FRAME_BYTES = 262_144
@@ -19,6 +21,11 @@ MAX_FRAME_BYTES = 262_144
 CHUNK_DATA_BYTES = 192 * 1024
 #: The Edge reassembles up to 16 MiB per result; the link refuses larger ones itself.
 MAX_RESULT_BYTES = 16 * 1024 * 1024
+#: What a frame from the Edge may hold (docs/runtime.md "Parse boundaries"): a tool request is
+#: a name and its arguments, far from 20,000 items.
+FRAME_LIMITS = JsonLimits(max_bytes=MAX_FRAME_BYTES, max_items=20_000)
+#: What a generation's answer to a relayed call may hold before the link reads it.
+RESULT_LIMITS = JsonLimits(max_bytes=MAX_RESULT_BYTES, max_items=MESSAGE_LIMITS.max_items)
 #: The protocol's heartbeat and silence limit (hello_ack says them again; the link follows hello_ack).
 HEARTBEAT_S = 30.0
 SILENCE_LIMIT_S = 90.0
@@ -77,7 +84,9 @@ def parse_frame(text: str | bytes) -> Frame | None:
     if isinstance(text, bytes):
         raise FrameInvalid("a frame is a text message, not a binary one")
     try:
-        document = json.loads(text)
+        document = loads_bounded(text, FRAME_LIMITS, strict=False)
+    except JsonLimitExceeded as exc:
+        raise FrameInvalid(f"{exc.code}: {exc.message}") from None
     except ValueError as exc:
         raise FrameInvalid(f"not JSON: {exc}") from None
     if not isinstance(document, dict) or not isinstance(document.get("type"), str):
@@ -187,8 +196,8 @@ def jsonrpc_answer(data: bytes) -> dict[str, Any] | None:
     )
     for text in texts:
         try:
-            message = json.loads(text)
-        except ValueError:
+            message = loads_bounded(text, RESULT_LIMITS, strict=False)
+        except ValueError:  # not JSON, or past the bounds: not an answer the link can relay
             continue
         if (
             isinstance(message, dict)

@@ -74,6 +74,7 @@ from herdr_mcp.link.upstream import (
     Response,
     UpstreamPool,
 )
+from herdr_mcp.strict_json import MESSAGE_LIMITS, JsonLimitExceeded, JsonLimits, check_bounds, loads_bounded
 
 log = logging.getLogger("herdr_mcp.link")
 
@@ -116,10 +117,15 @@ class UpstreamBroken(Exception):
 # -- the /mcp endpoint ------------------------------------------------------------------------
 
 
+#: What the link reads of a /mcp body (docs/runtime.md "Parse boundaries"): the message bounds
+#: within the link's body size; a body past them is refused before any generation sees it.
+BODY_LIMITS = JsonLimits(max_bytes=MAX_BODY_BYTES, max_items=MESSAGE_LIMITS.max_items)
+
+
 def _jsonrpc_error(body: bytes, refusal: LinkRefusal) -> bytes:
     request_id: object = None
-    with contextlib.suppress(ValueError, UnicodeDecodeError):
-        message = json.loads(body)
+    with contextlib.suppress(ValueError):  # a body past the bounds or not JSON: no id to echo
+        message = loads_bounded(body, BODY_LIMITS, strict=False)
         if isinstance(message, dict):
             request_id = message.get("id")
     data: dict[str, Any] = {"code": refusal.code}
@@ -228,7 +234,13 @@ class McpForwarder:
                     "not_delivered",
                     f"the request is larger than {MAX_BODY_BYTES} bytes, which no generation accepts; "
                     "send large content in smaller pieces",
+                    "json_too_large",
                 )
+            try:
+                check_bounds(request.body, BODY_LIMITS)
+            except JsonLimitExceeded as exc:
+                message = f"{exc.message}; nothing was sent"
+                raise LinkRefusal(400, "not_delivered", message, exc.code) from None
             # 3. the generation
             spec = self._route(session.decode("latin-1"))
             # 4. the drain, the lease, 5. exactly one send
@@ -442,6 +454,7 @@ class EdgeSide(Protocol):
 
 #: A control request body is a method name and a few ids.
 MAX_CONTROL_BODY_BYTES = 16 * 1024
+CONTROL_LIMITS = JsonLimits(max_bytes=MAX_CONTROL_BODY_BYTES, max_items=1024)
 
 
 class LinkHandler:
@@ -501,7 +514,7 @@ class LinkHandler:
             )
             return
         try:
-            message = json.loads(request.body) if len(request.body) <= MAX_CONTROL_BODY_BYTES else None
+            message = loads_bounded(request.body, CONTROL_LIMITS, strict=False)
         except ValueError:
             message = None
         if not (

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import logging
 import os
 import stat
@@ -40,7 +39,7 @@ from herdr_mcp.layout import DEFAULT_PORT, Layout
 from herdr_mcp.native_host import framing
 from herdr_mcp.native_host.protocol import Cancel, Forward, Refused, parse
 from herdr_mcp.native_host.target import RuntimeTarget, active_target
-from herdr_mcp.strict_json import unique_keys
+from herdr_mcp.strict_json import MESSAGE_LIMITS, JsonLimits, loads_bounded
 from herdr_mcp.terminal import error_line
 from herdr_mcp.text import clean_json, decode
 from herdr_mcp.tokens import TokenFileError, read_token
@@ -50,6 +49,9 @@ IDLE_TIMEOUT_S = 600.0
 #: A runtime body is at most 1 MiB (section 2); a reply this large is not the runtime's. The cap
 #: bounds the memory one reply can take while it is read, before it is chunked.
 MAX_REPLY_BYTES = 32 * 1024 * 1024
+#: What of a reply is read as JSON (docs/runtime.md "Parse boundaries"); a reply past these
+#: bounds goes to the browser as its text, as any reply that is not JSON.
+REPLY_LIMITS = JsonLimits(max_bytes=MAX_REPLY_BYTES, max_items=MESSAGE_LIMITS.max_items)
 #: An error body of a stream that did not open is read only this far.
 MAX_ERROR_BYTES = 64 * 1024
 #: Requests and streams in flight at once; one more is refused rather than queued without bound.
@@ -377,13 +379,9 @@ def _body(data: bytes | str) -> Any:
     if not text:
         return None
     try:
-        return clean_json(json.loads(text, object_pairs_hook=unique_keys, parse_constant=_no_constant))
-    except (ValueError, RecursionError):
+        return clean_json(loads_bounded(text, REPLY_LIMITS))
+    except ValueError:
         return clean_json(text)
-
-
-def _no_constant(name: str) -> object:
-    raise ValueError(f"{name} is not JSON")
 
 
 def _runtime_error(status: int, data: bytes) -> dict[str, Any]:

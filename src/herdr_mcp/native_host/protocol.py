@@ -22,9 +22,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from herdr_mcp.strict_json import unique_keys
+from herdr_mcp.native_host.framing import MAX_INCOMING_BYTES
+from herdr_mcp.strict_json import JsonLimitExceeded, JsonLimits, loads_bounded
 from herdr_mcp.text import clean_json, decode
 
+#: What a frame's JSON may hold (docs/runtime.md "Parse boundaries"): its size is capped by the
+#: framing already; a request is a path, a few ids and at most one handoff or MCP message.
+FRAME_LIMITS = JsonLimits(max_bytes=MAX_INCOMING_BYTES, max_items=50_000)
 #: A request id: what the extension correlates replies with. Bounded so a frame cannot make every
 #: reply to it large.
 REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -109,12 +113,13 @@ def parse(payload: bytes) -> Forward | Cancel:
 
     Text (section 4, "Text"): bytes that are not UTF-8 are read as U+FFFD, and every lone
     surrogate the JSON spells (`"\\ud800"`, which Chrome passes through) becomes U+FFFD, so
-    what is forwarded always encodes. JSON nested too deep for the parser is `invalid_request`.
+    what is forwarded always encodes. JSON past `FRAME_LIMITS` is `json_too_deep` or
+    `json_too_many_items`.
     """
     try:
-        message = json.loads(decode(payload), object_pairs_hook=unique_keys, parse_constant=_no_constant)
-    except RecursionError:
-        raise Refused("invalid_request", "a frame must be one JSON object: it is nested too deeply") from None
+        message = loads_bounded(decode(payload), FRAME_LIMITS)
+    except JsonLimitExceeded as exc:
+        raise Refused(exc.code, f"a frame must be one JSON object: {exc.message}") from None
     except ValueError as exc:
         raise Refused("invalid_request", f"a frame must be one UTF-8 JSON object: {exc}") from None
     message = clean_json(message)
@@ -151,10 +156,6 @@ def parse(payload: bytes) -> Forward | Cancel:
         body=_body(message, method, request_id),
         headers=_headers(message.get("headers"), route, request_id),
     )
-
-
-def _no_constant(name: str) -> object:
-    raise ValueError(f"{name} is not JSON")
 
 
 def _request_id(value: object) -> str:

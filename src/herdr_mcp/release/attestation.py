@@ -32,7 +32,6 @@ here to feed the verification; the updater and `release verify` only load them a
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -62,6 +61,7 @@ from sigstore.verify.policy import (
 
 from herdr_mcp.errors import RefusedFault
 from herdr_mcp.release.evidence import EVIDENCE_TOO_LARGE, too_large_message
+from herdr_mcp.strict_json import JsonLimits, loads_bounded
 
 AttestationErrorCode = Literal[
     "evidence_too_large",
@@ -79,6 +79,9 @@ AttestationErrorCode = Literal[
 #: attestations, a statement with one subject per asset); 1 MiB leaves room for hundreds of
 #: assets while bounding what an attacker-supplied file can make the JSON parser do.
 MAX_BUNDLE_BYTES = 1 << 20
+#: The structure of a bundle, its statement, an identity policy or the trusted root
+#: (docs/runtime.md "Parse boundaries"): each holds a few hundred items.
+EVIDENCE_LIMITS = JsonLimits(max_bytes=MAX_BUNDLE_BYTES, max_items=50_000)
 
 #: How old the newest key in the trust root may be before `trusted_root_age` warns. Our own
 #: cadence, not Sigstore's: an old root still verifies releases signed under keys it lists, but
@@ -159,8 +162,8 @@ class IdentityPolicy:
     def from_json(cls, data: bytes) -> IdentityPolicy:
         """Parse a policy document: exactly the five fields, all strings (the runner may be null)."""
         try:
-            document = json.loads(data)
-        except (ValueError, RecursionError) as exc:
+            document = loads_bounded(data, EVIDENCE_LIMITS, strict=False)
+        except ValueError as exc:  # not JSON, or past the bounds (its code in the text)
             raise AttestationError("attestation_policy_invalid", f"not JSON: {exc}.") from exc
         fields = {"repository", "workflow_path", "ref", "issuer", "runner_environment"}
         if not isinstance(document, dict) or set(document) != fields:
@@ -259,7 +262,8 @@ def trusted_root_age(trusted_root: Path | None = None, *, now: datetime | None =
     """The age of `trusted_root` (default: the packaged one) as of `now` (default: the clock)."""
     with _trusted_root_file(trusted_root) as path:
         try:
-            document = json.loads(path.read_bytes())
+            with path.open("rb") as handle:
+                document = loads_bounded(handle.read(MAX_BUNDLE_BYTES + 1), EVIDENCE_LIMITS, strict=False)
             newest = max(_validity_starts(document))
         except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
             raise AttestationError(
@@ -378,8 +382,8 @@ def _parse_bundle(bundle_json: bytes, content: Literal["messageSignature", "dsse
             EVIDENCE_TOO_LARGE, too_large_message(f"the {kind} bundle", MAX_BUNDLE_BYTES, len(bundle_json))
         )
     try:
-        document = json.loads(bundle_json)
-    except (ValueError, RecursionError) as exc:
+        document = loads_bounded(bundle_json, EVIDENCE_LIMITS, strict=False)
+    except ValueError as exc:  # not JSON, or past the bounds (its code in the text)
         raise _malformed(f"the bundle is not JSON: {exc}") from exc
     if not isinstance(document, dict):
         raise _malformed("the bundle is not a JSON object")
@@ -557,8 +561,8 @@ def _parse_statement(payload_type: str, payload: bytes) -> _InToto:
     if payload_type != IN_TOTO_PAYLOAD_TYPE:
         raise _unexpected(f"payload type is {payload_type!r}, not {IN_TOTO_PAYLOAD_TYPE!r}")
     try:
-        document = json.loads(payload)
-    except (ValueError, RecursionError) as exc:
+        document = loads_bounded(payload, EVIDENCE_LIMITS, strict=False)
+    except ValueError as exc:  # not JSON, or past the bounds (its code in the text)
         raise _unexpected(f"the statement is not JSON: {exc}") from exc
     if not isinstance(document, dict):
         raise _unexpected("the statement is not a JSON object")

@@ -34,6 +34,7 @@ from herdr_mcp.contract import ContractIdentity, ContractIdentityInvalid, parse_
 from herdr_mcp.errors import RefusedFault
 from herdr_mcp.release.evidence import EVIDENCE_TOO_LARGE, too_large_message
 from herdr_mcp.release.versions import release_version
+from herdr_mcp.strict_json import JsonLimitExceeded, JsonLimits, check_bounds
 
 #: The file name a release publishes its manifest under.
 MANIFEST_FILENAME = "runtime-manifest.json"
@@ -44,6 +45,8 @@ MAX_SAFE_INTEGER = 2**53 - 1
 #: A manifest lists a handful of assets (about 400 bytes each); 1 MiB is far beyond any real one
 #: and small enough to refuse before parsing.
 MAX_MANIFEST_BYTES = 1024 * 1024
+#: Its structure (docs/runtime.md "Parse boundaries"): a handful of assets of ~10 fields each.
+MANIFEST_LIMITS = JsonLimits(max_bytes=MAX_MANIFEST_BYTES, max_items=10_000)
 #: Longest accepted asset URL (browsers and proxies handle 2 KiB URLs everywhere).
 MAX_URL_LENGTH = 2048
 
@@ -452,6 +455,10 @@ def _load_strict_json(data: bytes) -> Any:
     except UnicodeDecodeError as exc:
         raise ManifestError("manifest_not_json", f"not UTF-8 ({exc.reason} at byte {exc.start})") from None
     try:
+        check_bounds(text, MANIFEST_LIMITS)
+    except JsonLimitExceeded as exc:
+        raise ManifestError(exc.code, exc.message) from None
+    try:
         return json.loads(
             text,
             parse_float=_reject_float,
@@ -463,8 +470,8 @@ def _load_strict_json(data: bytes) -> Any:
         raise ManifestError(
             "manifest_not_json", f"{exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from None
-    except RecursionError:
-        raise ManifestError("manifest_not_json", "nested too deeply") from None
+    except RecursionError:  # only unbalanced text passes the depth bound this deep
+        raise ManifestError("json_too_deep", "nested too deeply") from None
 
 
 def _join(path: str, key: str) -> str:

@@ -23,6 +23,7 @@ from herdr_mcp import __version__
 from herdr_mcp.contract import contract_identity
 from herdr_mcp.herdr import HerdrError
 from herdr_mcp.runtime.auth import BearerGate
+from herdr_mcp.runtime.body_bounds import BoundedMcpBody
 from herdr_mcp.runtime.browser import browser_routes
 from herdr_mcp.runtime.browser.http import json_response
 from herdr_mcp.runtime.grep.children import stop_searches
@@ -64,6 +65,8 @@ def build_app(services: Services, token: str, dispatcher: ToolDispatcher | None 
     tool calls (by default a new one; a test serving the app in process passes its own, to close
     its audit log when done)."""
     dispatcher = dispatcher if dispatcher is not None else ToolDispatcher(services)
+    # The bearer the gate checks is redacted wherever a record holds it, whatever file it came from.
+    dispatcher.audit.known_secrets.add(token)
     server = build_mcp_server(dispatcher)
     sdk_app = server.streamable_http_app(json_response=True, host=services.config.host)
     identity = contract_identity().to_dict()
@@ -107,4 +110,5 @@ def build_app(services: Services, token: str, dispatcher: ToolDispatcher | None 
         *browser_routes(services, dispatcher.audit),
     ]
     app = Starlette(routes=[*routes, *sdk_app.routes], lifespan=lifespan)
-    return BearerGate(app, token, protected_prefixes=("/mcp", "/push", "/browser"))
+    # The bearer first: nothing of an unauthenticated body is read.
+    return BearerGate(BoundedMcpBody(app), token, protected_prefixes=("/mcp", "/push", "/browser"))

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import shutil
@@ -44,6 +43,7 @@ from herdr_mcp.herdr.reference import (
     from_schema_document,
     nearest,
 )
+from herdr_mcp.strict_json import JsonLimits, loads_bounded
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,8 @@ SURFACE_TTL_SECONDS = 10.0
 #: `herdr api schema --json`: how long it may take, and how much it may print.
 SCHEMA_COMMAND_TIMEOUT_SECONDS = 10.0
 SCHEMA_MAX_BYTES = 16 * 1024 * 1024
+#: Its structure (docs/runtime.md "Parse boundaries"): protocol 22's schema holds ~13,000 items.
+SCHEMA_LIMITS = JsonLimits(max_bytes=SCHEMA_MAX_BYTES, max_items=1_000_000)
 #: The protocol described when Herdr does not answer at all.
 FALLBACK_PROTOCOL = max(SUPPORTED_PROTOCOLS)
 
@@ -286,9 +288,13 @@ async def _cli_schema(
     if status != 0 or len(output) > SCHEMA_MAX_BYTES:
         return None, f"`{executable} api schema --json` failed (exit {status}); using the built-in reference."
     try:
-        document = json.loads(output)
-    except (ValueError, RecursionError):
-        return None, f"`{executable} api schema --json` printed no JSON; using the built-in reference."
+        document = loads_bounded(output, SCHEMA_LIMITS, strict=False)
+    except ValueError as exc:  # not JSON, or past the bounds
+        return (
+            None,
+            f"`{executable} api schema --json` printed no JSON within bounds ({exc}); "
+            "using the built-in reference.",
+        )
     printed = document.get("protocol") if isinstance(document, dict) else None
     if printed != protocol:
         return None, (

@@ -52,13 +52,15 @@ from mcp_types.version import (
 )
 
 from herdr_mcp.runtime.server import ToolDispatcher
+from herdr_mcp.strict_json import MESSAGE_LIMITS, JsonLimitExceeded, loads_bounded
 from herdr_mcp.text import dumps
 
 log = logging.getLogger(__name__)
 
-#: One message (one line) at most this long: the SDK's own cap on an HTTP request body (4 MiB)
-#: with room for JSON escaping of the largest tool argument the catalog allows.
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+#: One message (one line) at most this long, nested at most 64 deep, with at most this many array
+#: elements and object members (`MESSAGE_LIMITS`, docs/runtime.md "Parse boundaries"): room
+#: for JSON escaping of the largest tool argument the catalog allows.
+MAX_MESSAGE_BYTES = MESSAGE_LIMITS.max_bytes
 #: A regular file on stdin is read in slices of this size.
 READ_CHUNK_BYTES = 64 * 1024
 #: Calls still running when stdin closes or a stop is asked for get this long on their own; then
@@ -168,12 +170,21 @@ class StdioSession:
                 pass
             break
         await self._send_error(
-            None, INVALID_REQUEST, f"message longer than {MAX_MESSAGE_BYTES} bytes; send smaller requests"
+            None,
+            INVALID_REQUEST,
+            f"message longer than {MAX_MESSAGE_BYTES} bytes; send smaller requests",
+            {"code": "json_too_large", "limit": MAX_MESSAGE_BYTES},
         )
 
     async def _handle(self, line: bytes) -> None:
         try:
-            message = json.loads(line)
+            message = loads_bounded(line, MESSAGE_LIMITS, strict=False)
+        except JsonLimitExceeded as exc:
+            # Its id is unknowable without parsing it; the bound's code says what to change.
+            await self._send_error(
+                None, INVALID_REQUEST, f"{exc.message}; send smaller requests", exc.to_dict()
+            )
+            return
         except ValueError as exc:
             await self._send_error(None, PARSE_ERROR, f"not JSON: {exc}")
             return

@@ -17,7 +17,6 @@ The services and `herdr-mcp start` ask this before they run an executable for go
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,10 +26,12 @@ from urllib.parse import unquote, urlsplit
 from herdr_mcp.generations.control import GenerationStore
 from herdr_mcp.generations.process import in_runtime_dir
 from herdr_mcp.layout import Layout
+from herdr_mcp.strict_json import JsonLimits, loads_bounded
 
 OriginKind = Literal["generation", "checkout", "other"]
 #: A direct_url.json is a few hundred bytes.
 _MAX_DIRECT_URL_BYTES = 64 * 1024
+_DIRECT_URL_LIMITS = JsonLimits(max_bytes=_MAX_DIRECT_URL_BYTES, max_items=1_000)
 _PLANES = {"prod": "a PROD generation (a signed release)", "dev": "a DEV generation (a checkout build)"}
 
 
@@ -80,8 +81,8 @@ def _direct_url(venv: Path) -> dict[str, object] | None:
         return None
     try:
         with found[0].open("rb") as handle:
-            document = json.loads(handle.read(_MAX_DIRECT_URL_BYTES))
-    except (OSError, ValueError):
+            document = loads_bounded(handle.read(_MAX_DIRECT_URL_BYTES + 1), _DIRECT_URL_LIMITS, strict=False)
+    except (OSError, ValueError):  # unreadable, not JSON, or past the bounds: no origin known
         return None
     return document if isinstance(document, dict) else None
 

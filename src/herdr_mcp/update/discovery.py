@@ -37,7 +37,6 @@ whole discovery.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -51,7 +50,7 @@ from packaging.version import Version
 from herdr_mcp.release.bundle import Channel
 from herdr_mcp.release.manifest import MANIFEST_FILENAME, MAX_URL_LENGTH
 from herdr_mcp.release.versions import release_version
-from herdr_mcp.strict_json import unique_keys
+from herdr_mcp.strict_json import JsonLimits, loads_bounded
 from herdr_mcp.update.errors import ReleaseDataError, UpdateTransportError, UpdateUsageError
 from herdr_mcp.update.transport import TransportRules, declared_length, open_client, stream_get
 
@@ -84,6 +83,9 @@ DEFAULT_MAX_PAGES = 5
 #: Largest index page accepted. GitHub caps a release body (its notes) at 125,000 characters,
 #: at most 3 UTF-8 bytes each in the BMP: 20 releases x 375 KB = 7.5 MB, plus the asset lists.
 DEFAULT_MAX_PAGE_BYTES = 8 * 1024 * 1024
+#: What one index page may hold (docs/runtime.md "Parse boundaries"): GitHub's 100 releases of a
+#: page, each with ~30 fields, an author and assets of ~40 items each, stay well under this.
+PAGE_MAX_ITEMS = 500_000
 #: GitHub redirects a renamed repository's API URL once; two more leave room for a CDN hop.
 DEFAULT_MAX_REDIRECTS = 3
 #: Seconds to connect (TCP + TLS) and to wait for any one read: GitHub answers in well under
@@ -323,9 +325,11 @@ def parse_index_page(data: bytes) -> list[IndexRelease]:
     adds fields over time. Raises `ReleaseDataError("discovery_index_malformed")`.
     """
     try:
-        document = json.loads(data.decode("utf-8"), object_pairs_hook=unique_keys)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise _malformed(f"the releases index is not JSON ({exc})") from None
+        # The page's size was capped as it was read; the cap here only guards a direct caller.
+        limits = JsonLimits(max_bytes=max(len(data), DEFAULT_MAX_PAGE_BYTES), max_items=PAGE_MAX_ITEMS)
+        document = loads_bounded(data, limits)
+    except ValueError as exc:  # not UTF-8, not JSON, or past the bounds (its code in the text)
+        raise _malformed(f"the releases index is not JSON within bounds ({exc})") from None
     if not isinstance(document, list):
         raise _malformed("the releases index is not a JSON array")
     return [_parse_release(entry, index) for index, entry in enumerate(document)]

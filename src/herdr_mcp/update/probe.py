@@ -24,7 +24,6 @@ is at fault) except `probe_failed` for an executable that cannot be started at a
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from dataclasses import dataclass
@@ -33,11 +32,13 @@ from typing import Any
 
 from herdr_mcp.contract import ContractIdentity, ContractIdentityInvalid, parse_identity
 from herdr_mcp.release.manifest import PRODUCT
-from herdr_mcp.strict_json import unique_keys
+from herdr_mcp.strict_json import JsonLimits, loads_bounded
 from herdr_mcp.update.errors import LocalStateError, ReleaseDataError
 
 #: `version --json` prints about 200 bytes; 64 KiB leaves room for any future field and no more.
 MAX_OUTPUT_BYTES = 64 * 1024
+#: Its structure (docs/runtime.md "Parse boundaries"): `version --json` is about 20 items.
+OUTPUT_LIMITS = JsonLimits(max_bytes=MAX_OUTPUT_BYTES, max_items=1_000)
 _KEYS = frozenset({"product", "version", "contract", "state_schema"})
 
 
@@ -122,9 +123,9 @@ def parse_version_output(data: bytes) -> ProbeResult:
     if len(data) > MAX_OUTPUT_BYTES:
         raise _malformed(f"{len(data)} bytes of output, more than {MAX_OUTPUT_BYTES}")
     try:
-        document = json.loads(data.decode("utf-8"), object_pairs_hook=unique_keys)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise _malformed(f"not JSON ({exc})") from None
+        document = loads_bounded(data, OUTPUT_LIMITS)
+    except ValueError as exc:  # not UTF-8, not JSON, or past the bounds (its code in the text)
+        raise _malformed(f"not JSON within bounds ({exc})") from None
     _check_keys(document, _KEYS, "the output")
     try:
         contract = parse_identity(document["contract"], "contract")

@@ -1,17 +1,16 @@
 """The HTTP edges the browser plane's endpoints share: JSON bodies in, `{"error": {"code",
 "message"}}` out, with an HTTP status chosen from the error code (docs/browser-protocol.md 2).
 
-Statuses: 400 for a bad request (`invalid_argument`, `invalid_json`, and the continuity
-journal's refusals of its params), 401 `unauthorized`, 404 for `*_not_found` and
-`unknown_method`, 405 `method_not_allowed`, 409 for `*_conflict` (and `target_changed`,
-`pane_has_agent`, `workspace_working`), 413 `body_too_large`, 415
+Statuses: 400 for a bad request (`invalid_argument`, `invalid_json`, `json_too_deep`,
+`json_too_many_items`, and the continuity journal's refusals of its params), 401
+`unauthorized`, 404 for `*_not_found` and `unknown_method`, 405 `method_not_allowed`, 409 for
+`*_conflict` (and `target_changed`, `pane_has_agent`, `workspace_working`), 413 `body_too_large`, 415
 `unsupported_media_type`, 503 for what the workstation lacks right now (`herdr_unavailable`,
 `state_unavailable`, `continuity_journal_unavailable`, `audit_unavailable`), 500 `internal_error`.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
@@ -19,11 +18,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from herdr_mcp.errors import HerdrMcpError, LocalFault, ToolError
-from herdr_mcp.strict_json import unique_keys
+from herdr_mcp.strict_json import JsonLimitExceeded, JsonLimits, loads_bounded
 from herdr_mcp.text import clean_json, dumps
 
 #: Request bodies at most this long (the native host's frames are under 1 MiB too).
 MAX_BODY_BYTES = 1024 * 1024
+#: What a body may hold (docs/runtime.md "Parse boundaries"): a request is a few ids and at most
+#: one handoff or checkpoint document.
+BODY_LIMITS = JsonLimits(max_bytes=MAX_BODY_BYTES, max_items=50_000)
 
 _STATUS = {
     "unauthorized": 401,
@@ -83,13 +85,10 @@ def _finite(value: str) -> float:
     return number
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 async def read_json_object(request: Request) -> dict[str, Any]:
     """The request's body as a JSON object (`{}` when empty); ToolError `body_too_large`,
-    `unsupported_media_type`, `invalid_json` otherwise (also for JSON nested too deep to parse).
+    `json_too_deep`, `json_too_many_items` (`BODY_LIMITS`), `unsupported_media_type`,
+    `invalid_json` otherwise.
 
     Every lone surrogate the JSON spells (`"\\ud800"`) becomes U+FFFD (docs/runtime.md "Text"):
     nothing that cannot be encoded reaches the state, Herdr or an answer."""
@@ -110,16 +109,11 @@ async def read_json_object(request: Request) -> dict[str, Any]:
     if not raw.strip():
         return {}
     try:
-        value = json.loads(
-            raw.decode("utf-8"),
-            object_pairs_hook=unique_keys,
-            parse_float=_finite,
-            parse_constant=_no_constant,
-        )
-    except (UnicodeDecodeError, ValueError) as exc:
+        value = loads_bounded(raw, BODY_LIMITS, parse_float=_finite)
+    except JsonLimitExceeded as exc:
+        raise ToolError(exc.code, exc.message, limit=exc.limit) from None
+    except ValueError as exc:
         raise ToolError("invalid_json", f"the body is not one JSON object: {exc}") from None
-    except RecursionError:
-        raise ToolError("invalid_json", "the body is nested too deeply") from None
     if not isinstance(value, dict):
         raise ToolError("invalid_json", "the body must be a JSON object")
     cleaned: dict[str, Any] = clean_json(value)
