@@ -164,6 +164,15 @@ def test_nested_defaults_are_filled_only_inside_what_was_given() -> None:
     )
 
 
+def test_a_number_the_schema_calls_an_integer_reaches_the_handler_as_an_int() -> None:
+    # JSON Schema counts 5.0 as an integer; the handlers that used int(...) no longer convert.
+    read = prepared("herdr_exec_read", {"session_id": "s", "stdout_offset": 5.0, "max_bytes": 10.0})
+    assert (read["stdout_offset"], type(read["stdout_offset"]), type(read["max_bytes"])) == (5, int, int)
+    wait = prepared("herdr_prompt", {**MINIMAL["herdr_prompt"], "wait": {"timeout_ms": 1000.0}})["wait"]
+    assert type(wait["timeout_ms"]) is int
+    assert type(prepared("herdr_git", {"root": "/r", "action": "log", "max_count": 3.0})["max_count"]) is int
+
+
 def _sources() -> Iterator[Path]:
     yield from Path(herdr_mcp.runtime.tools.__file__).parent.rglob("*.py")
     yield Path(herdr_mcp.runtime.tasks.__file__)

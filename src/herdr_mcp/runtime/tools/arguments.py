@@ -13,8 +13,9 @@ here before a handler runs, in this order (docs/runtime.md "Tool arguments"):
 2. `ToolArguments.prepare`: the tool's `inputSchema` (JSON Schema draft 2020-12, the validator
    of `validator_for`) -> `unknown_tool` or `invalid_arguments` naming the first failing place;
    the message is capped at `MAX_PROBLEM_CHARS` (the validator's own message quotes the value).
-3. the schema's `default`s filled in (`with_defaults`): a property the caller left out takes
-   its catalog default, inside a nested object the caller gave too (herdr_prompt's `wait`).
+3. `complete`: the schema's `default`s filled in (a property the caller left out takes its
+   catalog default, inside a nested object the caller gave too: herdr_prompt's `wait`), and a
+   number the schema calls an integer made an `int` (the validator admits 5.0).
 
 Handlers therefore receive arguments of the schema's shape with every catalog default present:
 they index them and never restate a default or check a type again. A value only the handler can
@@ -168,9 +169,16 @@ def describe_problem(problem: ValidationError, whole: str) -> str:
     return f"{where}: {message}"
 
 
-def with_defaults(schema: Mapping[str, Any], value: Any) -> Any:
-    """`value` (already valid against `schema`) with every absent property that has a `default`
-    set to a copy of it, inside present nested objects too; `value` itself is not changed."""
+def complete(schema: Mapping[str, Any], value: Any) -> Any:
+    """`value` (already valid against `schema`) as a handler takes it: every absent property that
+    has a `default` set to a copy of it, inside present nested objects too, and every number the
+    schema calls an integer an `int` (JSON Schema counts 5.0 as an integer; a handler slicing or
+    comparing with it must not get a float). `value` itself is not changed."""
+    if schema.get("type") == "integer" and isinstance(value, float):
+        return int(value)
+    items = schema.get("items")
+    if isinstance(value, list) and isinstance(items, Mapping):
+        return [complete(items, item) for item in value]
     properties = schema.get("properties")
     if not isinstance(value, dict) or not isinstance(properties, Mapping):
         return value
@@ -179,7 +187,7 @@ def with_defaults(schema: Mapping[str, Any], value: Any) -> Any:
         if not isinstance(sub, Mapping):
             continue
         if name in filled:
-            filled[name] = with_defaults(sub, filled[name])
+            filled[name] = complete(sub, filled[name])
         elif "default" in sub:
             filled[name] = copy.deepcopy(sub["default"])
     return filled
@@ -201,7 +209,7 @@ class ToolArguments:
         problem = first_problem(validator, arguments)
         if problem is not None:
             raise ToolError("invalid_arguments", describe_problem(problem, "(arguments)"), tool=name)
-        filled: dict[str, Any] = with_defaults(self.schemas[name], dict(arguments))
+        filled: dict[str, Any] = complete(self.schemas[name], dict(arguments))
         return filled
 
 

@@ -24,7 +24,7 @@ from herdr_mcp.herdr.reference import MethodReference
 from herdr_mcp.runtime.herdr_errors import tool_error_from_herdr
 from herdr_mcp.runtime.native import BOUNDED_WAITS, CHANGING_CLASSES, MAX_WAIT_MS, NativeMethods, plain
 from herdr_mcp.runtime.tools import agents, skill
-from herdr_mcp.runtime.tools.arguments import describe_problem, first_problem, validator_for, with_defaults
+from herdr_mcp.runtime.tools.arguments import complete, describe_problem, first_problem, validator_for
 from herdr_mcp.runtime.tools.continuity_methods import CONTINUITY_METHODS, MethodSpec
 
 if TYPE_CHECKING:
@@ -235,7 +235,7 @@ async def call(svc: Services, args: dict[str, Any]) -> dict[str, Any]:
     internal = INTERNAL_METHODS.get(name)
     if internal is not None:
         _validate(name, internal.params_schema, params)
-        filled: dict[str, Any] = with_defaults(internal.params_schema, params)
+        filled: dict[str, Any] = complete(internal.params_schema, params)
         return {"method": name, "result": await internal.run(svc, filled)}
     surface = await svc.native.surface()
     native = surface.reference.methods.get(name)
