@@ -31,7 +31,14 @@ from hypothesis import strategies as st
 from herdr_mcp.runtime.audit import AuditLog, KnownSecrets, describe_call, read_records, recorded_command
 from herdr_mcp.runtime.shell_words import CLOSE, HEREDOC, OPEN, WORD, scan
 from herdr_mcp.sim import SimConfig, SimulatorThread
-from tests.runtime_harness import RunningRuntime, call_tool, make_repo, running_runtime
+from tests.runtime_harness import (
+    IN_PROCESS_TOKEN,
+    RunningRuntime,
+    call_tool,
+    in_process_runtime,
+    make_repo,
+    running_runtime,
+)
 from tests.sim_helpers import run, short_tmp_dir
 
 DEADLINE_S = 60.0
@@ -289,6 +296,23 @@ def runtime_in_repo(quiet_login_shell: None) -> Iterator[tuple[RunningRuntime, P
             running_runtime(tmp / "herdr.sock", tmp / "config") as runtime,
         ):
             yield runtime, repo.resolve()
+
+
+def test_the_bearer_the_gate_checks_is_redacted_though_no_file_holds_it(quiet_login_shell: None) -> None:
+    """`build_app`'s token (here the in-process harness's, in no token file) is a known secret."""
+    with short_tmp_dir() as tmp:
+        repo = make_repo(tmp / "repo", {"keep.txt": b"kept\n"})
+        with SimulatorThread(SimConfig.for_roots([repo]), tmp / "herdr.sock"):
+
+            async def body() -> dict[str, Any]:
+                async with in_process_runtime(tmp / "herdr.sock", tmp / "config") as runtime:
+                    command = f"printf %s {runtime.token} | wc -c"
+                    return await runtime.call("herdr_exec", {"workspace": "w1", "command": command})
+
+            answer = run(body(), timeout=DEADLINE_S)
+            raw = (tmp / "config" / "audit.jsonl").read_text()
+    assert answer["stdout"].strip() == str(len(IN_PROCESS_TOKEN)) and not (tmp / "config" / "token").exists()
+    assert IN_PROCESS_TOKEN not in raw and json.loads(raw)["command"] == f"printf %s {R} | wc -c"
 
 
 def e2e_cases(bearer: str) -> list[tuple[str, str, str]]:
