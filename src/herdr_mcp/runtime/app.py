@@ -67,8 +67,6 @@ def build_app(services: Services, token: str, dispatcher: ToolDispatcher | None 
     dispatcher = dispatcher if dispatcher is not None else ToolDispatcher(services)
     # The bearer the gate checks is redacted wherever a record holds it, whatever file it came from.
     dispatcher.audit.known_secrets.add(token)
-    # The bearer the gate checks is redacted wherever a record holds it, whatever file it came from.
-    dispatcher.audit.known_secrets.add(token)
     server = build_mcp_server(dispatcher)
     sdk_app = server.streamable_http_app(json_response=True, host=services.config.host)
     identity = contract_identity().to_dict()
