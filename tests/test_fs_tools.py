@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -28,13 +28,15 @@ from herdr_mcp.runtime.tools.arguments import catalog_arguments, prepared
 from herdr_mcp.runtime.tools.fs import access, editing, image, patching, reading
 from tests.git_trees import git, make_repo, snapshot
 
+Result = TypeVar("Result")
 
-def parsed(function: Callable[..., Any]) -> Callable[..., Any]:
+
+def parsed(function: Callable[..., Result]) -> Callable[..., Result]:
     """The fs tool `function` called as the dispatcher calls it: with its arguments bounded,
     validated against the frozen catalog and given the catalog's defaults (`prepared`)."""
     tool = f"herdr_{function.__name__}"
 
-    def call(roots: RootSet, policy: Policy, args: dict[str, Any], **options: Any) -> Any:
+    def call(roots: RootSet, policy: Policy, args: dict[str, Any], **options: Any) -> Result:
         return function(roots, policy, prepared(tool, args), **options)
 
     return call

@@ -197,13 +197,14 @@ def test_no_handler_restates_a_catalog_default() -> None:
 
 
 def test_bad_types_are_the_dispatchers_to_refuse() -> None:
-    for tool, arguments in [
+    refused: list[tuple[str, dict[str, Any]]] = [
         ("herdr_git", {"root": "/r", "action": "push"}),
         ("herdr_git", {"root": "/r", "action": "log", "max_count": True}),
         ("herdr_fs_read", {"path": "a", "max_bytes": "16"}),
         ("herdr_exec_read", {"session_id": "s", "stdout_offset": 1.5}),
         ("herdr_fs_edit", {"path": "a", "old_string": "", "new_string": "y"}),
-    ]:
+    ]
+    for tool, arguments in refused:
         with pytest.raises(ToolError) as caught:
             prepared(tool, arguments)
         assert (caught.value.code, caught.value.details["tool"]) == ("invalid_arguments", tool)
@@ -220,14 +221,15 @@ def test_the_bounds_are_exact() -> None:
     check_limits({"a": {"b": {"c": {}}}}, limits)  # four objects inside one another
     check_limits({"k": [1, 2, 3, 4, 5, 6, 7, 8]}, limits)  # ten values: object, list, eight items
     check_limits({"abc": "défg"}, limits)  # 3 + 5 bytes (é is two)
-    for arguments, code in [
+    over: list[tuple[dict[str, Any], str]] = [
         ({"a": {"b": {"c": {"d": {}}}}}, "arguments_too_deep"),
         ({"a": [[[[]]]]}, "arguments_too_deep"),
         ({"k": [1, 2, 3, 4, 5, 6, 7, 8, 9]}, "arguments_too_many_values"),
         ({"a": None, "b": [None] * 7, "c": None}, "arguments_too_many_values"),
         ({"abc": "défgh"}, "arguments_too_large"),
         ({"abcdefghi": ""}, "arguments_too_large"),
-    ]:
+    ]
+    for arguments, code in over:
         with pytest.raises(ToolError) as caught:
             check_limits(arguments, limits)
         assert caught.value.code == code, arguments
