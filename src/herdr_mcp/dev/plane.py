@@ -307,9 +307,8 @@ def _with_config_dir(config_dir: Path) -> str:
 
 
 def _check_database_for_prod(paths: UpdatePaths, pin: PinnedProd, prod: int, active: str | None) -> None:
-    """`major_rollback_required` when a major migration left the pinned PROD behind (its snapshot
-    is the way back), else `dev_state_schema_ahead` when `state.db` is at a schema the pinned PROD
-    cannot open."""
+    """`major_rollback_required` when a major migration left the pinned PROD behind, else
+    `dev_state_schema_ahead` when `state.db` is at a schema the pinned PROD cannot open."""
     try:
         check_activation_target(paths.config_dir, pin.generation)
     except GenerationError as exc:
