@@ -23,6 +23,7 @@ from typing import Any
 import httpx2
 import pytest
 
+from herdr_mcp.cli.generation import main as generation_main
 from herdr_mcp.generations import Generation
 from herdr_mcp.herdr import HerdrClient, HerdrProtocolError
 from herdr_mcp.link.edge_frames import FRAME_LIMITS, FrameInvalid, parse_frame
@@ -423,3 +424,50 @@ def test_probe_output_past_the_bounds_is_malformed(text: str, bound: str) -> Non
     with pytest.raises(ReleaseDataError, match=bound) as refused:
         parse_version_output(text.encode())
     assert refused.value.code == "probe_output_malformed"
+
+
+def test_a_catalog_file_past_the_bounds_is_contract_file_invalid(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`generation register --expected-contract-file`: the 1,000-deep file raised RecursionError."""
+    path = tmp_path / "runtime-epoch-5.json"
+    path.write_text('{"epoch":5,"tools":' + nested(1000) + "}")
+    state = ["--state-dir", str(tmp_path / "generations"), "--json", "register", "--id", "g"]
+    code = generation_main(
+        [*state, "--endpoint", "http://127.0.0.1:9001", "--expected-contract-file", str(path)]
+    )
+    assert code == 2
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert error["code"] == "contract_file_invalid" and "json_too_deep" in error["message"]
+
+
+@pytest.mark.parametrize(
+    ("client", "name", "text"),
+    [
+        ("cursor", "mcp.json", '{"mcpServers":' + nested(1000) + "}"),
+        ("cursor", "mcp.json", '{"mcpServers":' + many(100_001) + "}"),
+        ("codex", "config.toml", "x = " + nested(5000)),
+    ],
+    ids=["json-too-deep", "json-too-many-items", "toml-too-deep"],
+)
+def test_a_client_config_past_the_bounds_is_unparseable(
+    tmp_path: Path, client: str, name: str, text: str
+) -> None:
+    """`herdr-mcp connect --write`: the deep JSON and TOML raised RecursionError before."""
+    config = tmp_path / name
+    config.write_text(text)
+    command = [
+        sys.executable,
+        "-m",
+        "herdr_mcp",
+        "connect",
+        client,
+        "--write",
+        "--config",
+        str(config),
+        "--json",
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert json.loads(done.stdout)["error"]["code"] == "config_unparseable", done.stdout
+    assert config.read_text() == text  # nothing was changed

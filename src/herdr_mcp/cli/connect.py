@@ -51,7 +51,7 @@ import tomli_w
 from herdr_mcp.cli.arguments import dir_path, existing_dir
 from herdr_mcp.errors import UsageFault
 from herdr_mcp.layout import DEFAULT_PORT, Layout
-from herdr_mcp.strict_json import unique_keys
+from herdr_mcp.strict_json import JsonLimits, loads_bounded
 from herdr_mcp.tokens import load_or_create_token
 
 CLIENTS = ("claude-desktop", "cursor", "codex", "inspector")
@@ -60,6 +60,8 @@ CLIENTS = ("claude-desktop", "cursor", "codex", "inspector")
 INSPECTOR_PACKAGE = "@modelcontextprotocol/inspector@2.12.0"
 #: A client config larger than this is not one we should rewrite.
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
+#: A client config's JSON structure (docs/runtime.md "Parse boundaries"): a few servers' entries.
+CONFIG_LIMITS = JsonLimits(max_bytes=MAX_CONFIG_BYTES, max_items=100_000)
 #: The mode of a client config (and of a backup) that holds a bearer.
 PRIVATE_MODE = 0o600
 #: The options passed through to the `herdr-mcp stdio` a client starts (dest names).
@@ -463,10 +465,12 @@ def _read(path: Path) -> bytes | None:
 def _parse(client: str, path: Path, data: bytes) -> dict[str, Any]:
     try:
         text = data.decode("utf-8")
-        document = (
-            tomllib.loads(text) if client == "codex" else json.loads(text, object_pairs_hook=unique_keys)
-        )
-    except (UnicodeDecodeError, ValueError) as exc:
+        document = tomllib.loads(text) if client == "codex" else loads_bounded(text, CONFIG_LIMITS)
+    except RecursionError:  # TOML nested past the parser's recursion (tomllib recurses per level)
+        raise UsageFault(
+            "config_unparseable", f"{path} nests too deeply to be a client config; nothing was changed"
+        ) from None
+    except (UnicodeDecodeError, ValueError) as exc:  # not TOML/JSON, or past CONFIG_LIMITS
         kind = "TOML" if client == "codex" else "JSON"
         raise UsageFault(
             "config_unparseable",

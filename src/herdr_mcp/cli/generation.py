@@ -30,10 +30,13 @@ from herdr_mcp.generations.registry import register, remove
 from herdr_mcp.generations.supervisor import DEFAULT_INTERVAL_S, ensure_running, supervise
 from herdr_mcp.layout import Layout
 from herdr_mcp.loopback import stop_signals
+from herdr_mcp.strict_json import PACKAGED_LIMITS, JsonLimits, loads_bounded
 from herdr_mcp.terminal import error_line, printable
 
 #: A frozen catalog file is ~40 KiB; this is far above it and far below a memory problem.
 MAX_CONTRACT_FILE_BYTES = 4 * 1024 * 1024
+#: A catalog file's structure (docs/runtime.md "Parse boundaries"): as our packaged catalogs.
+CONTRACT_FILE_LIMITS = JsonLimits(max_bytes=MAX_CONTRACT_FILE_BYTES, max_items=PACKAGED_LIMITS.max_items)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -142,9 +145,11 @@ def _expected_contract(args: argparse.Namespace) -> ContractIdentity | None:
         return None
     try:
         with path.open("rb") as handle:
-            document = json.loads(handle.read(MAX_CONTRACT_FILE_BYTES + 1))
+            document = loads_bounded(
+                handle.read(MAX_CONTRACT_FILE_BYTES + 1), CONTRACT_FILE_LIMITS, strict=False
+            )
         return identity_of_catalog(document)
-    except (OSError, ValueError, ContractError) as exc:
+    except (OSError, ValueError, ContractError) as exc:  # ValueError: not JSON, or past the bounds
         raise GenerationError(
             "contract_file_invalid", f"{path} is not a catalog file {{epoch, tools}}: {exc}"
         ) from exc
