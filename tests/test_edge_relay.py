@@ -190,27 +190,46 @@ def test_concurrent_calls_are_each_answered_with_their_own_result(
     assert len({request["id"] for request in requests}) == count
 
 
+#: The runtime's former name of "sent, answer lost" (issue 23): a link may still send it for a
+#: transition (docs/edge-protocol.md, "Frames"); the Edge answers only the one name.
+FORMER_NAME = "delivery_uncertain"
+
+
+@pytest.mark.parametrize(
+    ("sent", "answered"),
+    [
+        (("no_active_generation", True, "not_delivered"), ("no_active_generation", True, "not_delivered")),
+        ((FORMER_NAME, False, FORMER_NAME), ("delivery_unknown", False, "delivery_unknown")),
+    ],
+    ids=["as-sent", "former-name"],
+)
 def test_a_tool_error_from_the_link_reaches_the_client(
-    connector: Connector, link: ScriptedLink, calls: ThreadPoolExecutor
+    connector: Connector,
+    link: ScriptedLink,
+    calls: ThreadPoolExecutor,
+    sent: tuple[str, bool, str],
+    answered: tuple[str, bool, str],
 ) -> None:
     answer = calls.submit(connector.call, "herdr_inspect", {})
     request = link.recv_type("tool_request")
+    code, retryable, state = sent
     link.send(
         {
             "type": "tool_error",
             "id": request["id"],
-            "code": "no_active_generation",
-            "message": "no generation is active",
-            "retryable": True,
-            "delivery_state": "not_delivered",
+            "code": code,
+            "message": "it failed there",
+            "retryable": retryable,
+            "delivery_state": state,
         }
     )
     error = _error(answer.result(timeout=WAIT_S))
+    code, retryable, state = answered
     assert error == {
-        "code": "no_active_generation",
-        "message": "no generation is active",
-        "retryable": True,
-        "delivery_state": "not_delivered",
+        "code": code,
+        "message": "it failed there",
+        "retryable": retryable,
+        "delivery_state": state,
     }
 
 
@@ -289,6 +308,30 @@ def test_a_cancelled_call_is_cancelled_at_the_link(
     link.send({"type": "cancel_ack", "id": request["id"], "delivery_state": "delivered"})
     error = _error(answer.result(timeout=WAIT_S))
     assert (error["code"], error["delivery_state"]) == ("cancelled", "delivered")
+
+
+def test_a_cancel_ack_in_the_former_name_is_answered_delivery_unknown(
+    connector: Connector, link: ScriptedLink, calls: ThreadPoolExecutor
+) -> None:
+    answer = calls.submit(connector.call, "herdr_exec", {"command": "sleep 100"}, 7002)
+    request = link.recv_type("tool_request")
+    notification = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7002}}
+    assert connector.post(notification).status_code == 202
+    assert link.recv_type("cancel") == {"type": "cancel", "id": request["id"]}
+    link.send({"type": "cancel_ack", "id": request["id"], "delivery_state": FORMER_NAME})
+    error = _error(answer.result(timeout=WAIT_S))
+    assert (error["code"], error["delivery_state"]) == ("cancelled", "delivery_unknown")
+
+
+def test_a_delivery_state_of_neither_name_is_closed_1008(
+    connector: Connector, link: ScriptedLink, calls: ThreadPoolExecutor
+) -> None:
+    answer = calls.submit(connector.call, "herdr_inspect", {})
+    request = link.recv_type("tool_request")
+    link.send({"type": "cancel_ack", "id": request["id"], "delivery_state": "delivery_maybe"})
+    assert link.close_code() == 1008
+    error = _error(answer.result(timeout=WAIT_S))
+    assert (error["code"], error["delivery_state"]) == ("link_lost", "delivery_unknown")
 
 
 def test_an_unknown_contract_is_refused_contract_mismatch_until_a_heartbeat_names_a_known_one(

@@ -1,6 +1,9 @@
-/** The Worker's bindings, secrets and variables (wrangler.jsonc, `wrangler secret put`). */
-
-import type { EdgeRegistry } from "./registry.js";
+/**
+ * The Worker's bindings, secrets and variables (wrangler.jsonc, `wrangler secret put`). Types
+ * only, importing nothing: every module may import it. The two Durable Object bindings are
+ * declared untyped; each has one accessor that types its stub (registry() in src/registry.ts,
+ * relayOf() in src/relay_stub.ts).
+ */
 
 export interface Env {
   /** The OAuth library's clients, grants and tokens. */
@@ -8,7 +11,7 @@ export interface Env {
   /** One Durable Object per paired device (edge/src/relay/), named by its device id. */
   DEVICE_RELAY: DurableObjectNamespace;
   /** The one registry of pairings, devices and pending consents (src/registry.ts). */
-  EDGE_REGISTRY: DurableObjectNamespace<EdgeRegistry>;
+  EDGE_REGISTRY: DurableObjectNamespace;
   /** Protects GET /pair (a Worker secret). */
   ADMIN_SECRET: string;
   /** The key of the device-secret verifiers (a Worker secret; changing it unpairs every device). */

@@ -1,21 +1,27 @@
 /**
- * The Worker's entry. The per-client rate limits come first (src/rate_limit.ts); then the OAuth
- * library routes: its metadata documents, /register, /token and /mcp (token checked, then the
- * relay's handler with the grant's props); every other request comes to `routes` below. /token
- * goes through strict refresh rotation first (src/oauth.ts).
+ * The Worker's entry, where the handlers are put together (no other module imports this one or
+ * the routes it composes). The per-client rate limits come first (src/rate_limit.ts); then the
+ * OAuth library routes: its metadata documents, /register, /token and /mcp (token checked, the
+ * grant's use noted, then the relay's handler with the grant's props); every other request comes
+ * to `routes` below. /token goes through strict refresh rotation first (src/token.ts). The
+ * Durable Object classes are exported from here, as wrangler.jsonc's `main` requires.
  */
 
-import { authorize, consentStatus, handleControl } from "./consent.js";
+import { authorize, consentStatus } from "./consent.js";
+import { handleControl } from "./control.js";
 import type { Env } from "./env.js";
+import { recordingGrantUse } from "./grants.js";
 import { errorResponse, jsonResponse, readJsonObject } from "./http.js";
-import { originOf, providerFor, tokenEndpoint } from "./oauth.js";
+import { type FetchHandler, originOf, providerFor, type RoutedHandlers } from "./oauth.js";
 import { connectLink, isAdmin, redeemPairing, startPairing } from "./pairing.js";
 import { limitedRoute, rateLimited } from "./rate_limit.js";
 import { registry } from "./registry.js";
 import { installOutboundGuard, outboundRefusal } from "./outbound.js";
-import { statusResponse } from "./relay/index.js";
+import { mcpApiHandler } from "./relay/mcp.js";
+import { statusResponse } from "./relay/status.js";
+import { tokenEndpoint } from "./token.js";
 
-export { DeviceRelay } from "./relay/index.js";
+export { DeviceRelay } from "./relay/device_relay.js";
 export { EdgeRegistry } from "./registry.js";
 
 // Every outbound fetch of this isolate (the library's client metadata documents) goes through
@@ -34,7 +40,7 @@ function requestPath(request: Request): string | null {
   }
 }
 
-const routes: ExportedHandler<Env> = {
+const routes: FetchHandler = {
   async fetch(request, env): Promise<Response> {
     const pathname = requestPath(request) ?? "";
     const method = request.method;
@@ -55,6 +61,9 @@ const routes: ExportedHandler<Env> = {
     return errorResponse(404, "not_found", `no route ${method} ${pathname}`);
   },
 };
+
+/** What the OAuth library routes to (src/oauth.ts). */
+const handlers: RoutedHandlers = { api: recordingGrantUse(mcpApiHandler), fallback: routes };
 
 /** Both secrets guard pairing and the links: unset or short, those routes refuse to run (an
  * HMAC under an empty key would verify nothing). 32 characters: `openssl rand -base64 32` gives 44. */
@@ -138,7 +147,7 @@ export default {
     if (refused !== null) return refused;
     let provider: ReturnType<typeof providerFor>;
     try {
-      provider = providerFor(originOf(request), routes);
+      provider = providerFor(originOf(request), handlers);
     } catch {
       // The library takes only an https origin (http on a loopback host) as its resource.
       return errorResponse(400, "invalid_origin", "the Edge answers at an https origin (http only on loopback): check the Host header");

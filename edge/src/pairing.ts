@@ -11,6 +11,7 @@
 import type { Env } from "./env.js";
 import { constantTimeEqual, errorResponse, escapeHtml, jsonResponse, readJsonObject } from "./http.js";
 import { PAIRING_TTL_MAX_S, registry } from "./registry.js";
+import { relayOf } from "./relay_stub.js";
 
 /** A pairing request is a code and a host name: 4 KiB is plenty. */
 const PAIR_BODY_MAX_BYTES = 4096;
@@ -97,7 +98,7 @@ export async function connectLink(request: Request, env: Env): Promise<Response>
   forwarded.headers.set("Herdr-Device-Id", deviceId);
   // The secret has done its work here; the Durable Object never sees it.
   forwarded.headers.delete("Authorization");
-  return env.DEVICE_RELAY.get(env.DEVICE_RELAY.idFromName(deviceId)).fetch(forwarded);
+  return relayOf(env, deviceId).fetch(forwarded);
 }
 
 function pairingPage(origin: string, code: string, expiresAt: number): string {

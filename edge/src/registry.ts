@@ -20,10 +20,10 @@ export const PAIRING_MAX_FAILURES = 5;
  * Wrong codes allowed across all pairings per window, whoever sends them: against guessing a
  * 6-digit code over many pairings (each locks after 5), an attacker gets at most 20 guesses an
  * hour, a chance of 2 in 100,000 an hour while a pairing is open. An owner who mistypes a code
- * twice never comes near it. Variables PAIRING_WRONG_CODES_MAX and _WINDOW_S override (tests).
+ * twice never comes near it. The Env variables of the same names (src/env.ts) override (tests).
  */
-export const PAIRING_WRONG_CODES_MAX = 20;
-export const PAIRING_WRONG_CODES_WINDOW_S = 3600;
+const WRONG_CODES_DEFAULT_MAX = 20;
+const WRONG_CODES_DEFAULT_WINDOW_S = 3600;
 const PAIRING_FAILURES_KEY = "pairing_failures";
 /** A pending consent expires with the page that shows it. */
 export const CONSENT_TTL_S = 600;
@@ -98,7 +98,7 @@ const LEGACY_LAG_S = 120;
 const GRANT_REVOKED_RETAIN_S = 24 * 3600;
 
 /**
- * A connector grant as the registry records it when the owner approves it (src/consent.ts): the
+ * A connector grant as the registry records it when the owner approves it (src/control.ts): the
  * list `grant.list` shows, strongly consistent. The OAuth library keeps the grant itself (its
  * tokens and props) in KV; this record is what lets the Edge list and revoke it without a KV list.
  */
@@ -155,7 +155,7 @@ export class EdgeRegistry extends DurableObject<Env> {
   }
 
   /**
-   * Consume a grant's refresh token (src/oauth.ts, strict rotation): "revoked" when the grant was
+   * Consume a grant's refresh token (src/token.ts, strict rotation): "revoked" when the grant was
    * revoked in the last day (a KV read elsewhere may still show it); "current" when `tokenHash` is
    * the grant's current one (it is used up now); "reused" when it is one this grant was issued
    * before (rotated away, or consumed by a call still running); "unknown" for anything else, a
@@ -366,10 +366,10 @@ export class EdgeRegistry extends DurableObject<Env> {
     if (pairing.failures >= PAIRING_MAX_FAILURES) {
       return { ok: false, code: "pairing_locked", message: "too many wrong codes: open /pair for a new code" };
     }
-    const windowS = positiveInteger(this.env.PAIRING_WRONG_CODES_WINDOW_S, PAIRING_WRONG_CODES_WINDOW_S);
+    const windowS = positiveInteger(this.env.PAIRING_WRONG_CODES_WINDOW_S, WRONG_CODES_DEFAULT_WINDOW_S);
     const recent = ((await this.ctx.storage.get<number[]>(PAIRING_FAILURES_KEY)) ?? []).filter((at) => at > now - windowS);
     const oldest = recent[0];
-    if (oldest !== undefined && recent.length >= positiveInteger(this.env.PAIRING_WRONG_CODES_MAX, PAIRING_WRONG_CODES_MAX)) {
+    if (oldest !== undefined && recent.length >= positiveInteger(this.env.PAIRING_WRONG_CODES_MAX, WRONG_CODES_DEFAULT_MAX)) {
       const retryAfter = Math.max(1, oldest + windowS - now);
       return {
         ok: false,
@@ -497,7 +497,8 @@ function isClientDocumentUrl(clientId: string): boolean {
   }
 }
 
-/** The registry's single instance. */
+/** The registry's single instance: the one typed way to it (src/env.ts declares the binding
+ * without this class, so that the bindings' module imports none of the modules that use it). */
 export function registry(env: Env): DurableObjectStub<EdgeRegistry> {
-  return env.EDGE_REGISTRY.get(env.EDGE_REGISTRY.idFromName("registry"));
+  return env.EDGE_REGISTRY.get(env.EDGE_REGISTRY.idFromName("registry")) as unknown as DurableObjectStub<EdgeRegistry>;
 }

@@ -11,7 +11,7 @@
  */
 import edgeEpoch8 from "../../../manifests/contracts/edge-epoch-8.json";
 import runtimeEpoch5 from "../../../manifests/contracts/runtime-epoch-5.json";
-import type { AnnouncedContract } from "./frames.js";
+import type { AnnouncedContract } from "../relay_stub.js";
 import { type ContractIdentity, type Json, identityOf } from "./identity.js";
 
 export interface Tool {

@@ -9,8 +9,9 @@
  */
 
 import { DurableObject } from "cloudflare:workers";
-import { handleControl } from "../consent.js";
+import { handleControl } from "../control.js";
 import type { Env } from "../env.js";
+import type { CallOutcome, DeliveryState, DeviceStatus, RelayError, RelayStub, RuntimeIdentity } from "../relay_stub.js";
 import { contractCompatible, expectedRuntimeContract } from "./catalog.js";
 import {
   CLOSE_GOING_AWAY,
@@ -18,7 +19,6 @@ import {
   CLOSE_SERVICE_RESTART,
   CLOSE_TOO_BIG,
   CLOSE_UNSUPPORTED_DATA,
-  type DeliveryState,
   exceedsBytes,
   FrameError,
   HEARTBEAT_S,
@@ -27,9 +27,9 @@ import {
   MAX_RESULT_BYTES,
   PROTOCOL_VERSION,
   parseLinkFrame,
-  type RuntimeIdentity,
   SILENCE_LIMIT_S,
 } from "./frames.js";
+
 
 /** How long the Edge waits for a tool_result before it cancels the call (ms). */
 export const DEFAULT_DEADLINE_MS = 120_000;
@@ -41,30 +41,6 @@ export interface RelayVars {
   RELAY_HEARTBEAT_S?: string;
   RELAY_SILENCE_LIMIT_S?: string;
   RELAY_DEADLINE_MS?: string;
-}
-
-/** An Edge-side failure of a relayed call, shaped like the runtime's tool errors plus delivery. */
-export interface RelayError {
-  code: string;
-  message: string;
-  retryable: boolean;
-  delivery_state: DeliveryState;
-}
-
-export type CallOutcome = { result: Record<string, unknown> } | { error: RelayError };
-
-/** What herdr_devices and /status/<device> show: no secrets. */
-export interface DeviceStatus {
-  device_id: string | null;
-  online: boolean;
-  connected_at: string | null;
-  disconnected_at: string | null;
-  last_heartbeat_at: string | null;
-  link_version: string | null;
-  runtime: RuntimeIdentity | null;
-  /** Whether the runtime's contract is the one edge epoch 8 is built from: only then are calls
-   * relayed (docs/edge-protocol.md, "The runtime identity and the public contract"). */
-  contract_compatible: boolean;
 }
 
 interface Connection {
@@ -107,7 +83,7 @@ const REVOKED_GRANT_PREFIX = "revoked-grant:";
  * may show a deleted one up to a minute: its id is kept two hours. */
 const REVOKED_GRANT_RETAIN_MS = 2 * 3600 * 1000;
 
-export class DeviceRelay extends DurableObject<Env & RelayVars> {
+export class DeviceRelay extends DurableObject<Env & RelayVars> implements RelayStub {
   private readonly pending = new Map<string, Pending>();
 
   /** The link's authenticated `GET /link/connect` upgrade, forwarded by the Worker. */

@@ -3,6 +3,9 @@
  * parse boundary for what the link sends. A frame that parses is well-formed; a known type with
  * missing or wrongly typed fields is a `FrameError` (the caller closes with 1008).
  */
+
+import type { DeliveryState, RuntimeIdentity } from "../relay_stub.js";
+
 export const PROTOCOL_VERSION = 1;
 /** docs/edge-protocol.md: at most 256 KiB of UTF-8 per frame, both directions. */
 export const MAX_FRAME_BYTES = 262_144;
@@ -19,22 +22,12 @@ export const CLOSE_POLICY_VIOLATION = 1008;
 export const CLOSE_TOO_BIG = 1009;
 export const CLOSE_SERVICE_RESTART = 1012;
 
-export type DeliveryState = "not_delivered" | "delivery_unknown" | "delivered";
 const DELIVERY_STATES: readonly string[] = ["not_delivered", "delivery_unknown", "delivered"];
-
-/** A contract as a link announces it: the epoch or tool count may be unknown to the link (null) for a
- * runtime whose hash matches no catalog it knows; the Edge then refuses calls contract_mismatch. */
-export interface AnnouncedContract {
-  epoch: number | null;
-  hash: string;
-  tool_count: number | null;
-}
-
-export interface RuntimeIdentity {
-  generation: string | null;
-  version: string;
-  contract: AnnouncedContract;
-}
+/** "Sent, answer lost" was `delivery_uncertain` in the runtime until the three planes took one
+ * name, `delivery_unknown`. The planes deploy apart, so for a transition a link may still say the
+ * former name, as a delivery state or as a tool_error's code: it is read as `delivery_unknown`,
+ * and the Edge itself writes only `delivery_unknown` (docs/edge-protocol.md, "Delivery"). */
+const FORMER_DELIVERY_UNKNOWN = "delivery_uncertain";
 
 export type LinkFrame =
   | { type: "hello"; device_id: string; link_version: string; runtime: RuntimeIdentity }
@@ -93,7 +86,7 @@ export function parseLinkFrame(text: string): LinkFrame {
       return {
         type: "tool_error",
         id: string(frame["id"], "id"),
-        code: string(frame["code"], "code"),
+        code: currentCode(string(frame["code"], "code")),
         message: string(frame["message"], "message"),
         retryable: frame["retryable"],
         delivery_state: deliveryState(frame["delivery_state"]),
@@ -139,10 +132,16 @@ function counter(value: unknown, name: string, minimum: number): number {
 }
 
 function deliveryState(value: unknown): DeliveryState {
+  if (value === FORMER_DELIVERY_UNKNOWN) return "delivery_unknown";
   if (typeof value !== "string" || !DELIVERY_STATES.includes(value)) {
     throw new FrameError(`delivery_state must be one of ${DELIVERY_STATES.join(", ")}`);
   }
   return value as DeliveryState;
+}
+
+/** A tool_error's code, the former name of "sent, answer lost" read as today's. */
+function currentCode(code: string): string {
+  return code === FORMER_DELIVERY_UNKNOWN ? "delivery_unknown" : code;
 }
 
 function runtime(value: unknown): RuntimeIdentity {

@@ -14,10 +14,11 @@
  */
 
 import type { Env } from "../env.js";
-import { type GrantProps, grantOf, revokedTokenResponse } from "../oauth.js";
+import { type GrantProps, grantOf } from "../grants.js";
+import { revokedTokenResponse } from "../oauth.js";
 import { registry } from "../registry.js";
+import { type CallOutcome, type DeviceStatus, type RelayError, relayOf } from "../relay_stub.js";
 import { DEVICES_TOOL, EDGE_TOOLS, RUNTIME_TOOL_NAMES } from "./catalog.js";
-import type { CallOutcome, DeviceRelay, DeviceStatus, RelayError } from "./device_relay.js";
 import {
   checkModernRequest,
   eraOf,
@@ -42,22 +43,6 @@ const INSTRUCTIONS =
 const MAX_BODY_BYTES = 1024 * 1024;
 
 type JsonRpcId = string | number;
-
-/** The RPC methods of DeviceRelay as the Worker calls them. Their values are plain JSON data, which
- * RPC passes by structured clone unchanged; declared here because workers-types' derived stub type
- * of the recursive JSON catalog types is too deep for tsc. */
-export interface RelayStub {
-  call: DeviceRelay["call"];
-  cancel: DeviceRelay["cancel"];
-  grantRevoked: DeviceRelay["grantRevoked"];
-  revokeGrant: DeviceRelay["revokeGrant"];
-  status: DeviceRelay["status"];
-}
-
-/** The device's relay object. */
-export function relayOf(env: Env, deviceId: string): RelayStub {
-  return env.DEVICE_RELAY.get(env.DEVICE_RELAY.idFromName(deviceId)) as unknown as RelayStub;
-}
 
 export const mcpApiHandler = {
   async fetch(request: Request, env: Env, ctx: ExecutionContext): Promise<Response> {
@@ -207,7 +192,7 @@ async function callTool(incoming: Incoming, modern: boolean): Promise<Record<str
     return modern ? rejected(id, { code: INVALID_PARAMS, message }) : rpcError(id, INVALID_PARAMS, message, 200);
   }
   // The grant of the bearer token: a revoked one is refused here at once, though its token may
-  // still pass the library's KV read for a minute (src/oauth.ts, revokeGrantEverywhere).
+  // still pass the library's KV read for a minute (src/grants.ts, revokeGrantEverywhere).
   const grantId = grantOf((request.headers.get("Authorization") ?? "").replace(/^Bearer\s+/i, ""))?.grantId ?? null;
   if (name === DEVICES_TOOL.name) {
     if (grantId !== null && (await relayOf(env, props.device_id).grantRevoked(grantId))) return revokedTokenResponse(request);

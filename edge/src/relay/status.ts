@@ -10,7 +10,7 @@ import type { Env } from "../env.js";
 import { decodePathSegment, errorResponse, jsonResponse } from "../http.js";
 import { authenticatedDevice, isAdmin } from "../pairing.js";
 import { registry } from "../registry.js";
-import { relayOf } from "./mcp.js";
+import { relayOf } from "../relay_stub.js";
 
 /** The status of the device the path segment `segment` names (percent-encoded). */
 export async function statusResponse(request: Request, env: Env, segment: string): Promise<Response> {
