@@ -242,9 +242,13 @@ class EdgeStandIn:
 
     def send(self, frame: dict[str, Any]) -> None:
         """Send `frame` on the current connection."""
+        self.send_text(json.dumps(frame))
+
+    def send_text(self, text: str) -> None:
+        """Send `text` as one text message on the current connection, as it is."""
         ws, loop = self._current, self._loop
         assert ws is not None and loop is not None
-        asyncio.run_coroutine_threadsafe(ws.send(json.dumps(frame)), loop).result(10)
+        asyncio.run_coroutine_threadsafe(ws.send(text), loop).result(10)
 
     def close_current(self, code: int = 1001) -> None:
         ws, loop = self._current, self._loop

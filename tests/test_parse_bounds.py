@@ -43,10 +43,13 @@ from herdr_mcp.strict_json import (
 )
 from herdr_mcp.update.errors import ReleaseDataError
 from herdr_mcp.update.probe import OUTPUT_LIMITS, parse_version_output
+from tests.edge_standin import EdgeStandIn
 from tests.link_harness import LINK_TOKEN, KeepAliveGeneration, in_process_link, store_active
 from tests.native_host_harness import StubRuntime, native_host, short_config_dir, stub_runtime
 from tests.runtime_harness import RunningRuntime, make_repo, running_runtime
+from tests.test_link_edge import connected, linked
 from tests.test_stdio import RawStdio, _stdio_command
+from tests.waiting import wait_until
 
 TIMEOUT_S = 60.0
 
@@ -348,6 +351,25 @@ def _tool_request(arguments: str) -> str:
 def test_edge_frames_past_the_bounds_are_protocol_errors(text: str, code: str) -> None:
     with pytest.raises(FrameInvalid, match=code):
         parse_frame(text)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "code"),
+    [(nested(1000), "json_too_deep"), (many(FRAME_LIMITS.max_items + 1), "json_too_many_items")],
+    ids=["too-deep", "too-many-items"],
+)
+def test_the_link_closes_1008_on_an_edge_frame_past_the_bounds_and_reconnects(
+    tmp_path: Path, arguments: str, code: str
+) -> None:
+    """Through the link's real Edge side (a websocket to the Edge stand-in); too large is 1009,
+    before the reader (test_link_edge)."""
+    frame = '{"type":"tool_request","id":"r1","tool":"herdr_inspect","deadline_ms":5000,"arguments":'
+    with EdgeStandIn() as edge, linked(tmp_path, edge, None) as world:
+        connected(world.link)
+        edge.send_text(frame + '{"x":' + arguments + "}}")
+        wait_until(lambda: edge.closed, "the link to close")
+        assert edge.closed[0] == (1, 1008)
+        edge.wait_frame(lambda frame: frame["type"] == "hello" and edge.connections == 2, "a new hello")
 
 
 async def _herdr_answering(socket_path: Path, line: bytes) -> Exception | None:
