@@ -13,9 +13,11 @@ the boundary serves the next message.
 from __future__ import annotations
 
 import asyncio
+import http.server
 import json
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,7 @@ from herdr_mcp.generations import Generation
 from herdr_mcp.herdr import HerdrClient, HerdrProtocolError
 from herdr_mcp.link.edge_frames import FRAME_LIMITS, FrameInvalid, parse_frame
 from herdr_mcp.link.router import BODY_LIMITS
+from herdr_mcp.local_http import answer_object, local_client
 from herdr_mcp.native_host.protocol import FRAME_LIMITS as HOST_FRAME_LIMITS
 from herdr_mcp.records import RECORD_LIMITS, FailRule, RecordInvalid, RecordKind
 from herdr_mcp.release.manifest import MANIFEST_LIMITS, ManifestError, RuntimeManifest
@@ -493,3 +496,41 @@ def test_a_client_config_past_the_bounds_is_unparseable(
     assert done.returncode == 2, done.stderr
     assert json.loads(done.stdout)["error"]["code"] == "config_unparseable", done.stdout
     assert config.read_text() == text  # nothing was changed
+
+
+class _DeepAnswer(http.server.BaseHTTPRequestHandler):
+    """Whatever listens on a port the command line asks: here, a body nested 1,000 deep."""
+
+    def do_GET(self) -> None:
+        body = ('{"product":"herdr-mcp-link","x":' + nested(1000) + "}").encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
+@pytest.fixture
+def deep_answering_port() -> Iterator[int]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _DeepAnswer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_local_answer_past_the_bounds_is_no_answer(deep_answering_port: int, tmp_path: Path) -> None:
+    """`herdr-mcp link status` read the link's /health with `answer.json()`: RecursionError."""
+    with local_client(timeout=TIMEOUT_S) as client, pytest.raises(JsonLimitExceeded):
+        answer_object(client.get(f"http://127.0.0.1:{deep_answering_port}/health"))
+    command = [sys.executable, "-m", "herdr_mcp", "link", "status", "--json"]
+    command += ["--config-dir", str(tmp_path / "config"), "--link-port", str(deep_answering_port)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert done.returncode == 4, done.stderr
+    assert json.loads(done.stdout)["error"]["code"] == "link_unreachable", done.stdout

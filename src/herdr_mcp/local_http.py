@@ -18,8 +18,11 @@ consults no environment at all; its endpoints are loopback by `check_endpoint`.
 from __future__ import annotations
 
 import ipaddress
+from typing import Any
 
 import httpx2
+
+from herdr_mcp.strict_json import JsonLimits, loads_bounded
 
 
 def is_loopback_address(host: str) -> bool:
@@ -78,3 +81,16 @@ def local_async_client(
         timeout=timeout,
         headers=headers,
     )
+
+
+#: What an answer of a local service is read within (docs/runtime.md "Parse boundaries"): a
+#: /health document or an /edge/control answer is a few hundred bytes.
+LOCAL_ANSWER_LIMITS = JsonLimits(max_bytes=1024 * 1024, max_items=10_000)
+
+
+def answer_object(answer: httpx2.Response) -> dict[str, Any] | None:
+    """The answer's body as a JSON object within `LOCAL_ANSWER_LIMITS`, or None when it is
+    another JSON value. Raises ValueError when it is not JSON or passes the bounds (whatever
+    listens on the port may answer anything)."""
+    document = loads_bounded(answer.content, LOCAL_ANSWER_LIMITS, strict=False)
+    return document if isinstance(document, dict) else None

@@ -55,7 +55,7 @@ from herdr_mcp.link.edge_device import (
 )
 from herdr_mcp.link.router import LinkConfig, LinkHandler, LinkRefusal
 from herdr_mcp.link.server import LinkServer
-from herdr_mcp.local_http import local_client
+from herdr_mcp.local_http import answer_object, local_client
 from herdr_mcp.loopback import StopSignals, bind_loopback, freeze_startup_heap, stop_signals
 from herdr_mcp.terminal import printable
 from herdr_mcp.tokens import load_or_create_token, read_token
@@ -290,7 +290,7 @@ def _status(args: argparse.Namespace) -> int:
     try:
         with local_client(timeout=5) as http:
             answer = http.get(f"http://127.0.0.1:{args.link_port}/health")
-        health = answer.json() if answer.status_code == 200 else None
+        health = answer_object(answer) if answer.status_code == 200 else None
     except (httpx2.HTTPError, ValueError):
         health = None
     if not isinstance(health, dict) or health.get("product") != "herdr-mcp-link":
@@ -479,8 +479,8 @@ def _control(layout: Layout, link_port: int, method: str, params: dict[str, Any]
             answer = http.post(
                 f"http://127.0.0.1:{link_port}/edge/control", json={"method": method, "params": params}
             )
-        document = answer.json()
-    except (httpx2.HTTPError, ValueError):
+        document = answer_object(answer)
+    except (httpx2.HTTPError, ValueError):  # ValueError: not JSON, or past the bounds
         raise LocalFault(
             "link_unreachable", f"no link answers on 127.0.0.1:{link_port}; start it or pass --link-port"
         ) from None

@@ -61,7 +61,7 @@ from herdr_mcp.generations.process import (
 from herdr_mcp.generations.supervisor import ensure_running
 from herdr_mcp.layout import CONFIG_DIR_ENV, DEFAULT_LINK_PORT, Layout, default_config_dir
 from herdr_mcp.link.edge_device import read_device
-from herdr_mcp.local_http import local_client
+from herdr_mcp.local_http import answer_object, local_client
 from herdr_mcp.progress import printable_steps
 from herdr_mcp.service.detached import DetachedLink, running_link, start_link, stop_link
 from herdr_mcp.service.origin import InstallOrigin, install_origin
@@ -314,7 +314,8 @@ def _health(spec: Generation) -> str:
     try:
         with local_client(timeout=HEALTH_TIMEOUT_S) as client:
             answer = client.get(f"{spec.endpoint}/health")
-        version = answer.json().get("version") if answer.status_code == 200 else None
+        health = answer_object(answer) if answer.status_code == 200 else None
+        version = health.get("version") if health is not None else None
     except (httpx2.HTTPError, ValueError) as exc:  # nothing answers, or not JSON
         raise StartFailed(
             "runtime_unreachable",
@@ -346,7 +347,8 @@ def _foreign_link(port: int) -> str | None:
     try:
         with local_client(timeout=HEALTH_TIMEOUT_S) as client:
             answer = client.get(f"{base}/health")
-        product = answer.json().get("product") if answer.status_code == 200 else None
+        health = answer_object(answer) if answer.status_code == 200 else None
+        product = health.get("product") if health is not None else None
     except (httpx2.HTTPError, ValueError):  # nothing listens, or not a link
         return None
     return f"{base}/mcp" if product == "herdr-mcp-link" else None

@@ -29,7 +29,6 @@ import concurrent.futures
 import contextlib
 import datetime as dt
 import fcntl
-import json
 import re
 import secrets
 import tempfile
@@ -49,6 +48,7 @@ from herdr_mcp.edge_deploy.config import (
     write_config,
 )
 from herdr_mcp.edge_deploy.wrangler import (
+    WRANGLER_OUTPUT_LIMITS,
     CloudflareRefused,
     EdgeDeployError,
     EdgeDeployUsage,
@@ -57,6 +57,7 @@ from herdr_mcp.edge_deploy.wrangler import (
 )
 from herdr_mcp.layout import Layout
 from herdr_mcp.records import FailRule, RecordInvalid, RecordKind, atomic_write, read_capped
+from herdr_mcp.strict_json import loads_bounded
 
 SECRET_NAMES = ("ADMIN_SECRET", "EDGE_HMAC_KEY")
 ADMIN_SECRET = "ADMIN_SECRET"  # noqa: S105 (a secret's name)
@@ -477,8 +478,9 @@ def _stored_secret(path: Path) -> str | None:
 
 
 def _json(text: str) -> Any:
+    """wrangler's JSON output, or None when it is not JSON or passes `WRANGLER_OUTPUT_LIMITS`."""
     try:
-        return json.loads(text)
+        return loads_bounded(text, WRANGLER_OUTPUT_LIMITS, strict=False)
     except ValueError:
         return None
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from herdr_mcp.errors import LocalFault, RefusedFault, UsageFault
+from herdr_mcp.strict_json import JsonLimits, loads_bounded
 
 #: wrangler's own floor (bin/wrangler.js: MIN_NODE_VERSION) and the Edge's package.json engines.
 MIN_NODE = (20, 0)
@@ -37,6 +38,8 @@ COMMAND_TIMEOUT_S = 600
 NPM_CI_TIMEOUT_S = 900
 #: The last lines of a failed command's output a refusal quotes.
 TAIL_LINES = 6
+#: What of wrangler's JSON output and log lines is read (docs/runtime.md "Parse boundaries").
+WRANGLER_OUTPUT_LIMITS = JsonLimits(max_bytes=16 * 1024 * 1024, max_items=500_000)
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _QUOTED_CODE = re.compile(r"\[code: (\d+)\]")
 _ENVELOPE_CODE = re.compile(r'"errors":\s*\[\s*\{\s*"code":\s*(\d+)')
@@ -240,8 +243,8 @@ def _entries(path: Path) -> list[dict[str, Any]]:
     entries: list[dict[str, Any]] = []
     with contextlib.suppress(FileNotFoundError):
         for line in path.read_text(errors="replace").splitlines():
-            with contextlib.suppress(ValueError):
-                entry = json.loads(line)
+            with contextlib.suppress(ValueError):  # not JSON, or past the bounds: not an entry
+                entry = loads_bounded(line, WRANGLER_OUTPUT_LIMITS, strict=False)
                 if isinstance(entry, dict):
                     entries.append(entry)
     return entries
