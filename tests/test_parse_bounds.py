@@ -36,6 +36,8 @@ from herdr_mcp.records import RECORD_LIMITS, FailRule, RecordInvalid, RecordKind
 from herdr_mcp.release.manifest import MANIFEST_LIMITS, ManifestError, RuntimeManifest
 from herdr_mcp.runtime.browser.http import BODY_LIMITS as BROWSER_BODY_LIMITS
 from herdr_mcp.sim import SimConfig, SimulatorThread
+from herdr_mcp.sim.config import CONFIG_LIMITS as SIM_CONFIG_LIMITS
+from herdr_mcp.sim.config import SimConfigError
 from herdr_mcp.strict_json import (
     DEFAULT_MAX_DEPTH,
     MESSAGE_LIMITS,
@@ -534,3 +536,13 @@ def test_a_local_answer_past_the_bounds_is_no_answer(deep_answering_port: int, t
     done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S)
     assert done.returncode == 4, done.stderr
     assert json.loads(done.stdout)["error"]["code"] == "link_unreachable", done.stdout
+
+
+@pytest.mark.parametrize(
+    ("text", "code"), past_bounds(SIM_CONFIG_LIMITS, lambda value: '{"workspaces":' + value + "}")
+)
+def test_a_simulator_config_past_the_bounds_is_refused(tmp_path: Path, text: str, code: str) -> None:
+    path = tmp_path / "sim.json"
+    path.write_text(text)
+    with pytest.raises(SimConfigError, match=code):
+        SimConfig.from_json_file(path)

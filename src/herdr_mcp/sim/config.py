@@ -7,7 +7,6 @@ except that directories are checked again when the simulator builds its session.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from herdr_mcp.errors import UsageFault
+from herdr_mcp.strict_json import JsonLimits, loads_bounded
 
 HERDR_VERSION = "0.9.2"
 HERDR_PROTOCOL = 22
@@ -25,6 +25,8 @@ SCRIPT_STATES: tuple[str, ...] = ("idle", "working", "blocked", "done")
 """States a script step may put an agent in (`unknown` is reserved for panes without an agent)."""
 
 MAX_STEP_DELAY_MS = 3_600_000
+#: A config file (docs/runtime.md "Parse boundaries"): a few workspaces and scripted agents.
+CONFIG_LIMITS = JsonLimits(max_bytes=4 * 1024 * 1024, max_items=100_000)
 """An hour: longer delays are surely a typo for seconds."""
 
 
@@ -191,10 +193,11 @@ class SimConfig:
     def from_json_file(cls, path: Path) -> SimConfig:
         """Load a JSON config file; relative `cwd` values are relative to the file's directory."""
         try:
-            raw = json.loads(Path(path).read_text(encoding="utf-8"))
+            with Path(path).open("rb") as handle:
+                raw = loads_bounded(handle.read(CONFIG_LIMITS.max_bytes + 1), CONFIG_LIMITS, strict=False)
         except OSError as exc:
             raise SimConfigError(f"cannot read simulator config {path}: {exc.strerror or exc}") from None
-        except ValueError as exc:
+        except ValueError as exc:  # not UTF-8, not JSON, or past the bounds
             raise SimConfigError(f"simulator config {path} is not valid JSON: {exc}") from None
         return cls.from_dict(raw, base_dir=Path(path).resolve().parent)
 
