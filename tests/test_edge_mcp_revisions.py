@@ -284,3 +284,25 @@ def test_the_handshake_era_is_answered_as_before(world: World) -> None:
     assert _error(contradiction, 400, -32020)["message"].startswith(
         "the MCP-Protocol-Version header is missing"
     )
+
+
+def test_a_body_over_1_mib_is_413_declared_or_chunked(world: World) -> None:
+    """edge/src/relay/mcp.ts reads at most MAX_BODY_BYTES (1 MiB) of a body (http.ts
+    readCappedText): a declared Content-Length over it is refused unread, a chunked one at the cap."""
+    connector = world.connector
+    message = {"jsonrpc": "2.0", "id": 9, "method": "tools/list", "params": {"pad": "x" * (1 << 20)}}
+    body = json.dumps(message).encode()
+    headers = {
+        "Authorization": f"Bearer {connector.token}",
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    url = world.edge.base + "/mcp"
+    declared = httpx2.post(url, content=body, headers=headers, timeout=WAIT_S * 2)
+    chunks = [body[start : start + 65536] for start in range(0, len(body), 65536)]
+    chunked = httpx2.post(url, content=iter(chunks), headers=headers, timeout=WAIT_S * 2)
+    for answer in (declared, chunked):
+        assert answer.status_code == 413, answer.text[:300]
+        assert answer.json()["error"]["code"] == -32600
+    assert connector.rpc("tools/list")["result"] == {"tools": _catalog_tools()}

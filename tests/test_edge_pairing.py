@@ -270,3 +270,16 @@ def test_link_pair_without_a_code_starts_the_pairing_with_the_deploys_admin_secr
     status, answer = pair(tmp_path / "wrong", "--admin-secret-file", str(wrong))
     assert (status, answer["error"]["code"]) == (3, "admin_unauthorized"), answer
     assert not Layout(tmp_path / "wrong").edge_device_file.exists()
+
+
+def test_a_pairing_body_over_4_kib_is_refused_without_reading_it_whole(edge: Edge) -> None:
+    """A valid code padded past PAIR_BODY_MAX_BYTES: refused whether the body declares its length
+    or comes chunked (edge/src/http.ts readCappedText stops reading at the cap)."""
+    code = edge.start_pairing()["code"]
+    body = json.dumps({"code": code, "name": "ws-big", "pad": "x" * 5000}).encode()
+    declared = edge.post("/link/pair", content=body, headers={"content-type": "application/json"})
+    chunked = edge.post("/link/pair", content=iter([body[:3000], body[3000:]]))
+    assert (declared.status_code, error_code(declared)) == (400, "invalid_argument")
+    assert (chunked.status_code, error_code(chunked)) == (400, "invalid_argument")
+    fine = edge.post("/link/pair", json={"code": code, "name": "ws-big"})
+    assert fine.status_code == 200, fine.text

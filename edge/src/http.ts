@@ -13,10 +13,38 @@ export function jsonResponse(body: unknown, status = 200): Response {
   return Response.json(body, { status, headers: { "Cache-Control": "no-store" } });
 }
 
+/** A request's body as text, or null once it is larger than `maxBytes` (a declared
+ * Content-Length over it is refused unread; a body without one is read only up to the cap). */
+export async function readCappedText(request: Request, maxBytes: number): Promise<string | null> {
+  const declared = request.headers.get("content-length");
+  if (declared !== null && /^[0-9]+$/.test(declared) && Number(declared) > maxBytes) return null;
+  if (request.body === null) return "";
+  const reader = request.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > maxBytes) {
+      await reader.cancel();
+      return null;
+    }
+    chunks.push(value);
+  }
+  const body = new Uint8Array(size);
+  let offset = 0;
+  for (const chunk of chunks) {
+    body.set(chunk, offset);
+    offset += chunk.byteLength;
+  }
+  return new TextDecoder().decode(body);
+}
+
 /** A request's JSON object body, or null when it is not one (the caller answers the error). */
 export async function readJsonObject(request: Request, maxBytes: number): Promise<Record<string, unknown> | null> {
-  const text = await request.text();
-  if (new TextEncoder().encode(text).byteLength > maxBytes) return null;
+  const text = await readCappedText(request, maxBytes);
+  if (text === null) return null;
   try {
     const value: unknown = JSON.parse(text);
     return typeof value === "object" && value !== null && !Array.isArray(value)

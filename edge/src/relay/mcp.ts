@@ -15,6 +15,7 @@
 
 import type { Env } from "../env.js";
 import { type GrantProps, grantOf } from "../grants.js";
+import { readCappedText } from "../http.js";
 import { revokedTokenResponse } from "../oauth.js";
 import { registry } from "../registry.js";
 import { type CallOutcome, type DeviceStatus, type RelayError, relayOf } from "../relay_stub.js";
@@ -49,8 +50,8 @@ export const mcpApiHandler = {
     if (request.method !== "POST") {
       return new Response(null, { status: 405, headers: { Allow: "POST" } });
     }
-    const text = await request.text();
-    if (new TextEncoder().encode(text).byteLength > MAX_BODY_BYTES) {
+    const text = await readCappedText(request, MAX_BODY_BYTES);
+    if (text === null) {
       return rpcError(null, INVALID_REQUEST, `request body larger than ${MAX_BODY_BYTES} bytes`, 413);
     }
     let message: unknown;
