@@ -108,7 +108,7 @@ ODD_FRAMES: list[tuple[str, bytes, Any]] = [
         _frame(
             '{"id": "odd", "method": "POST", "path": "/browser/binding.get", "body": ' + "[" * 200_000 + "}"
         ),
-        (None, "invalid_request"),
+        (None, "json_too_deep"),  # the parse bound (docs/runtime.md "Parse boundaries")
     ),
 ]
 

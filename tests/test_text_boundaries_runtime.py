@@ -149,7 +149,7 @@ def test_odd_names_and_text_through_the_runtime_and_the_journal(config: Path) ->
             answer = http.post("/browser/turn.append", content=direct, headers=headers)
             assert answer.status_code == 200, answer.text
             deep = http.post("/browser/turn.append", content=b"[" * 100_000, headers=headers)
-            assert (deep.status_code, deep.json()["error"]["code"]) == (400, "invalid_json")
+            assert (deep.status_code, deep.json()["error"]["code"]) == (400, "json_too_deep")
 
         resolved = _browser_raw(
             host,
