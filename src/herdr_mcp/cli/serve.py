@@ -30,6 +30,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import uvicorn
+from starlette.types import ASGIApp
 
 from herdr_mcp.errors import LocalFault
 from herdr_mcp.herdr import HerdrClient, HerdrError, default_socket_path
@@ -38,6 +39,7 @@ from herdr_mcp.loopback import StopSignals, bind_loopback, freeze_startup_heap, 
 from herdr_mcp.runtime.app import build_app
 from herdr_mcp.runtime.config import RuntimeConfig
 from herdr_mcp.runtime.grep.children import stop_searches
+from herdr_mcp.runtime.http_limits import KEEP_ALIVE_S, LimitedHttpToolsProtocol
 from herdr_mcp.runtime.ipc import IpcError, IpcSocket, bind_ipc_socket
 from herdr_mcp.runtime.services import Services
 from herdr_mcp.tokens import load_or_create_token
@@ -128,15 +130,7 @@ async def _serve(args: argparse.Namespace, stop: StopSignals) -> int:
         if ipc is not None:
             print(f"  ipc socket: {ipc.path}", file=sys.stderr)
         print(f"  bearer token file: {config.token_file}", file=sys.stderr, flush=True)
-        server = _Server(
-            uvicorn.Config(
-                app,
-                log_level=args.log_level,
-                lifespan="on",
-                access_log=False,
-                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
-            )
-        )
+        server = _Server(server_config(app, args.log_level))
         relay = asyncio.create_task(_stop_on_signal(server, services, stop))
         freeze_startup_heap()
         try:
@@ -146,6 +140,20 @@ async def _serve(args: argparse.Namespace, stop: StopSignals) -> int:
             if ipc is not None:
                 ipc.close()
     return 0
+
+
+def server_config(app: ASGIApp, log_level: str) -> uvicorn.Config:
+    """How uvicorn serves the runtime, on loopback and the ipc socket alike."""
+    return uvicorn.Config(
+        app,
+        log_level=log_level,
+        lifespan="on",
+        access_log=False,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        # Head size and time, body stalls, keep-alive: runtime/http_limits.py.
+        http=LimitedHttpToolsProtocol,
+        timeout_keep_alive=KEEP_ALIVE_S,
+    )
 
 
 def _bind_ipc(args: argparse.Namespace, layout: Layout) -> IpcSocket | None:

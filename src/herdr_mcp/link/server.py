@@ -14,8 +14,13 @@ straight to the socket. Keep-alive and pipelining follow HTTP/1.1; `Expect: 100-
 answered at once (the link wants the whole body anyway).
 
 Refusals of the server itself (before the handler sees a request), always followed by closing
-the connection: 400 `bad_request` (not HTTP/1.x), 431 `head_too_large`, 503 `link_busy` (more
-than `MAX_CONNECTIONS` connections). A connection idle for `IDLE_TIMEOUT_S` is closed.
+the connection: 400 `bad_request` (not HTTP/1.x), 431 `head_too_large`, 408 `head_timeout` (a
+head not complete `HEAD_TIMEOUT_S` after the connection opened, for the first, or after its first
+byte was read, for a later one; a new connection that sent nothing is closed without an answer),
+503 `link_busy` (more than `MAX_CONNECTIONS` connections). A connection idle for `IDLE_TIMEOUT_S`
+(between requests, or mid-body) is closed. Found 2026-12-02 (issue 23): a client sending a head
+one byte every half second kept its connection (and thread) as long as it liked, since each byte
+restarted the idle timeout.
 
 Shutdown (`close(grace_s)`): stop accepting, close idle connections at once, let exchanges in
 progress finish (up to `grace_s`), then close what is left.
@@ -43,6 +48,8 @@ log = logging.getLogger("herdr_mcp.link")
 MAX_CONNECTIONS = 512
 #: A kept-alive client connection that sends no request for this long is closed.
 IDLE_TIMEOUT_S = 75.0
+#: The first request head within this long of the connection opening, a later one of its first byte.
+HEAD_TIMEOUT_S = 10.0
 #: A request head (request line and headers) larger than this is refused (431).
 MAX_HEAD_BYTES = 64 * 1024
 #: Request bodies are collected up to this size; past it the request is marked `oversized`.
@@ -52,7 +59,8 @@ RECV_BYTES = 64 * 1024
 #: Reason phrases for the statuses the link and the generations answer with.
 _REASONS = {
     100: b"Continue", 200: b"OK", 202: b"Accepted", 204: b"No Content", 400: b"Bad Request",
-    401: b"Unauthorized", 404: b"Not Found", 405: b"Method Not Allowed", 413: b"Content Too Large",
+    401: b"Unauthorized", 404: b"Not Found", 405: b"Method Not Allowed", 408: b"Request Timeout",
+    413: b"Content Too Large",
     431: b"Request Header Fields Too Large", 502: b"Bad Gateway", 503: b"Service Unavailable",
 }  # fmt: skip
 
@@ -289,7 +297,7 @@ class LinkServer:
         sock = connection.sock
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            kernel_timeouts(sock, receive_s=IDLE_TIMEOUT_S, send_s=IDLE_TIMEOUT_S)
+            kernel_timeouts(sock, receive_s=HEAD_TIMEOUT_S, send_s=IDLE_TIMEOUT_S)
             self._exchanges(connection)
         except (OSError, ClientClosed):
             pass  # the client went away or stopped reading: nothing to answer
@@ -305,8 +313,16 @@ class LinkServer:
         sock = connection.sock
         parsing = _Parsing()
         client = ClientConnection(sock)
+        # While a head is awaited (the first, or one begun), when it must be complete; the
+        # socket's receive timeout is then what is left of it, else IDLE_TIMEOUT_S.
+        head_deadline: float | None = time.monotonic() + HEAD_TIMEOUT_S
         while True:
-            data = sock.recv(RECV_BYTES)
+            try:
+                data = sock.recv(RECV_BYTES)
+            except BlockingIOError:  # the receive timeout passed
+                if head_deadline is not None and parsing.in_head:
+                    _head_timeout(client)
+                return
             if not data:
                 return
             with connection.lock:
@@ -350,6 +366,32 @@ class LinkServer:
                 connection.busy = False
                 if connection.closing:
                     return
+            head_deadline = _await_head(sock, parsing.in_head, head_deadline, client)
+
+
+def _await_head(
+    sock: socket.socket, in_head: bool, deadline: float | None, client: ClientConnection
+) -> float | None:
+    """The head deadline after a piece was handled: set when a head is open, cleared (the idle
+    timeout back) once none is. Raises `ClientClosed` after answering 408 when it has passed."""
+    if not in_head:
+        if deadline is not None:
+            kernel_timeouts(sock, receive_s=IDLE_TIMEOUT_S)
+        return None
+    now = time.monotonic()
+    if deadline is None:
+        deadline = now + HEAD_TIMEOUT_S
+    elif now >= deadline:
+        _head_timeout(client)
+        raise ClientClosed("the request head took too long")
+    kernel_timeouts(sock, receive_s=max(deadline - now, 0.001))  # 0 would mean none at all
+    return deadline
+
+
+def _head_timeout(client: ClientConnection) -> None:
+    client.must_close = True
+    slow = f"a request head must arrive within {HEAD_TIMEOUT_S:g} s"
+    client.answer(408, error_body("head_timeout", slow))
 
 
 def _refuse_busy(sock: socket.socket) -> None:
