@@ -169,7 +169,7 @@ def test_a_64_mib_head_is_refused_without_being_held(
 
 
 async def _slow(request: StarletteRequest) -> Response:
-    await asyncio.sleep(SHORT_S * 3)
+    await asyncio.sleep(SHORT_S * 3)  # the subject: an answer slower than the head timeout
     return JSONResponse({"slow": True})
 
 
@@ -181,7 +181,7 @@ async def _stream(request: StarletteRequest) -> Response:
     async def ticks() -> AsyncIterator[bytes]:
         while True:
             yield b"tick\n"
-            await asyncio.sleep(SHORT_S / 5)
+            await asyncio.sleep(SHORT_S / 5)  # the stream's pace: a tick five times a bound
 
     return StreamingResponse(ticks(), media_type="text/plain")
 
