@@ -390,10 +390,41 @@ def connector_main(argv: list[str]) -> int:
     return run_guarded(lambda: connector_run(argv), argv)
 
 
+def ids_last(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """`argv` with each word that starts with "-" but is no option of `parser` (nor the value of
+    one) moved behind a "--": the Edge's grant ids are random url-safe text, and one that begins
+    with "-" (`-j-N2wWUNRSCFO98`) is otherwise taken for an unknown option."""
+    takes_value: set[str] = set()
+    flags: set[str] = set()
+    parsers = [parser]
+    while parsers:
+        for action in parsers.pop()._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                parsers.extend(action.choices.values())
+            (takes_value if action.nargs != 0 else flags).update(action.option_strings)
+    kept: list[str] = []
+    moved: list[str] = []
+    words = iter(argv)
+    for word in words:
+        if word == "--":
+            moved.extend(words)
+            break
+        name = word.split("=", 1)[0]
+        if name in takes_value and "=" not in word:
+            value = next(words, None)
+            kept += [word] if value is None else [word, value]
+        elif word.startswith("-") and len(word) > 1 and name not in takes_value | flags:
+            moved.append(word)
+        else:
+            kept.append(word)
+    return [*kept, "--", *moved] if moved else kept
+
+
 def connector_run(argv: list[str]) -> int:
     """`herdr-mcp connector ...`: one control request through the running link; raises what the
     CLI's one catch reports."""
-    args = build_connector_parser().parse_args(argv)
+    parser = build_connector_parser()
+    args = parser.parse_args(ids_last(parser, argv))
     if args.action == "approve":
         return _approve(args)
     method, params = {
