@@ -24,12 +24,10 @@ import pytest
 from herdr_mcp.cli import main as cli_main
 from herdr_mcp.contract import contract_identity
 from herdr_mcp.errors import EXIT_LOCAL, EXIT_REFUSED, EXIT_USAGE
-from herdr_mcp.generations import Generation, GenerationStatus, GenerationStore, StatusFile, Validation
+from herdr_mcp.generations import Generation, GenerationStatus, StatusFile, Validation
 from herdr_mcp.layout import Layout
-from herdr_mcp.link import LinkConfig, LinkHandler, LinkServer
 from herdr_mcp.link.edge import EdgeLink, Reconnect
 from herdr_mcp.link.edge_device import EdgeDevice, check_edge_url, read_device, write_device
-from herdr_mcp.loopback import bind_loopback
 from tests.edge_standin import (
     DEVICE_ID,
     DEVICE_SECRET,
@@ -37,64 +35,10 @@ from tests.edge_standin import (
     ToolGeneration,
     pairing_edge,
 )
-from tests.link_harness import LINK_TOKEN, running_link, store_active
+from tests.link_edge_harness import connected, linked
+from tests.link_harness import running_link
 from tests.logging_proxy import LoggingProxy, proxy_env
 from tests.waiting import wait_until
-
-#: Reconnects within a test's patience.
-FAST = Reconnect(first_s=0.05, max_s=0.4, refused_s=0.2)
-
-
-@dataclass
-class Linked:
-    edge: EdgeStandIn
-    link: EdgeLink
-    handler: LinkHandler
-    store: GenerationStore
-    port: int
-    config_dir: Path
-
-
-def _device(edge: EdgeStandIn, secret: str = DEVICE_SECRET, edge_url: str | None = None) -> EdgeDevice:
-    return EdgeDevice(edge_url or edge.url, DEVICE_ID, secret, "test-host", "2026-12-01T00:00:00Z")
-
-
-@contextlib.contextmanager
-def linked(
-    tmp_path: Path,
-    edge: EdgeStandIn,
-    generation: ToolGeneration | None,
-    *,
-    reconnect: Reconnect | None = None,
-    draw: Any = None,
-    secret: str = DEVICE_SECRET,
-    edge_url: str | None = None,
-) -> Iterator[Linked]:
-    """A link in this process (its HTTP server and its Edge side) in front of `generation`."""
-    if generation is None:
-        store = GenerationStore.in_dir(tmp_path / "generations")  # nothing registered, nothing active
-    else:
-        store = store_active(tmp_path / "generations", Generation("G", generation.endpoint), active="G")
-    handler = LinkHandler(
-        LinkConfig(store, LINK_TOKEN, tmp_path / "link-token", token_reader=lambda _: "y" * 32)
-    )
-    (tmp_path / "link-token").write_text(LINK_TOKEN)
-    (tmp_path / "link-token").chmod(0o600)
-    link = EdgeLink(
-        _device(edge, secret, edge_url),
-        handler.forwarder,
-        reconnect=reconnect or FAST,
-        draw=draw or (lambda: 0.5),
-    )
-    handler.edge = link
-    server = LinkServer(bind_loopback("127.0.0.1", 0), handler).start()
-    link.start()
-    try:
-        yield Linked(edge, link, handler, store, server.port, tmp_path)
-    finally:
-        link.stop()
-        server.close()
-        handler.close()
 
 
 @pytest.fixture
@@ -102,12 +46,6 @@ def generation() -> Iterator[ToolGeneration]:
     stand_in = ToolGeneration()
     yield stand_in
     stand_in.close()
-
-
-def connected(link: EdgeLink) -> dict[str, Any]:
-    return wait_until(
-        lambda: (status := link.status())["state"] == "connected" and status, "the link to connect"
-    )
 
 
 def request(

@@ -49,11 +49,11 @@ from herdr_mcp.strict_json import (
 from herdr_mcp.update.errors import ReleaseDataError
 from herdr_mcp.update.probe import OUTPUT_LIMITS, parse_version_output
 from tests.edge_standin import EdgeStandIn
+from tests.link_edge_harness import connected, linked
 from tests.link_harness import LINK_TOKEN, KeepAliveGeneration, in_process_link, store_active
 from tests.native_host_harness import StubRuntime, native_host, short_config_dir, stub_runtime
 from tests.runtime_harness import RunningRuntime, make_repo, running_runtime
-from tests.test_link_edge import connected, linked
-from tests.test_stdio import RawStdio, _stdio_command
+from tests.stdio_harness import RawStdio, stdio_command
 from tests.waiting import wait_until
 
 TIMEOUT_S = 60.0
@@ -137,7 +137,7 @@ def test_strict_refuses_repeated_keys_and_constants_but_lenient_takes_them() -> 
 def stdio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RawStdio]:
     base = tmp_path_factory.mktemp("stdio")
     repo = make_repo(base / "repo", {"README.md": b"# demo\n"})
-    raw = RawStdio(_stdio_command(repo, base / "config"))
+    raw = RawStdio(stdio_command(repo, base / "config"))
     try:
         raw.initialize()
         yield raw

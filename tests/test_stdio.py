@@ -12,13 +12,10 @@ import asyncio
 import hashlib
 import json
 import os
-import queue
 import signal
 import sqlite3
 import struct
 import subprocess
-import sys
-import threading
 import time
 import zlib
 from collections.abc import Iterator
@@ -36,27 +33,11 @@ from herdr_mcp.runtime.stdio import MAX_MESSAGE_BYTES
 from herdr_mcp.sim import SimConfig, SimulatorThread
 from tests.revision_clients import REVISIONS, Wire, check_list_and_call, negotiated, session_at
 from tests.runtime_harness import make_repo, mcp_client, running_runtime
-
-#: Generous: a loaded 2-core machine starts a Python runtime in well under this.
-DEADLINE_S = 60.0
-HERDR_MCP = Path(sys.executable).with_name("herdr-mcp")
-
-
-def _stdio_command(repo: Path, config_dir: Path, *extra: str) -> list[str]:
-    return [
-        str(HERDR_MCP),
-        "stdio",
-        "--sim",
-        "--sim-root",
-        str(repo),
-        "--config-dir",
-        str(config_dir),
-        *extra,
-    ]
+from tests.stdio_harness import DEADLINE_S, RawStdio, stdio_command
 
 
 def _params(repo: Path, config_dir: Path) -> StdioServerParameters:
-    command = _stdio_command(repo, config_dir)
+    command = stdio_command(repo, config_dir)
     return StdioServerParameters(command=command[0], args=command[1:])
 
 
@@ -75,97 +56,9 @@ def repo(tmp_path: Path) -> Path:
     return make_repo(tmp_path / "repo", {"README.md": b"# demo\n", "four.txt": b"0123456789abcde\n" * 256})
 
 
-class RawStdio:
-    """`herdr-mcp stdio` with our own hands on its pipes: lines in, lines out."""
-
-    def __init__(self, command: list[str]) -> None:
-        self.process = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        )
-        self.lines: queue.Queue[bytes | None] = queue.Queue()
-        self.stderr = b""
-        self._threads = [
-            threading.Thread(target=self._pump, daemon=True),
-            threading.Thread(target=self._drain_stderr, daemon=True),
-        ]
-        for thread in self._threads:
-            thread.start()
-
-    def _pump(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def _drain_stderr(self) -> None:
-        assert self.process.stderr is not None
-        for line in self.process.stderr:
-            self.stderr += line
-
-    def send(self, message: Any) -> None:
-        self.send_raw(json.dumps(message).encode() + b"\n")
-
-    def send_raw(self, data: bytes) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write(data)
-        self.process.stdin.flush()
-
-    def receive(self) -> dict[str, Any]:
-        """The next line on stdout, which must be one JSON-RPC message."""
-        line = self.lines.get(timeout=DEADLINE_S)
-        assert line is not None, f"stdout ended; stderr: {self.stderr.decode(errors='replace')}"
-        message = json.loads(line)
-        assert isinstance(message, dict) and message["jsonrpc"] == "2.0", line
-        return message
-
-    def request(self, request_id: int, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        self.send(
-            {"jsonrpc": "2.0", "id": request_id, "method": method, **({"params": params} if params else {})}
-        )
-        return self.receive()
-
-    def initialize(self) -> None:
-        answer = self.request(
-            0,
-            "initialize",
-            {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "raw", "version": "1"},
-            },
-        )
-        assert answer["result"]["protocolVersion"] == "2025-06-18", answer
-        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-
-    def close_stdin(self) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.close()
-
-    def rest(self) -> list[dict[str, Any]]:
-        """Every message until stdout ends (the process closed it)."""
-        messages = []
-        while (line := self.lines.get(timeout=DEADLINE_S)) is not None:
-            messages.append(json.loads(line))
-        return messages
-
-    def wait(self) -> int:
-        return self.process.wait(timeout=DEADLINE_S)
-
-    def stop(self) -> None:
-        """Kill the process if it still runs and close our ends of its pipes."""
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait(timeout=DEADLINE_S)
-        for thread in self._threads:
-            thread.join(timeout=DEADLINE_S)
-        for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
-            if stream is not None and not stream.closed:
-                stream.close()
-
-
 @pytest.fixture
 def raw(repo: Path, tmp_path: Path) -> Iterator[RawStdio]:
-    stdio = RawStdio(_stdio_command(repo, tmp_path / "config"))
+    stdio = RawStdio(stdio_command(repo, tmp_path / "config"))
     try:
         yield stdio
     finally:
@@ -510,7 +403,7 @@ def test_a_start_failure_is_one_json_error_under_json_and_nothing_else_on_stdout
     (config_dir / "state.db").chmod(0o600)
     for as_json in (True, False):
         done = subprocess.run(
-            [*_stdio_command(repo, config_dir), *(["--json"] if as_json else [])],
+            [*stdio_command(repo, config_dir), *(["--json"] if as_json else [])],
             input=b"",
             capture_output=True,
             timeout=DEADLINE_S,
@@ -539,7 +432,7 @@ def test_requests_from_a_file_and_answers_to_a_file(repo: Path, tmp_path: Path) 
     answers = tmp_path / "answers.jsonl"
     with requests.open("rb") as stdin, answers.open("wb") as stdout:
         done = subprocess.run(
-            _stdio_command(repo, tmp_path / "config"), stdin=stdin, stdout=stdout, timeout=DEADLINE_S
+            stdio_command(repo, tmp_path / "config"), stdin=stdin, stdout=stdout, timeout=DEADLINE_S
         )
     assert done.returncode == 0
     ping, read = (json.loads(line) for line in answers.read_text().splitlines())
@@ -547,7 +440,7 @@ def test_requests_from_a_file_and_answers_to_a_file(repo: Path, tmp_path: Path) 
     assert read["id"] == 2 and read["result"]["structuredContent"]["content"] == "# demo\n"
     with open(os.devnull, "rb") as null:
         quiet = subprocess.run(
-            _stdio_command(repo, tmp_path / "config"), stdin=null, capture_output=True, timeout=DEADLINE_S
+            stdio_command(repo, tmp_path / "config"), stdin=null, capture_output=True, timeout=DEADLINE_S
         )
     assert quiet.returncode == 0 and quiet.stdout == b""
     assert b"Traceback" not in quiet.stderr
