@@ -16,10 +16,10 @@ Dialects: rg reads Rust regex syntax (no backreferences or lookaround); the Pyth
 Python `re` syntax. Literals, classes, anchors, alternation and repetition mean the same in both.
 A pattern the engine rejects is `pattern_invalid` with the engine's own reason.
 
-Modules: `query` (the query, the glob rule, the capped match list, the shared limits),
-`search` (picks the engine and maps the deadline to `grep_timeout`), `rg` and `python_engine`
-(the two engines), `ignore_rules` (the Python engine's reading of `.gitignore`, `.ignore` and
-`.rgignore`, as rg reads them, so both skip the same files), `children` (the search processes and their deadline, shutdown's
-`stop_searches`). The Python engine's child is `python_engine.main`: it reads one query (JSON) on
-stdin and writes one JSON line per match, then an end (or error) line.
+Modules: `query` (the query, the glob rule, the capped match list, the shared limits), `search`
+(picks the engine and maps the deadline to `grep_timeout`), `rg` and `python_engine` (the two
+engines), `ignore_rules` (the Python engine's reading of `.gitignore`, `.ignore` and `.rgignore`, as
+rg reads them, so both skip the same files), `children` (the search processes and their deadline,
+shutdown's `stop_searches`). The Python engine's child is `python_engine.main`: it reads one query
+(JSON) on stdin and writes one JSON line per match, then an end (or error) line.
 """
