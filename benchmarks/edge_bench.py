@@ -1,7 +1,7 @@
 """The Edge's cost, from one run: the latency a call through the public Edge adds over calling the
 runtime directly, where that latency goes, and 200 concurrent calls through the relay.
 
-The Edge is the real Worker under workerd (`wrangler dev --local`, tests/edge_harness.py) on
+The Edge is the real Worker under workerd (`wrangler dev --local`, tests/support/edge_harness.py) on
 loopback. `wrangler dev` runs two workerd processes: its proxy worker on the public port (it holds
 requests while the Worker reloads and forwards each with fetch() to the other one) and the Worker
 itself, with its Durable Objects and KV, on a socket of its own. A deployed Worker has no such
@@ -68,11 +68,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from tests.edge_harness import Edge, running_edge
-from tests.edge_relay_harness import Connector, begin_authorization, finish_authorization
-from tests.link_harness import Link, generation_for, running_link
-from tests.runtime_harness import RunningRuntime, two_runtimes
-from tests.waiting import wait_until
+from tests.support.edge_harness import Edge, running_edge
+from tests.support.edge_relay_harness import Connector, begin_authorization, finish_authorization
+from tests.support.link_harness import Link, generation_for, running_link
+from tests.support.runtime_harness import RunningRuntime, two_runtimes
+from tests.support.waiting import wait_until
 
 from benchmarks.timing import interleaved, percentile
 from herdr_mcp.generations import ControlFile, GenerationStore, Observation, activate

@@ -31,8 +31,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.runtime_harness import call_tool, in_process_runtime
-from tests.sim_helpers import one_workspace_config, running_sim, short_tmp_dir
+from tests.support.runtime_harness import call_tool, in_process_runtime
+from tests.support.sim_helpers import one_workspace_config, running_sim, short_tmp_dir
 
 from benchmarks.timing import interleaved, percentile
 from herdr_mcp.herdr import HerdrClient

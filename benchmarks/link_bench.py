@@ -30,8 +30,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mcp import Client
-from tests.link_harness import generation_for, running_link
-from tests.runtime_harness import two_runtimes
+from tests.support.link_harness import generation_for, running_link
+from tests.support.runtime_harness import two_runtimes
 
 from herdr_mcp.generations import ControlFile, GenerationStore, Observation, activate
 

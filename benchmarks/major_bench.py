@@ -31,10 +31,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.link_harness import running_link
-from tests.release_builder import REPOSITORY, REPOSITORY_ID, ReleaseFactory, install_active, publish, stop_all
-from tests.repository_sim import ReleaseRepositorySimulator
-from tests.runtime_harness import make_repo, mcp_client
+from tests.support.link_harness import running_link
+from tests.support.release_builder import (
+    REPOSITORY,
+    REPOSITORY_ID,
+    ReleaseFactory,
+    install_active,
+    publish,
+    stop_all,
+)
+from tests.support.repository_sim import ReleaseRepositorySimulator
+from tests.support.runtime_harness import make_repo, mcp_client
 
 from herdr_mcp.records import atomic_write
 from herdr_mcp.release.minisign import keygen

@@ -4,7 +4,7 @@ A request to the runtime's Unix socket sent directly (an httpx2 client on the so
 the header) and the same request sent as a native messaging frame through `herdr-mcp native-host`
 (a real subprocess, frames on its stdin/stdout as Chrome writes them), interleaved round by round.
 Against `herdr-mcp serve` on the Herdr simulator: `GET /push/state` and `POST
-/browser/binding.get`. Against the runtime stand-in of tests/native_host_harness.py (uvicorn on the
+/browser/binding.get`. Against the runtime stand-in of tests/support/native_host_harness.py (uvicorn on the
 socket): a reply of 1 MiB + 1 byte, which the host sends as three chunk frames.
 
 Run from the repository root with the project installed: `python benchmarks/native_host_bench.py`.
@@ -24,8 +24,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx2
-from tests.native_host_harness import MIB, ORIGIN, short_config_dir, socket_of, stub_runtime
-from tests.runtime_harness import make_repo, running_runtime
+from tests.support.native_host_harness import MIB, ORIGIN, short_config_dir, socket_of, stub_runtime
+from tests.support.runtime_harness import make_repo, running_runtime
 
 from benchmarks.timing import interleaved, percentile
 from herdr_mcp.sim import SimConfig, SimulatorThread

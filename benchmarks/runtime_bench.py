@@ -33,7 +33,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.runtime_harness import make_repo, running_runtime
+from tests.support.runtime_harness import make_repo, running_runtime
 
 from benchmarks.timing import interleaved, percentile
 from herdr_mcp.local_http import local_async_client

@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.runtime_harness import RunningRuntime, make_repo, running_runtime
+from tests.support.runtime_harness import RunningRuntime, make_repo, running_runtime
 
 from herdr_mcp.herdr import HerdrClient
 from herdr_mcp.sim import AgentScript, ScriptStep, SimConfig, SimulatorThread

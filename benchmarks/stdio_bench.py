@@ -29,8 +29,8 @@ from mcp.client.stdio import StdioServerParameters
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.npm_tools import FILESYSTEM_SERVER, npm_program
-from tests.runtime_harness import make_repo
+from tests.support.npm_tools import FILESYSTEM_SERVER, npm_program
+from tests.support.runtime_harness import make_repo
 
 from benchmarks.timing import interleaved, percentile
 

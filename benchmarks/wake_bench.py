@@ -2,7 +2,7 @@
 
 One run: the Herdr simulator, `herdr-mcp serve` on it, Debian's Chromium (headless, Playwright)
 with extension/ loaded, the real native host, and the imitated chatgpt.com and chat.z.ai of
-tests/extension_sites.py. A ChatGPT conversation and a z.ai conversation are bound to the same
+tests/support/extension_sites.py. A ChatGPT conversation and a z.ai conversation are bound to the same
 workspace with Auto on, so each settle wakes both: the z.ai page (the bridge's raw channel, with
 its stricter "at rest" check) is measured against ChatGPT's in the same rounds. Each round:
 the agent is set working, the round waits until the extension has handled that event (its
@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from playwright.async_api import Page, async_playwright
-from tests.extension_harness import (
+from tests.support.extension_harness import (
     AGENT,
     ChatGPTSite,
     PushReader,
@@ -37,9 +37,9 @@ from tests.extension_harness import (
     wait_text,
     workstation,
 )
-from tests.extension_sites import ZAI, RawChatSite
-from tests.sim_helpers import short_tmp_dir
-from tests.waiting import poll_until
+from tests.support.extension_sites import ZAI, RawChatSite
+from tests.support.sim_helpers import short_tmp_dir
+from tests.support.waiting import poll_until
 
 from benchmarks.timing import percentile
 

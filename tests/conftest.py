@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.sigstore_stack import SigstoreStack
+from tests.support.sigstore_stack import SigstoreStack
 
 #: The dispositions a CLI command run in this process may change (`loopback.StopSignals`).
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)

@@ -76,7 +76,7 @@ function missingSecrets(env: Env): string[] {
 }
 
 /**
- * Test configuration only (EDGE_TEST_ROUTES=1, set by tests/edge_harness.py, never by
+ * Test configuration only (EDGE_TEST_ROUTES=1, set by tests/support/edge_harness.py, never by
  * wrangler.jsonc), and then still behind ADMIN_SECRET:
  * - `POST /__test/control` `{device_id, method, params}` runs a control method as the relay will;
  * - `POST /__test/clock` `{offset_s}` shifts the registry's clock (pairing and consent expiry);

@@ -56,7 +56,7 @@ from herdr_mcp.tokens import load_or_create_token
 
 CLIENTS = ("claude-desktop", "cursor", "codex", "inspector")
 #: The npm package and version the README's Inspector commands name (tested in
-#: tests/test_connect.py).
+#: tests/cli/test_connect.py).
 INSPECTOR_PACKAGE = "@modelcontextprotocol/inspector@2.12.0"
 #: A client config larger than this is not one we should rewrite.
 MAX_CONFIG_BYTES = 4 * 1024 * 1024

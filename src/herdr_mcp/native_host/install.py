@@ -40,7 +40,7 @@ LAUNCHER_FILE = "herdr-mcp-native-host"
 BROWSERS = ("chrome", "chromium")
 #: An extension id: 32 letters a-p (the first 128 bits of a SHA-256, one letter per hex digit).
 EXTENSION_ID = re.compile(r"^[a-p]{32}$")
-#: The id fixed by extension/manifest.json's `key` (tests/test_native_host_install.py
+#: The id fixed by extension/manifest.json's `key` (tests/native_host/test_native_host_install.py
 #: recomputes it from the manifest, so the two cannot drift apart).
 DEFAULT_EXTENSION_ID = "kehgeddoknjnijipecobgiljhnhmjchi"
 

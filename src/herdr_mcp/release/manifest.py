@@ -59,7 +59,7 @@ RELEASE_WORKFLOW = ".github/workflows/release.yml"
 GITHUB_OIDC_ISSUER = "https://token.actions.githubusercontent.com"
 SLSA_PROVENANCE_V1 = "https://slsa.dev/provenance/v1"
 
-# The shapes below are mirrored in manifests/runtime-manifest.schema.json; tests/test_manifest.py
+# The shapes below are mirrored in manifests/runtime-manifest.schema.json; tests/release/test_manifest.py
 # checks that the two agree. Patterns are applied with `fullmatch`.
 _SEMVER_CORE = r"(?:0|[1-9][0-9]*)\.(?:0|[1-9][0-9]*)\.(?:0|[1-9][0-9]*)"
 _SEMVER_IDENT = r"(?:0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*)"

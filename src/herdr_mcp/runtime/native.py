@@ -48,7 +48,7 @@ from herdr_mcp.strict_json import JsonLimits, loads_bounded
 log = logging.getLogger(__name__)
 
 #: Every Herdr method the runtime sends on its own (not through herdr_call); each is in the
-#: reference of every supported protocol (tests/test_herdr_client.py).
+#: reference of every supported protocol (tests/herdr/test_herdr_client.py).
 RUNTIME_METHODS = frozenset(
     {
         "ping",

@@ -16,7 +16,7 @@ that refuses (it never falls back to an older release):
 - probe: run `<candidate> version --json` against the target contract.
 - activate: start the generation and switch traffic to it through the link's gate.
 
-The tests' loopback HTTPS stand-in for GitHub's releases API is `tests/repository_sim.py`, not
+The tests' loopback HTTPS stand-in for GitHub's releases API is `tests/support/repository_sim.py`, not
 part of this package.
 `errors` holds the error types, split by who is at fault.
 

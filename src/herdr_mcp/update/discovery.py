@@ -67,7 +67,7 @@ GITHUB_HOSTS = frozenset(
     }
 )
 #: The update channels and what they admit. They mirror [channels] in release/config.toml
-#: (tests/test_discovery.py checks that the two agree); that file is not installed on a
+#: (tests/update/test_discovery.py checks that the two agree); that file is not installed on a
 #: workstation, so the updater carries its own copy.
 CHANNELS: Mapping[str, Channel] = {
     "stable": Channel(name="stable", prereleases=False),

@@ -1,0 +1,1 @@
+"""Tests of the frozen catalogs and the contract identity (herdr_mcp.contract)."""

@@ -1,0 +1,1 @@
+"""Tests of the DEV plane (herdr_mcp.dev)."""

@@ -1,0 +1,1 @@
+"""Tests of the documents' commands, run as printed."""

@@ -1,0 +1,1 @@
+"""Tests of the Edge (edge/, a Cloudflare Worker) under workerd."""

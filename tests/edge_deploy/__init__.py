@@ -1,0 +1,1 @@
+"""Tests of `herdr-mcp edge deploy` (herdr_mcp.edge_deploy)."""

@@ -1,0 +1,1 @@
+"""Tests of the browser extension (extension/) in Debian's Chromium."""

@@ -1,0 +1,1 @@
+"""Tests of the shared foundation: records.py, loopback.py, proxies.py, errors.py."""

@@ -1,0 +1,1 @@
+"""Tests of the Herdr client and its reference (herdr_mcp.herdr)."""

@@ -1,0 +1,1 @@
+"""Tests of the link (herdr_mcp.link): its server, its upstream client, its side of the Edge."""

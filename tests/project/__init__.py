@@ -1,0 +1,1 @@
+"""Tests of the project's own files: workflows, flake.nix, scripts, the suite's rules."""

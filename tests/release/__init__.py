@@ -1,0 +1,1 @@
+"""Tests of releases (herdr_mcp.release): build, bundle, manifest, signatures, Sigstore."""

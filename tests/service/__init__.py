@@ -1,0 +1,1 @@
+"""Tests of user services (herdr_mcp.service): launchd and systemd units."""
