@@ -46,7 +46,7 @@ from tests.support.runtime_harness import make_repo, mcp_client
 from herdr_mcp.records import atomic_write
 from herdr_mcp.release.minisign import keygen
 from herdr_mcp.sim import SimConfig, SimulatorThread
-from herdr_mcp.update.apply import UpdatePaths
+from herdr_mcp.update.paths import UpdatePaths
 
 PROBE_INTERVAL_S = 0.05
 

@@ -31,7 +31,7 @@ from herdr_mcp.layout import Layout
 from herdr_mcp.local_http import local_client
 from herdr_mcp.service import detached
 from herdr_mcp.sim import SimConfig, SimulatorThread
-from herdr_mcp.update.apply import UpdatePaths
+from herdr_mcp.update.paths import UpdatePaths
 from tests.support.native_host_harness import native_host
 from tests.support.release_builder import ROOT, snapshot_tree, stop_all
 from tests.support.runtime_harness import make_repo, mcp_client, running_runtime

@@ -47,8 +47,9 @@ from herdr_mcp.release.minisign import keygen
 from herdr_mcp.state import STATE_SCHEMA
 from herdr_mcp.state.migrations import Migration
 from herdr_mcp.state.store import StateStore, schema_of
-from herdr_mcp.update.apply import DEV_PLANE_MARKER, UpdatePaths, start_and_activate
+from herdr_mcp.update.apply import DEV_PLANE_MARKER, start_and_activate
 from herdr_mcp.update.install import UnsafeLocalBundle, install_unsafe_local_bundle
+from herdr_mcp.update.paths import UpdatePaths
 from tests.support.link_harness import Link, running_link
 from tests.support.release_builder import (
     ROOT,

@@ -17,8 +17,8 @@ from herdr_mcp.generations.control import GenerationStateError
 from herdr_mcp.generations.installed import record_services_executable, services_executable
 from herdr_mcp.generations.registry import register
 from herdr_mcp.records import FailRule, RecordInvalid, RecordKind, atomic_write
-from herdr_mcp.update.apply import UpdatePaths
 from herdr_mcp.update.housekeeping import retire
+from herdr_mcp.update.paths import UpdatePaths
 
 KIND = RecordKind("example.json", max_bytes=64, fail=FailRule.CLOSED, schema_version=1)
 

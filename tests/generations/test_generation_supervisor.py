@@ -22,7 +22,8 @@ from herdr_mcp.generations import Generation, GenerationStore, Observation
 from herdr_mcp.generations.control import GenerationStatus, Validation
 from herdr_mcp.generations.process import runtime_pid, runtimes_dir, start_runtime, stop_runtime
 from herdr_mcp.service.units import CommandResult, ServiceConfig
-from herdr_mcp.update.apply import UpdatePaths, start_and_activate
+from herdr_mcp.update.apply import start_and_activate
+from herdr_mcp.update.paths import UpdatePaths
 from tests.support.runtime_harness import make_repo
 from tests.support.waiting import wait_until
 

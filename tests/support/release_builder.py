@@ -26,8 +26,9 @@ from herdr_mcp.generations.process import stop_runtime
 from herdr_mcp.release.build import BuildEnvironment, BuildSystem, build
 from herdr_mcp.release.bundle import Target, bundle, load_release_config
 from herdr_mcp.state import STATE_SCHEMA
-from herdr_mcp.update.apply import UpdatePaths, start_and_activate
+from herdr_mcp.update.apply import start_and_activate
 from herdr_mcp.update.install import UnsafeLocalBundle, install_unsafe_local_bundle
+from herdr_mcp.update.paths import UpdatePaths
 from tests.support.release_evidence import write_evidence
 from tests.support.repository_sim import ReleaseRepositorySimulator
 from tests.support.sigstore_stack import SigstoreStack

@@ -37,7 +37,7 @@ from herdr_mcp.release.minisign import keygen
 from herdr_mcp.state import STATE_SCHEMA
 from herdr_mcp.state.backup import backup_database, changes_since, rows_beyond
 from herdr_mcp.state.store import StateStore, schema_of
-from herdr_mcp.update.apply import UpdatePaths
+from herdr_mcp.update.paths import UpdatePaths
 from tests.support.link_harness import Link, running_link
 from tests.support.release_builder import (
     REPOSITORY,

@@ -24,9 +24,9 @@ import pytest
 
 from herdr_mcp.local_http import local_async_client, local_client
 from herdr_mcp.release.minisign import keygen
-from herdr_mcp.update.apply import UpdatePaths
 from herdr_mcp.update.discovery import DiscoveryConfig, NoCandidate, discover
 from herdr_mcp.update.errors import UpdateTransportError
+from herdr_mcp.update.paths import UpdatePaths
 from tests.support.logging_proxy import LoggingProxy, closed_port_url, proxy_env
 from tests.support.release_builder import ROOT, ReleaseFactory, install_active, snapshot_tree, stop_all
 from tests.support.repository_sim import Behavior, ReleaseRepositorySimulator

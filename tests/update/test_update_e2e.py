@@ -32,7 +32,7 @@ from herdr_mcp.generations.process import PID_FILE, START_MARKER, generation_pro
 from herdr_mcp.release.manifest import MANIFEST_FILENAME
 from herdr_mcp.release.minisign import keygen
 from herdr_mcp.release.verification import PROVENANCE_BUNDLE_NAME, SIGNATURE_NAME, SIGSTORE_BUNDLE_NAME
-from herdr_mcp.update.apply import UpdatePaths
+from herdr_mcp.update.paths import UpdatePaths
 from tests.support.link_harness import Link, running_link
 from tests.support.logging_proxy import LoggingProxy, proxy_env
 from tests.support.processes import alive, read_until

@@ -41,9 +41,9 @@ from herdr_mcp.release.attestation import (
 from herdr_mcp.release.manifest import MANIFEST_FILENAME, ManifestError, RuntimeManifest
 from herdr_mcp.release.minisign import MAX_SIGNATURE_FILE_BYTES, SignatureError, keygen, verify
 from herdr_mcp.release.verification import PROVENANCE_BUNDLE_NAME, SIGNATURE_NAME, SIGSTORE_BUNDLE_NAME
-from herdr_mcp.update.apply import UpdatePaths
 from herdr_mcp.update.diskspace import estimate_from_bundle_size, free_bytes, runtime_margin
 from herdr_mcp.update.errors import LocalStateError
+from herdr_mcp.update.paths import UpdatePaths
 from tests.support.processes import alive, read_until
 from tests.support.published_release import EVIDENCE_CAPS, REPOSITORY, REPOSITORY_ID, Trust, publish
 from tests.support.repository_sim import ReleaseRepositorySimulator

@@ -23,7 +23,7 @@ from herdr_mcp.generations.process import check_serve_args
 from herdr_mcp.layout import default_config_dir
 from herdr_mcp.progress import printable_steps
 from herdr_mcp.terminal import error_line
-from herdr_mcp.update.apply import UpdatePaths
+from herdr_mcp.update.paths import UpdatePaths
 
 
 def build_parser() -> argparse.ArgumentParser:

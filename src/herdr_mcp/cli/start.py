@@ -66,9 +66,10 @@ from herdr_mcp.progress import printable_steps
 from herdr_mcp.service.detached import DetachedLink, running_link, start_link, stop_link
 from herdr_mcp.service.origin import InstallOrigin, install_origin
 from herdr_mcp.terminal import printable
-from herdr_mcp.update.apply import UpdatePaths, start_and_activate, update_lock
+from herdr_mcp.update.apply import start_and_activate, update_lock
 from herdr_mcp.update.auto import skip_reason
 from herdr_mcp.update.options import UpdateFlags, resolve_options
+from herdr_mcp.update.paths import UpdatePaths
 
 #: /health of a runtime or a link on loopback answers at once; a loaded machine may take seconds.
 HEALTH_TIMEOUT_S = 10.0

@@ -35,14 +35,7 @@ from herdr_mcp.generations.process import check_serve_args
 from herdr_mcp.layout import SETTINGS_FILE, default_config_dir
 from herdr_mcp.terminal import error_line, printable
 from herdr_mcp.update.admission import AlreadyCurrent, LocalIdentity, TrustedRelease
-from herdr_mcp.update.apply import (
-    ReleaseSource,
-    UpdatePaths,
-    UpdateReport,
-    check_may_update,
-    check_update,
-    run_update,
-)
+from herdr_mcp.update.apply import ReleaseSource, UpdateReport, check_may_update, check_update, run_update
 from herdr_mcp.update.auto import run_update_auto
 from herdr_mcp.update.check import CheckResult
 from herdr_mcp.update.discovery import CHANNELS, GITHUB_API_BASE_URL, NoCandidate
@@ -53,6 +46,7 @@ from herdr_mcp.update.options import (
     UpdateOptions,
     resolve_options,
 )
+from herdr_mcp.update.paths import UpdatePaths
 
 MAJOR_MODES = ("major-apply", "major-rollback", "major-status")
 #: How long `major-apply` waits in the foreground for its detached job (seed 001: a bounded wait).

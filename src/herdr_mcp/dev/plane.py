@@ -104,7 +104,6 @@ from herdr_mcp.state.store import StateError, schema_of
 from herdr_mcp.update.apply import (
     DEV_PLANE_MARKER,
     PROBE_TIMEOUT_S,
-    UpdatePaths,
     host_target,
     start_and_activate,
     update_lock,
@@ -112,6 +111,7 @@ from herdr_mcp.update.apply import (
 from herdr_mcp.update.errors import UpdateError
 from herdr_mcp.update.housekeeping import clean_up, discard
 from herdr_mcp.update.install import UnsafeLocalBundle, install_unsafe_local_bundle
+from herdr_mcp.update.paths import UpdatePaths
 from herdr_mcp.update.probe import ProbeResult, ask_version
 
 SCHEMA_VERSION = 1

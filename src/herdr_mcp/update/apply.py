@@ -54,12 +54,11 @@ from herdr_mcp.generations.process import (
     is_managed,
     read_serve_args,
     runtime_pid,
-    runtimes_dir,
     start_runtime,
     stop_runtime,
 )
 from herdr_mcp.generations.registry import register, remove
-from herdr_mcp.layout import DEV_PLANE_FILE, Layout
+from herdr_mcp.layout import DEV_PLANE_FILE
 from herdr_mcp.release.manifest import RuntimeManifest
 from herdr_mcp.release.verification import trust_root_warning
 from herdr_mcp.update.admission import AdmissionPolicy, AlreadyCurrent, LocalIdentity, TrustedRelease
@@ -76,6 +75,7 @@ from herdr_mcp.update.errors import (
 from herdr_mcp.update.highest_seen import record_admitted
 from herdr_mcp.update.housekeeping import clean_up, forget, make_room, retire
 from herdr_mcp.update.install import install_generation
+from herdr_mcp.update.paths import UpdatePaths
 from herdr_mcp.update.probe import ask_version, probe
 from herdr_mcp.update.staging import DownloadConfig, StagedRelease, stage
 
@@ -86,33 +86,6 @@ FAILPOINT_ENV = "HERDR_MCP_UPDATE_FAILPOINT"
 DEV_PLANE_MARKER = DEV_PLANE_FILE
 #: Provenance keys of a generation this updater installed from a release.
 SOURCE_RELEASE = "release"
-
-
-@dataclass(frozen=True)
-class UpdatePaths:
-    """Where an update keeps its files, all under the config dir (`layout.py`)."""
-
-    config_dir: Path
-
-    @property
-    def generations(self) -> GenerationStore:
-        return GenerationStore.in_dir(Layout(self.config_dir).generations_dir)
-
-    @property
-    def runtimes(self) -> Path:
-        return runtimes_dir(self.config_dir)
-
-    @property
-    def jobs(self) -> Path:
-        return Layout(self.config_dir).update_dir / "jobs"
-
-    @property
-    def lock(self) -> Path:
-        return Layout(self.config_dir).update_dir / "update.lock"
-
-    @property
-    def highest_seen(self) -> Path:
-        return Layout(self.config_dir).highest_seen_file
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from herdr_mcp.generations.registry import remove
 from herdr_mcp.update.staging import JOB_PREFIX
 
 if TYPE_CHECKING:
-    from herdr_mcp.update.apply import UpdatePaths
+    from herdr_mcp.update.paths import UpdatePaths
 
 
 def discard(paths: UpdatePaths, generation: str) -> bool:

@@ -17,7 +17,6 @@ from herdr_mcp.layout import Layout
 from herdr_mcp.update.admission import AdmissionPolicy, AlreadyCurrent, LocalIdentity
 from herdr_mcp.update.apply import (
     ReleaseSource,
-    UpdatePaths,
     _admit,
     _new_generation_id,
     check_may_update,
@@ -41,6 +40,7 @@ from herdr_mcp.update.major import (
     major_status,
     recover,
 )
+from herdr_mcp.update.paths import UpdatePaths
 from herdr_mcp.update.staging import DownloadConfig, stage
 
 
