@@ -18,17 +18,27 @@ from herdr_mcp.cli.link import build_connector_parser, ids_last
     [
         (["revoke", "-j-N2wWUNRSCFO98"], "grant_id", "-j-N2wWUNRSCFO98"),
         (["revoke", "-j-N2wWUNRSCFO98", "--link-port", "4100", "--json"], "grant_id", "-j-N2wWUNRSCFO98"),
-        (["revoke", "--link-port", "4100", "--x-a"], "grant_id", "--x-a"),
+        (["revoke", "--link-port", "4100", "--X_a9-Qz"], "grant_id", "--X_a9-Qz"),
         (["revoke", "plainGrantId0000"], "grant_id", "plainGrantId0000"),
         (["revoke", "--", "-already-after"], "grant_id", "-already-after"),
         (["approve", "-Abc", "--code", "KFYWVA"], "request_id", "-Abc"),
-        (["deny", "--config-dir", "/tmp", "-weird"], "request_id", "-weird"),
+        (["deny", "--config-dir", "/tmp", "-W31rd_"], "request_id", "-W31rd_"),
     ],
 )
 def test_an_id_that_begins_with_a_dash_is_the_positional(argv: list[str], field: str, value: str) -> None:
     parser = build_connector_parser()
     args = parser.parse_args(ids_last(parser, argv))
     assert getattr(args, field) == value
+
+
+@pytest.mark.parametrize("wrong", ["--no-such-option", "--lnk-port=4100", "-x"])
+def test_a_mistyped_option_stays_an_option(wrong: str) -> None:
+    """A word shaped like an option (lower-case words and hyphens) that no parser knows is refused
+    as one, never sent to the Edge as an id."""
+    parser = build_connector_parser()
+    assert ids_last(parser, ["revoke", "abc", wrong]) == ["revoke", "abc", wrong]
+    with pytest.raises(Exception, match="unrecognized arguments"):
+        parser.parse_args(ids_last(parser, ["revoke", "abc", wrong]))
 
 
 def test_the_value_of_an_option_stays_with_it() -> None:

@@ -29,6 +29,7 @@ import argparse
 import hmac
 import json
 import logging
+import re
 import sys
 import time
 from pathlib import Path
@@ -390,10 +391,17 @@ def connector_main(argv: list[str]) -> int:
     return run_guarded(lambda: connector_run(argv), argv)
 
 
+#: How an option is spelled (`--link-port`, `-h`, `--code=X`): a word of this shape that no
+#: parser knows stays a mistyped option (a usage error), never an id.
+OPTION_SHAPE = re.compile(r"-{1,2}[a-z][a-z0-9]*(?:-[a-z0-9]+)*(?:=.*)?", re.DOTALL)
+
+
 def ids_last(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
-    """`argv` with each word that starts with "-" but is no option of `parser` (nor the value of
-    one) moved behind a "--": the Edge's grant ids are random url-safe text, and one that begins
-    with "-" (`-j-N2wWUNRSCFO98`) is otherwise taken for an unknown option."""
+    """`argv` with each word that starts with "-" but is neither an option of `parser` (nor the
+    value of one) nor shaped like an option moved behind a "--": the Edge's grant ids are random
+    url-safe text, and one that begins with "-" (`-j-N2wWUNRSCFO98`) is otherwise taken for an
+    unknown option. A random id of lower-case letters and single hyphens alone is the one left
+    to argparse (about 2 in a million of 16 characters)."""
     takes_value: set[str] = set()
     flags: set[str] = set()
     parsers = [parser]
@@ -413,7 +421,12 @@ def ids_last(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
         if name in takes_value and "=" not in word:
             value = next(words, None)
             kept += [word] if value is None else [word, value]
-        elif word.startswith("-") and len(word) > 1 and name not in takes_value | flags:
+        elif (
+            word.startswith("-")
+            and len(word) > 1
+            and name not in takes_value | flags
+            and not OPTION_SHAPE.fullmatch(word)
+        ):
             moved.append(word)
         else:
             kept.append(word)
