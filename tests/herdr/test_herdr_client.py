@@ -30,7 +30,7 @@ from herdr_mcp.herdr.reference import SUPPORTED_PROTOCOLS, load
 from herdr_mcp.runtime.native import RUNTIME_METHODS
 from herdr_mcp.sim import AgentScript, ScriptStep
 from tests.support.sim_helpers import fast_script, run, running_sim, short_tmp_dir, two_project_config
-from tests.support.waiting import wait_until_async
+from tests.support.waiting import poll_until, wait_until_async
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -122,8 +122,16 @@ def test_send_input_is_visible_in_pane_read(tmp_short: Path) -> None:
                 "pane.send_input", {"pane_id": "w1:p1", "text": "ls -la", "keys": ["enter"]}
             )
             assert sent == {"type": "ok"}
-            read = await client.call("pane.read", {"pane_id": "w1:p1", "source": "recent"})
-            assert "ls -la" in read["read"]["text"]
+
+            async def echoed() -> str | None:
+                # The typed text shows once the pane's program echoes it: Herdr's pane.send_input
+                # queues the bytes and answers ok at once (src/app/api/panes.rs,
+                # handle_pane_send_input: try_send_bytes, then encode_success).
+                read = await client.call("pane.read", {"pane_id": "w1:p1", "source": "recent"})
+                text = str(read["read"]["text"])
+                return text if "ls -la" in text else None
+
+            await poll_until(echoed, "the typed text in the pane")
 
     run(body())
 
