@@ -176,9 +176,16 @@ def test_send_input_goes_to_a_terminal_pane_and_never_into_an_agent(tmp_short: P
                 client, "pane.send_input", {**typed, "text": "echo next", "idempotency_key": "input-0009"}
             )
             assert status == 200
-            # The pane runs a real shell: each command's output follows its line.
-            assert "echo cc-typed\ncc-typed\necho next" in await herdr_text(sim, shell)
-            assert (await herdr_text(sim, shell)).count("echo cc-typed") == 1
+            # The pane runs a real shell: each command's output follows its line, once the shell
+            # got to it (Herdr answers pane.send_input when the bytes are queued).
+            expected = "echo cc-typed\ncc-typed\necho next"
+
+            async def shown() -> str | None:
+                text = await herdr_text(sim, shell)
+                return text if expected in text else None
+
+            text = await poll_until(shown, "the typed lines in the shell pane")
+            assert text.count("echo cc-typed") == 1
 
             status, answer = await call(
                 client, "pane.send_input", {**typed, "pane_id": coder, "idempotency_key": "input-0002"}

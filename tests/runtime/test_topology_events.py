@@ -71,6 +71,10 @@ def test_busy_follows_a_working_agent_and_events_invalidate_the_cache() -> None:
                     assert (await topology.roots()).root_for(str(repo)).busy is False
                     pane = sim.add_pane("w1", PaneConfig(agent=AgentConfig("coder")))
                     await wait_until_async(lambda: _has_event(feed, "pane_created"), "pane_created")
+                    # The feed opens the new pane's status subscription after it records
+                    # pane_created; a change before Herdr takes it is not an event (Herdr sends
+                    # status events to subscribers only), so the agent starts working after.
+                    await wait_until_async(lambda: pane in feed.status_followed, "the pane's status stream")
                     cursor = feed.last_seq
                     sim.set_agent_status("coder", "working")
                     await wait_until_async(

@@ -134,6 +134,9 @@ class EventFeed:
         self.herdr_protocol: int | None = None
         #: Replayed lifecycle events recognised and dropped so far.
         self.replayed_skipped = 0
+        #: Panes whose agent-status subscription Herdr has taken (a status change before that
+        #: reaches the feed only through the topology's polls).
+        self.status_followed: set[str] = set()
         self._attempt = 0  # reconnects since the feed last connected (sets the backoff)
 
     @property
@@ -309,8 +312,12 @@ class EventFeed:
             subscriptions = [{"type": AGENT_STATUS_SUBSCRIPTION, "pane_id": pane} for pane in panes]
             try:
                 async with self._herdr.subscribe(subscriptions) as stream:
-                    async for event in stream:
-                        self.record(event.name, dict(event.data))
+                    self.status_followed.update(panes)
+                    try:
+                        async for event in stream:
+                            self.record(event.name, dict(event.data))
+                    finally:
+                        self.status_followed.difference_update(panes)
                 return
             except HerdrRemoteError as exc:
                 index = exc.subscription_index
