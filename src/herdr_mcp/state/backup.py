@@ -59,17 +59,14 @@ def _connect_ro(path: Path) -> sqlite3.Connection:
 def _rowid_tables(conn: sqlite3.Connection) -> dict[str, int]:
     """Each ordinary table with a rowid, and its highest rowid (0 when empty)."""
     found: dict[str, int] = {}
-    for (name,) in conn.execute(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
-        "AND sql NOT LIKE 'CREATE VIRTUAL%' AND sql NOT LIKE '%WITHOUT ROWID%'"
-    ).fetchall():
-        quoted = '"' + str(name).replace('"', '""') + '"'
+    for name in _rowid_tables_in(conn, "main"):
+        quoted = '"' + name.replace('"', '""') + '"'
         try:
             # A table name from sqlite_master, quoted as an identifier: not user input.
             row = conn.execute(f"SELECT coalesce(max(rowid), 0) FROM {quoted}").fetchone()  # noqa: S608
         except sqlite3.OperationalError:
             continue
-        found[str(name)] = int(row[0])
+        found[name] = int(row[0])
     return found
 
 
