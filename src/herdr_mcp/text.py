@@ -114,14 +114,34 @@ def _walk(value: Any, fix: Any) -> Any:
     return root[0]
 
 
+def _all_ascii(value: Any) -> bool:
+    """Whether every string in `value` (keys too) is ASCII: then neither `clean` nor
+    `clean_output` changes anything, and `value` is its own answer (no copy, no rebuilding).
+    Iterative, and it allocates only its stack."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if not item.isascii():
+                return False
+        elif isinstance(item, dict):
+            for key in item:
+                if isinstance(key, str) and not key.isascii():
+                    return False
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return True
+
+
 def clean_json(value: Any) -> Any:
     """`value` with `clean` applied to every string in it (keys too); see `_walk`."""
-    return _walk(value, clean)
+    return value if _all_ascii(value) else _walk(value, clean)
 
 
 def safe_json(value: Any) -> Any:
     """`value` with `clean_output` applied to every string in it (keys too)."""
-    return _walk(value, clean_output)
+    return value if _all_ascii(value) else _walk(value, clean_output)
 
 
 def dumps(value: Any, *, ensure_ascii: bool = False, **options: Any) -> str:

@@ -9,11 +9,13 @@ without following one.
 from herdr_mcp.runtime.boundary.atomic import FileIdentity, atomic_write, remove_directories, remove_file
 from herdr_mcp.runtime.boundary.files import (
     EntryKind,
+    Offload,
     WalkEntry,
     open_directory,
     open_file_in,
     open_regular,
     refuse_non_regular,
+    small_work,
     utf8_boundary,
     walk,
 )
@@ -46,6 +48,7 @@ __all__ = [
     "EntryKind",
     "ExcludedRoot",
     "FileIdentity",
+    "Offload",
     "Policy",
     "ResolvedPath",
     "Root",
@@ -73,6 +76,7 @@ __all__ = [
     "remove_directories",
     "remove_file",
     "root_mutations",
+    "small_work",
     "utf8_boundary",
     "walk",
 ]

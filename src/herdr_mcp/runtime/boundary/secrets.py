@@ -26,6 +26,7 @@ a directory named `.env.d`), or when it ends in `.docker/config.json`. A compone
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from pathlib import PurePosixPath
 
 __all__ = ["RG_SECRET_EXCLUDE_GLOBS", "is_secret_name", "is_secret_path"]
@@ -53,8 +54,10 @@ RG_SECRET_EXCLUDE_GLOBS: tuple[str, ...] = (
 )
 
 
+@lru_cache(maxsize=4096)
 def is_secret_name(name: str) -> bool:
-    """True when one path component (a file or directory name) looks like a secret."""
+    """True when one path component (a file or directory name) looks like a secret (the same
+    names come back call after call: the answers are kept, 4,096 at most)."""
     folded = name.casefold()
     if folded in _SECRET_DIRECTORIES or folded in _SECRET_FILES or folded in _PRIVATE_KEYS:
         return True
@@ -70,7 +73,8 @@ _SECRET_PAIR = (".docker", "config.json")
 
 def is_secret_path(relative: str | PurePosixPath) -> bool:
     """True when a root-relative path is, or lies under, something secret-looking."""
-    parts = [part for part in PurePosixPath(relative).parts if part not in ("", ".", "/")]
+    # The components as PurePosixPath splits them (`.` and empty ones dropped), without its cost.
+    parts = [part for part in str(relative).split("/") if part not in ("", ".")]
     if any(is_secret_name(part) for part in parts):
         return True
     folded = [part.casefold() for part in parts]
