@@ -283,9 +283,7 @@ async def measure(args: argparse.Namespace, setup: Setup) -> tuple[list[Row], di
         print(f"{name:<18}{_ms(cold, name).text(1, ' ms')}")
     print(f"herdr-mcp stdio / reference: {cold_ratio.text()} (target <= {COLD_TARGET})")
     print(f"herdr-mcp stdio / SDK echo:  {_ratios(cold, HERDR, ECHO).text()}")
-    print(
-        f"\n== tools/call over stdio, 4 KiB (p50 of {args.calls} calls a round after {args.warmup} warm-up, ms)"
-    )
+    print(f"\n== tools/call over stdio, 4 KiB (p50 of {args.calls} calls a round, {args.warmup} warm-up, ms)")
     for name in (HERDR, REFERENCE, ECHO):
         print(f"{name:<18}{setup.call(name)[0]:<16}{_ms(calls, name).text(3, ' ms')}")
     print(f"herdr_fs_read / read_text_file: {call_ratio.text()} (target <= {CALL_TARGET})")
