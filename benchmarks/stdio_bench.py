@@ -94,11 +94,12 @@ class Setup:
 
     def call(self, name: str) -> tuple[str, dict[str, Any]]:
         path = str(self.repo / "file4k.txt")
-        return {
+        calls: dict[str, tuple[str, dict[str, Any]]] = {
             HERDR: ("herdr_fs_read", {"path": path, "max_bytes": 8192}),
             REFERENCE: ("read_text_file", {"path": path}),
             ECHO: ("echo", {"text": CONTENT.decode()}),
-        }[name]
+        }
+        return calls[name]
 
 
 # -- 1. cold start over stdio ---------------------------------------------------------------------
