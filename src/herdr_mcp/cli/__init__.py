@@ -20,7 +20,7 @@ from herdr_mcp.cli.arguments import CommandParser, dir_path, existing_dir, port,
 from herdr_mcp.contract import contract_identity
 from herdr_mcp.errors import UsageFault
 from herdr_mcp.layout import DEFAULT_PORT, Layout
-from herdr_mcp.loopback import stop_signals
+from herdr_mcp.loopback import full_collections_held, stop_signals
 from herdr_mcp.state import STATE_SCHEMA
 from herdr_mcp.tokens import load_or_create_token
 
@@ -63,15 +63,17 @@ def _cmd_token(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from herdr_mcp.cli.serve import serve
+    with full_collections_held():  # until the runtime is built and its heap frozen
+        from herdr_mcp.cli.serve import serve
 
-    return serve(args)
+        return serve(args)
 
 
 def _cmd_stdio(args: argparse.Namespace) -> int:
-    from herdr_mcp.cli.stdio import stdio
+    with full_collections_held():  # until the runtime is composed and its heap frozen
+        from herdr_mcp.cli.stdio import stdio
 
-    return stdio(args)
+        return stdio(args)
 
 
 def _add_connect(commands: argparse._SubParsersAction[Any]) -> None:
