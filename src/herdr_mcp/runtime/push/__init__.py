@@ -6,27 +6,16 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from herdr_mcp.herdr import HerdrClient
-from herdr_mcp.runtime.push.hub import QUEUE_SIZE, TAIL_INTERVAL_S, PushHub
-from herdr_mcp.runtime.push.output import MAX_OUTPUT_CHARS
-from herdr_mcp.runtime.push.stream import KEEPALIVE_S, SEND_TIMEOUT_S, StreamSettings
-from herdr_mcp.runtime.push.watcher import LEASE_TTL_S, POLL_INTERVAL_S, AgentWatcher
-from herdr_mcp.state.push import AgentStates
-from herdr_mcp.state.store import StateStore
+from herdr_mcp.runtime.push.settings import PushSettings, StreamSettings
 
-
-@dataclass(frozen=True)
-class PushSettings:
-    """The push plane's timing and bounds (tests shorten them)."""
-
-    poll_interval: float = POLL_INTERVAL_S
-    lease_ttl: float = LEASE_TTL_S
-    tail_interval: float = TAIL_INTERVAL_S
-    keepalive: float = KEEPALIVE_S
-    send_timeout: float = SEND_TIMEOUT_S
-    queue_size: int = QUEUE_SIZE
-    output_chars: int = MAX_OUTPUT_CHARS
+if TYPE_CHECKING:
+    from herdr_mcp.herdr import HerdrClient
+    from herdr_mcp.runtime.push.hub import PushHub
+    from herdr_mcp.runtime.push.watcher import AgentWatcher
+    from herdr_mcp.state.push import AgentStates
+    from herdr_mcp.state.store import StateStore
 
 
 @dataclass(frozen=True)
@@ -38,6 +27,10 @@ class PushPlane:
 
     @classmethod
     def create(cls, herdr: HerdrClient, store: StateStore, owner: str, settings: PushSettings) -> PushPlane:
+        from herdr_mcp.runtime.push.hub import PushHub
+        from herdr_mcp.runtime.push.watcher import AgentWatcher
+        from herdr_mcp.state.push import AgentStates
+
         states = AgentStates(store)
         hub = PushHub(states, tail_interval=settings.tail_interval, queue_size=settings.queue_size)
         watcher = AgentWatcher(

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
@@ -25,20 +24,12 @@ from starlette.types import Receive, Scope, Send
 
 from herdr_mcp.errors import ToolError
 from herdr_mcp.runtime.push.hub import End, PushHub
+from herdr_mcp.runtime.push.settings import StreamSettings
 from herdr_mcp.state.push import AgentStates
 from herdr_mcp.text import dumps
 
 PROTOCOL = 1
-KEEPALIVE_S = 15.0
-#: A client that takes nothing for this long is gone: its stream ends.
-SEND_TIMEOUT_S = 60.0
 MAX_SEQ = 2**53 - 1
-
-
-@dataclass(frozen=True)
-class StreamSettings:
-    keepalive: float = KEEPALIVE_S
-    send_timeout: float = SEND_TIMEOUT_S
 
 
 def frame(name: str, data: dict[str, Any], seq: int | None = None) -> bytes:
