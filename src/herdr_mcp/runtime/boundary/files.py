@@ -9,6 +9,7 @@ secret-looking directories. The fs tools and the Python grep engine (a child pro
 
 from __future__ import annotations
 
+import operator
 import os
 import posixpath
 import stat
@@ -22,13 +23,17 @@ from herdr_mcp.runtime.boundary.secrets import is_secret_entry
 
 __all__ = [
     "EntryKind",
+    "Visit",
     "WalkEntry",
+    "WalkLevel",
+    "WalkPrune",
     "open_directory",
     "open_file_in",
     "open_regular",
     "refuse_non_regular",
     "utf8_boundary",
     "walk",
+    "walk_listing",
 ]
 
 EntryKind = Literal["file", "dir", "symlink", "other"]
@@ -191,3 +196,176 @@ def _push_directory(
         os.close(child)
         return
     stack.append((child, relative + "/", iter(names)))
+
+
+# --- fs_list's walk ---------------------------------------------------------------------------
+
+
+class WalkLevel:
+    """One directory open during a `walk_listing`: its entries in name order and where the walk is in them.
+
+    `names` is the whole directory in name order (what a continuation glob is made from);
+    `entries` are the ones the walk visits (all of them, or those `WalkPrune` leaves), `places`
+    their indexes in `names` (None when `entries` are all of `names`). `resume` is the index in
+    `entries` the walk goes on from once back in this directory. `waiting` counts the levels
+    above this one that still hold entries to visit (it cannot change while this one is open).
+    """
+
+    __slots__ = ("entries", "fd", "name", "names", "places", "prefix", "resume", "waiting")
+
+    def __init__(
+        self,
+        fd: int,
+        prefix: str,
+        name: str,
+        entries: list[os.DirEntry[str]],
+        names: list[str],
+        places: list[int] | None,
+        waiting: int,
+    ) -> None:
+        self.fd = fd
+        self.prefix = prefix  # the directory's path relative to the listed one, "" or ending in "/"
+        self.name = name
+        self.entries = entries
+        self.names = names
+        self.places = places
+        self.resume = 0
+        self.waiting = waiting
+
+    def place(self, index: int) -> int:
+        """The index in `names` of `entries[index]`."""
+        return index if self.places is None else self.places[index]
+
+
+class WalkPrune(NamedTuple):
+    """The part of a tree a walk visits: inside `components` (directory names from the top, each
+    entered and not visited itself), then the entries of that directory that `keep` accepts (its
+    argument is the path relative to the listed directory), with everything under them."""
+
+    components: tuple[str, ...]
+    keep: Callable[[str], bool]
+
+
+_BY_NAME = operator.attrgetter("name")
+
+
+def _scan(fd: int) -> tuple[list[os.DirEntry[str]], list[str]]:
+    with os.scandir(fd) as scanner:
+        entries = sorted(scanner, key=_BY_NAME)
+    return entries, [entry.name for entry in entries]
+
+
+def _level(
+    fd: int, prefix: str, name: str, depth: int, prune: WalkPrune | None, waiting: int
+) -> WalkLevel | None:
+    """The level of the open directory `fd` (closed here when it cannot be read or visited)."""
+    try:
+        entries, names = _scan(fd)
+    except OSError:
+        os.close(fd)
+        return None
+    places: list[int] | None = None
+    if prune is not None and depth <= len(prune.components):
+        if depth < len(prune.components):
+            wanted = prune.components[depth]
+            places = [index for index, entry in enumerate(entries) if entry.name == wanted]
+        else:
+            keep = prune.keep
+            places = [index for index, entry in enumerate(entries) if keep(prefix + entry.name)]
+        entries = [entries[index] for index in places]
+    return WalkLevel(fd, prefix, name, entries, names, places, waiting)
+
+
+#: One visited entry: its level, its index in `level.entries`, its path relative to the listed
+#: directory, its kind, its size (files; 0 otherwise) and whether it looks like a secret.
+Visit = tuple[WalkLevel, int, str, EntryKind, int, bool]
+
+
+def walk_listing(
+    top_fd: int,
+    root_relative: str,
+    *,
+    recursive: bool,
+    prune: WalkPrune | None = None,
+    levels: list[WalkLevel] | None = None,
+) -> Iterator[Visit]:
+    """fs_list's walk: `walk`'s entries in its order, by the same rules, made for speed and for
+    stopping part way (owned `top_fd`: closed when done).
+
+    Never follows symlinks and never descends into `.git` or secret-looking directories; every
+    directory is opened relative to its parent with O_NOFOLLOW. Unreadable directories and
+    entries gone before they were looked at are skipped. Types come from the directory listing
+    (d_type; lstat where the file system gives none); only regular files are stat'ed, for their
+    size. With `prune`, only the part of the tree it names is visited (the directories it passes
+    through are entered, not visited). `levels`, when given, is kept as the walk's stack of open
+    directories, deepest last, for a caller that stops part way and must say where.
+    """
+    stack: list[WalkLevel] = [] if levels is None else levels
+    top = _level(top_fd, "", posixpath.basename(root_relative.rstrip("/")), 0, prune, 0)
+    if top is None:
+        return
+    stack.append(top)
+    try:
+        while stack:
+            level = stack[-1]
+            entries = level.entries
+            prefix = level.prefix
+            parent = level.name
+            passing = prune is not None and len(stack) <= len(prune.components)
+            descend: tuple[int, str, str] | None = None
+            for index in range(level.resume, len(entries)):
+                entry = entries[index]
+                name = entry.name
+                if passing:  # a directory on the way to the pruned part: entered, not visited
+                    if (
+                        entry.is_dir(follow_symlinks=False)
+                        and not is_secret_entry(parent, name)
+                        and not is_git_name(name)
+                    ):
+                        descend = (index, name, prefix + name)
+                        break
+                    continue
+                try:
+                    if entry.is_file(follow_symlinks=False):
+                        kind: EntryKind = "file"
+                        size = entry.stat(follow_symlinks=False).st_size
+                    elif entry.is_dir(follow_symlinks=False):
+                        kind, size = "dir", 0
+                    elif entry.is_symlink():
+                        kind, size = "symlink", 0
+                    else:
+                        kind, size = "other", 0
+                except OSError:  # gone since the directory was read
+                    continue
+                relative = prefix + name
+                # Ancestors are known not to be secret (the listed directory was checked and secret
+                # directories are never entered), so only this name and its parent pair can be.
+                secret = is_secret_entry(parent, name)
+                yield level, index, relative, kind, size, secret
+                if recursive and kind == "dir" and not secret and not is_git_name(name):
+                    descend = (index, name, relative)
+                    break
+            if descend is None:
+                os.close(level.fd)
+                stack.pop()
+                continue
+            index, name, relative = descend
+            level.resume = index + 1
+            waiting = level.waiting + (level.resume < len(entries))
+            child = _open_child(level.fd, name, relative + "/", len(stack), prune, waiting)
+            if child is not None:
+                stack.append(child)
+    finally:
+        for level in stack:
+            os.close(level.fd)
+        stack.clear()
+
+
+def _open_child(
+    parent_fd: int, name: str, prefix: str, depth: int, prune: WalkPrune | None, waiting: int
+) -> WalkLevel | None:
+    try:
+        child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
+    except OSError:
+        return None
+    return _level(child, prefix, name, depth, prune, waiting)
