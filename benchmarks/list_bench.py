@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import shutil
 import statistics
 import subprocess
@@ -141,8 +142,7 @@ def find_entries(output: bytes) -> list[Entry]:
 def check(got: list[Entry], expected: list[Entry], what: str) -> None:
     """`got` is exactly `expected` as a set, and holds nothing twice."""
     if len(set(got)) != len(got):
-        seen: set[Entry] = set()
-        twice = [entry for entry in got if entry in seen or seen.add(entry)]
+        twice = sorted(entry for entry, count in collections.Counter(got).items() if count > 1)
         raise RuntimeError(f"{what}: {len(twice)} entries listed twice, e.g. {twice[:3]}")
     if set(got) != set(expected):
         missing = sorted(set(expected) - set(got))
@@ -231,12 +231,6 @@ class Figures:
     find_ms: list[float]
 
 
-async def _time(call: Callable[[], Awaitable[Any]]) -> tuple[float, Any]:
-    start = time.perf_counter()
-    value = await call()
-    return (time.perf_counter() - start) * 1000, value
-
-
 async def measure_shape(
     client: RawHttp, directory: Path, strategies: list[str], rounds: int, repeat: int
 ) -> Figures:
@@ -249,16 +243,16 @@ async def measure_shape(
         check(listing.entries, expected, f"{directory.name}/{name}")
         figures.calls[name] = listing.calls
 
-    async def find_once() -> None:
-        run_find(directory)
-
     for _ in range(rounds):
         samples: dict[str, list[float]] = {name: [] for name in ["find", *strategies]}
         for _ in range(repeat):
-            ms, _ = await _time(find_once)
-            samples["find"].append(ms)
+            start = time.perf_counter()
+            run_find(directory)
+            samples["find"].append((time.perf_counter() - start) * 1000)
             for name in strategies:
-                ms, listing = await _time(lambda name=name: STRATEGIES[name](client, str(directory)))
+                start = time.perf_counter()
+                listing = await STRATEGIES[name](client, str(directory))
+                ms = (time.perf_counter() - start) * 1000
                 if listing.calls != figures.calls[name] or len(listing.entries) != ENTRIES:
                     raise RuntimeError(
                         f"{directory.name}/{name}: {listing.calls} calls, {len(listing.entries)}"

@@ -13,7 +13,7 @@ import operator
 import os
 import posixpath
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from typing import Literal, NamedTuple
 
@@ -207,11 +207,12 @@ class WalkLevel:
     `names` is the whole directory in name order (what a continuation glob is made from);
     `entries` are the ones the walk visits (all of them, or those `WalkPrune` leaves), `places`
     their indexes in `names` (None when `entries` are all of `names`). `resume` is the index in
-    `entries` the walk goes on from once back in this directory. `waiting` counts the levels
-    above this one that still hold entries to visit (it cannot change while this one is open).
+    `entries` the walk goes on from once back in this directory. `chain` holds the levels above
+    this one with where each goes on from, and `waiting` how many of them still hold entries to
+    visit (neither can change while this one is open).
     """
 
-    __slots__ = ("entries", "fd", "name", "names", "places", "prefix", "resume", "waiting")
+    __slots__ = ("chain", "entries", "fd", "name", "names", "places", "prefix", "resume", "waiting")
 
     def __init__(
         self,
@@ -221,7 +222,7 @@ class WalkLevel:
         entries: list[os.DirEntry[str]],
         names: list[str],
         places: list[int] | None,
-        waiting: int,
+        chain: tuple[tuple[WalkLevel, int], ...],
     ) -> None:
         self.fd = fd
         self.prefix = prefix  # the directory's path relative to the listed one, "" or ending in "/"
@@ -230,7 +231,8 @@ class WalkLevel:
         self.names = names
         self.places = places
         self.resume = 0
-        self.waiting = waiting
+        self.chain = chain
+        self.waiting = sum(start < len(level.entries) for level, start in chain)
 
     def place(self, index: int) -> int:
         """The index in `names` of `entries[index]`."""
@@ -238,11 +240,13 @@ class WalkLevel:
 
 
 class WalkPrune(NamedTuple):
-    """The part of a tree a walk visits: inside `components` (directory names from the top, each
-    entered and not visited itself), then the entries of that directory that `keep` accepts (its
-    argument is the path relative to the listed directory), with everything under them."""
+    """The part of a tree a walk visits: inside the directories whose names `component` accepts
+    at each of `depth` levels from the top (entered, not visited themselves), then the entries
+    there that `keep` accepts (its argument is the path relative to the listed directory), with
+    everything under them."""
 
-    components: tuple[str, ...]
+    depth: int
+    component: Callable[[int, str], bool]
     keep: Callable[[str], bool]
 
 
@@ -256,7 +260,7 @@ def _scan(fd: int) -> tuple[list[os.DirEntry[str]], list[str]]:
 
 
 def _level(
-    fd: int, prefix: str, name: str, depth: int, prune: WalkPrune | None, waiting: int
+    fd: int, prefix: str, name: str, prune: WalkPrune | None, chain: tuple[tuple[WalkLevel, int], ...]
 ) -> WalkLevel | None:
     """The level of the open directory `fd` (closed here when it cannot be read or visited)."""
     try:
@@ -265,15 +269,16 @@ def _level(
         os.close(fd)
         return None
     places: list[int] | None = None
-    if prune is not None and depth <= len(prune.components):
-        if depth < len(prune.components):
-            wanted = prune.components[depth]
-            places = [index for index, entry in enumerate(entries) if entry.name == wanted]
+    depth = len(chain)
+    if prune is not None and depth <= prune.depth:
+        if depth < prune.depth:
+            component = prune.component
+            places = [index for index, entry in enumerate(entries) if component(depth, entry.name)]
         else:
             keep = prune.keep
             places = [index for index, entry in enumerate(entries) if keep(prefix + entry.name)]
         entries = [entries[index] for index in places]
-    return WalkLevel(fd, prefix, name, entries, names, places, waiting)
+    return WalkLevel(fd, prefix, name, entries, names, places, chain)
 
 
 #: One visited entry: its level, its index in `level.entries`, its path relative to the listed
@@ -287,8 +292,7 @@ def walk_listing(
     *,
     recursive: bool,
     prune: WalkPrune | None = None,
-    levels: list[WalkLevel] | None = None,
-) -> Iterator[Visit]:
+) -> Generator[Visit, None, None]:
     """fs_list's walk: `walk`'s entries in its order, by the same rules, made for speed and for
     stopping part way (owned `top_fd`: closed when done).
 
@@ -297,11 +301,11 @@ def walk_listing(
     entries gone before they were looked at are skipped. Types come from the directory listing
     (d_type; lstat where the file system gives none); only regular files are stat'ed, for their
     size. With `prune`, only the part of the tree it names is visited (the directories it passes
-    through are entered, not visited). `levels`, when given, is kept as the walk's stack of open
-    directories, deepest last, for a caller that stops part way and must say where.
+    through are entered, not visited). Each visit names its level, which says where the walk
+    is (for a caller that stops part way and must say where).
     """
-    stack: list[WalkLevel] = [] if levels is None else levels
-    top = _level(top_fd, "", posixpath.basename(root_relative.rstrip("/")), 0, prune, 0)
+    stack: list[WalkLevel] = []
+    top = _level(top_fd, "", posixpath.basename(root_relative.rstrip("/")), prune, ())
     if top is None:
         return
     stack.append(top)
@@ -311,7 +315,7 @@ def walk_listing(
             entries = level.entries
             prefix = level.prefix
             parent = level.name
-            passing = prune is not None and len(stack) <= len(prune.components)
+            passing = prune is not None and len(stack) <= prune.depth
             descend: tuple[int, str, str] | None = None
             for index in range(level.resume, len(entries)):
                 entry = entries[index]
@@ -351,21 +355,19 @@ def walk_listing(
                 continue
             index, name, relative = descend
             level.resume = index + 1
-            waiting = level.waiting + (level.resume < len(entries))
-            child = _open_child(level.fd, name, relative + "/", len(stack), prune, waiting)
+            child = _open_child(level.fd, name, relative + "/", prune, (*level.chain, (level, index + 1)))
             if child is not None:
                 stack.append(child)
     finally:
         for level in stack:
             os.close(level.fd)
-        stack.clear()
 
 
 def _open_child(
-    parent_fd: int, name: str, prefix: str, depth: int, prune: WalkPrune | None, waiting: int
+    parent_fd: int, name: str, prefix: str, prune: WalkPrune | None, chain: tuple[tuple[WalkLevel, int], ...]
 ) -> WalkLevel | None:
     try:
         child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
     except OSError:
         return None
-    return _level(child, prefix, name, depth, prune, waiting)
+    return _level(child, prefix, name, prune, chain)

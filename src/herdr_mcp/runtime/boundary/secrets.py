@@ -55,13 +55,20 @@ RG_SECRET_EXCLUDE_GLOBS: tuple[str, ...] = (
 
 def is_secret_name(name: str) -> bool:
     """True when one path component (a file or directory name) looks like a secret."""
-    folded = name.casefold()
+    return _is_secret_folded(name.casefold())
+
+
+def _is_secret_folded(folded: str) -> bool:
     if folded in _SECRET_DIRECTORIES or folded in _SECRET_FILES or folded in _PRIVATE_KEYS:
         return True
     if folded == ".env" or (folded.startswith(".env.") and folded not in _DOTENV_TEMPLATES):
         return True
     if folded.endswith(_SECRET_SUFFIXES):
         return True
+    # Every name `_SECRET_STORE` matches holds one of its words; looking for them first spares
+    # the regex for almost every name of a walk (fs_list asks once per entry).
+    if "secret" not in folded and "token" not in folded and "credential" not in folded:
+        return False
     return _SECRET_STORE.fullmatch(folded) is not None
 
 
@@ -82,4 +89,7 @@ def is_secret_entry(parent_name: str, name: str) -> bool:
 
     The cheap form for directory walks, which never enter secret directories.
     """
-    return is_secret_name(name) or (parent_name.casefold(), name.casefold()) == _SECRET_PAIR
+    folded = name.casefold()
+    if _is_secret_folded(folded):
+        return True
+    return folded == _SECRET_PAIR[1] and parent_name.casefold() == _SECRET_PAIR[0]

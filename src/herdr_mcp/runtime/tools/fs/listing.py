@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,11 +34,14 @@ from herdr_mcp.text import shown_path
 
 #: The catalog's maxLength of `glob`: a continuation glob longer than this cannot be asked for.
 GLOB_MAX_CHARS = 512
+#: In a literal prefix from `parse_resume`: any one character but `/` (a glob's `?`). No file
+#: name holds it.
+WILDCARD = "\x00"
 #: At most this many places are tried for a cut whose rest the globs can name.
-_MAX_TRIES = 64
+_MAX_TRIES = 512
 
-# (levels with entries left, entries listed before it, hidden before it, where each level is)
-_Place = tuple[int, int, int, list[tuple[WalkLevel, int]]]
+# A place a listing may be cut: before entry `index` of `level`, with so many secrets hidden.
+_Place = tuple[WalkLevel, int, int]
 
 
 @dataclass
@@ -69,177 +71,246 @@ def list_directory(
     prefix = parse_resume(glob) if glob else None
     if prefix is not None and "/" in prefix and not recursive:
         prefix = None  # its matches lie below the top, which a flat listing never reaches
-    prune = WalkPrune(tuple(prefix.split("/")[:-1]), _matcher(glob)) if glob and prefix is not None else None
+    prune = _prune(glob, prefix) if glob and prefix is not None else None
     pattern = glob if glob and prefix is None else None
-    continuable = pattern is None
-    floor = max(1, (max_entries + 1) // 2)
     listing = Listing()
     entries = listing.entries
     hidden = scanned = 0
-    fewest = 0  # the fewest globs any place seen so far needs (0: none seen)
+    # The place before each listed entry (its directory's level, its index there, the secrets
+    # hidden before it), then the place the listing stopped at: where a cut may fall.
     places: list[_Place] = []
-    levels: list[WalkLevel] = []
-    stop: tuple[WalkLevel, int] | None = None
-    visits = walk_listing(top_fd, root_relative, recursive=recursive, prune=prune, levels=levels)
+    stopped = False
+    visits = walk_listing(top_fd, root_relative, recursive=recursive, prune=prune)
     with contextlib.closing(visits):
         for level, index, relative, kind, size, secret in visits:
             scanned += 1
             if scanned > max_scanned:
-                stop = (level, index)
-                break
-            if secret:
+                stopped = True
+            elif secret:
                 hidden += 1
                 continue
-            if pattern is not None and not glob_match(pattern, relative):
+            elif pattern is not None and not glob_match(pattern, relative):
                 continue
-            count = len(entries)
-            if count == max_entries:
-                stop = (level, index)
+            elif len(entries) == max_entries:
+                stopped = True
+            if stopped:
+                places.append((level, index, hidden))
                 break
-            if continuable and count >= floor and (level.waiting < fewest or not fewest):
-                # A cut before this entry: everything listed so far, the rest in `waiting + 1`
-                # globs. Kept only while no place needing fewer was seen (later wins a tie).
-                fewest = level.waiting + 1
-                places.append((fewest, count, hidden, _where(levels, index)))
+            places.append((level, index, hidden))
             item = {"path": relative, "type": kind, "size": size if kind == "file" else None}
             if not relative.isascii() or "\\x" in relative:
                 shown_path(item)
             entries.append(item)
-        if stop is not None:
-            listing.truncated = True
-            if continuable:
-                stop_level, stop_index = stop
-                places.append((stop_level.waiting + 1, len(entries), hidden, _where(levels, stop_index)))
     listing.hidden = hidden
-    if listing.truncated and continuable:
-        _cut(listing, places)
+    if stopped:
+        listing.truncated = True
+        if pattern is None:
+            _cut(listing, places, max_entries)
     return listing
 
 
-def _where(levels: list[WalkLevel], index: int) -> list[tuple[WalkLevel, int]]:
-    """Where each open level goes on from, for a cut before entry `index` of the deepest."""
-    where = [(level, level.resume) for level in levels]
-    where[-1] = (levels[-1], index)
-    return where
+def _cut(listing: Listing, places: list[_Place], max_entries: int) -> None:
+    """Cut where the rest takes the fewest globs (the latest such place), looking first in the
+    second half of the cap, then before it; leave the listing as it is if no rest can be spelt.
 
+    `places[k]` is the place before the k-th entry listed (the last one, where it stopped); a cut
+    there keeps `k` entries. A cut keeping none is only taken when it stopped at the scan limit
+    before listing any (the secrets it passed are the progress). A place needs at least one glob
+    for each directory with entries left (`waiting + 1`), so places are tried in that order and
+    the search ends at one that needs no more."""
+    floor = max(1, (max_entries + 1) // 2)
+    counts = range(1 if len(places) > 1 else 0, len(places))
 
-def _cut(listing: Listing, places: list[_Place]) -> None:
-    """Cut at the place whose rest takes the fewest globs (the latest of those) that exist."""
-    places.sort(key=lambda place: (place[0], -place[1]))
-    for _, count, hidden, where in places[:_MAX_TRIES]:
-        rest = _rest_globs(where)
-        if rest is not None and (count > 0 or rest):
-            del listing.entries[count:]
-            listing.hidden = hidden
-            listing.rest = rest or []
-            return
+    def preference(count: int) -> tuple[bool, int, int]:
+        return (count < floor, places[count][0].waiting, -count)
 
-
-def _rest_globs(where: list[tuple[WalkLevel, int]]) -> list[str] | None:
-    globs = []
-    for level, start in reversed(where):
-        count = len(level.entries)
-        if start >= count:
+    chains: dict[int, list[str] | None] = {}
+    best: tuple[int, list[str]] | None = None
+    for count in sorted(counts, key=preference)[:_MAX_TRIES]:
+        level, index, _ = places[count]
+        if best is not None and (count < floor) != (best[0] < floor):
+            break  # a cut in the second half was found: one before it is not better
+        if best is not None and level.waiting + 1 >= len(best[1]):
+            break  # no place from here on can need fewer globs
+        if id(level) not in chains:
+            chains[id(level)] = _chain_globs(level) if _prefix_spelt(level) else None
+        if chains[id(level)] is None:
             continue
-        first, end = level.place(start), level.place(count - 1) + 1
-        if end - first != count - start:
-            return None  # names the walk left out lie among the rest: no range spells it
-        glob = resume_glob(level.prefix, level.names, first, end)
-        if glob is None:
+        deepest = _rest_globs(level, index)
+        if deepest is None:
+            continue
+        above = chains[id(level)]
+        if above is None:
+            continue
+        if best is None or len(deepest) + len(above) < len(best[1]):
+            best = (count, [*deepest, *above])
+    if best is not None:
+        count, rest = best
+        del listing.entries[count:]
+        listing.hidden = places[count][2]
+        listing.rest = rest
+
+
+def _prefix_spelt(level: WalkLevel) -> bool:
+    """Whether `_literal` spells the path of `level` so that it names only that directory: an
+    `_unspelt` character of a directory's name becomes `?`, which must match no other name beside
+    it."""
+    for above, resume in level.chain:
+        name = above.entries[resume - 1].name
+        if any(_unspelt(char) for char in name):
+            pattern = "".join(WILDCARD if _unspelt(char) else char for char in name)
+            if sum(matches_component(pattern, other) for other in above.names) != 1:
+                return False
+    return True
+
+
+def matches_component(pattern: str, name: str) -> bool:
+    """Whether `name` is `pattern`, a WILDCARD standing for any one character."""
+    if WILDCARD not in pattern:
+        return pattern == name
+    return len(pattern) == len(name) and all(p in (WILDCARD, n) for p, n in zip(pattern, name, strict=True))
+
+
+def _chain_globs(level: WalkLevel) -> list[str] | None:
+    """The globs of what the directories above `level` hold after it, nearest first."""
+    globs: list[str] = []
+    for above, start in reversed(level.chain):
+        rest = _rest_globs(above, start)
+        if rest is None:
             return None
-        globs.append(glob)
+        globs += rest
     return globs
 
 
-def _matcher(glob: str) -> Callable[[str], bool]:
+def _rest_globs(level: WalkLevel, start: int) -> list[str] | None:
+    """The globs of `level.entries[start:]` (with everything under them), in name order."""
+    count = len(level.entries)
+    if start >= count:
+        return []
+    first, end = level.place(start), level.place(count - 1) + 1
+    if end - first != count - start:
+        return None  # names the walk left out lie among the rest: no range spells it
+    return rest_globs(level.prefix, level.names, first, end)
+
+
+def _prune(glob: str, prefix: str) -> WalkPrune:
+    """The part of the tree a continuation glob can match: its literal path, then what it keeps."""
+    components = prefix.split("/")[:-1]
+
+    def component(depth: int, name: str) -> bool:
+        return matches_component(components[depth], name)
+
     def keep(relative: str) -> bool:
         return glob_match(glob, relative)
 
-    return keep
+    return WalkPrune(len(components), component, keep)
 
 
 # --- Continuation globs ------------------------------------------------------------------------
 
 
-def _common(a: str, b: str) -> int:
-    """The length of the common prefix of `a` and `b`."""
-    size = min(len(a), len(b))
-    index = 0
-    while index < size and a[index] == b[index]:
-        index += 1
-    return index
+def _block_end(names: list[str], stem: str, low: int) -> int:
+    """The index after the last name beginning with `stem` (`names` sorted, `names[low]` one)."""
+    if not stem:
+        return len(names)
+    following = stem[:-1] + chr(ord(stem[-1]) + 1) if ord(stem[-1]) < 0x10FFFF else None
+    return len(names) if following is None else bisect.bisect_left(names, following, low)
 
 
-def resume_glob(prefix: str, names: list[str], first: int, end: int) -> str | None:
-    """A glob matching `prefix + names[k]` (and everything under it) for `first <= k < end` and
-    no other name of `names` (the whole directory, in name order), or None when there is none of
-    the form `<literal>[!/<range>]**`.
+def rest_globs(prefix: str, names: list[str], first: int, end: int) -> list[str] | None:
+    """Globs that together match `prefix + names[k]` (and everything under it) for
+    `first <= k < end`, each such name once, and no other name of `names` (the whole directory,
+    in name order); None when a character cannot be spelt in a glob.
 
-    The names from `first` on share a prefix `p` up to a position `L`; there `names[first]` has a
-    character `c` that no earlier name beginning with `p` has (they have smaller ones, in a range
-    the class leaves out). So the glob is `prefix + p + [!/lo-hi] + **`, lo-hi covering the
-    characters the earlier names have at `L`. It exists when the name before `first` differs from
-    `names[first]` no later than the names from `first` to `end` do among themselves, when the
-    name after `end` does not begin with `p`, and when the characters can be spelt."""
-    head, last = names[first], names[end - 1]
-    at = min(_common(head, last), len(head) - 1)
-    if first > 0 and _common(names[first - 1], head) > at:
-        return None
-    stem = head[:at]
-    if end < len(names) and names[end].startswith(stem):
-        return None
-    low = bisect.bisect_left(names, stem, 0, first)
-    if low < first and names[low] == stem:
-        low += 1  # the name `p` itself: its own path is too short, what is under it has `/` at L
-    body = ""
-    if low < first:
-        spelt = _range(names[low][at], names[first - 1][at], head[at])
-        if spelt is None:
+    The names after `prev = names[first - 1]` are, in name order, those that extend `prev`, then
+    for each shorter prefix `prev[:j]` those that go on with a character greater than `prev[j]`.
+    Each such group is one glob, `prefix + prev[:j] + [!/lo-hi] + **`: the class leaves out `/`
+    and the characters `lo`..`hi` the names up to `prev` have at `j` (none greater than
+    `prev[j]`, so none of the group). Groups past `end` (names a continuation glob already left
+    out) are not asked for; one that straddles `end` cannot be spelt."""
+    if first == 0:
+        if end != len(names):
             return None
-        body = spelt
-    literal = _literal(prefix + stem)
-    if literal is None:
-        return None
-    glob = f"{literal}[!/{body}]**"
-    return glob if len(glob) <= GLOB_MAX_CHARS else None
+        literal = _literal(prefix)
+        return None if len(literal) > GLOB_MAX_CHARS - 6 else [f"{literal}[!/]**"]
+    prev = names[first - 1]
+    globs: list[str] = []
+    cursor = first
+    for at in range(len(prev), -1, -1):
+        stem = prev[:at]
+        if cursor >= end:
+            break
+        stop = _block_end(names, stem, 0)
+        if cursor >= stop:
+            continue
+        if stop > end:
+            return None
+        body = ""
+        if at < len(prev):
+            low = bisect.bisect_left(names, stem, 0, first)
+            if names[low] == stem:
+                low += 1  # `stem` itself: too short to match, and below it comes `/`
+            spelt = _range(names[low][at], prev[at], names[cursor][at])
+            if spelt is None:
+                return None
+            body = spelt
+        glob = f"{_literal(prefix + stem)}[!/{body}]**"
+        if len(glob) > GLOB_MAX_CHARS:
+            return None
+        if any(_unspelt(char) for char in stem) and any(
+            glob_match(glob, prefix + name) != (cursor <= index < stop) for index, name in enumerate(names)
+        ):
+            return None  # a `?` standing for `[` matches another name of the directory too
+        globs.append(glob)
+        cursor = stop
+    return globs
 
 
-# Characters a glob class cannot hold as a range's end without changing its meaning (`]` ends
-# the class, `-` and `[` make Python's regex warn or read a set operation).
-_UNSAFE_IN_CLASS = frozenset("[]-")
-
-
-def _spellable(char: str) -> bool:
-    # A lone surrogate (a byte of a name that is not UTF-8) cannot travel in a JSON argument.
-    return not 0xD800 <= ord(char) <= 0xDFFF
+# Characters a glob class cannot hold as a range's end as they are (`]` ends the class, `-` and
+# `[` make Python's regex warn or read a set operation), and lone surrogates (a byte of a name
+# that is not UTF-8), which cannot travel in a JSON argument.
+def _awkward(code: int) -> bool:
+    return code in (0x2D, 0x5B, 0x5D) or 0xD800 <= code <= 0xDFFF
 
 
 def _range(low: str, high: str, above: str) -> str | None:
-    """A class body leaving out every character from `low` to `high` and nothing from `above` on.
+    """A class body leaving out every character from `low` to `high` and none from `above` on.
 
-    The ends may move outwards (down from `low`, up towards `above`) past characters a class
-    cannot hold: leaving out more characters below `above` leaves out no name that exists, since
-    `low` and `high` are the smallest and largest ones there."""
+    The ends may move outwards past characters a class cannot hold (down from `low`, up towards
+    `above`): leaving out more characters below `above` leaves out no name that exists, since
+    `low` and `high` are the smallest and largest there. A `-` that cannot be moved past is
+    written last, where a class reads it as itself."""
     start = ord(low)
-    while start > 1 and (chr(start) in _UNSAFE_IN_CLASS or not _spellable(chr(start))):
+    while start > 1 and _awkward(start):
         start -= 1
     end = ord(high)
-    while end < ord(above) and (chr(end) in _UNSAFE_IN_CLASS or not _spellable(chr(end))):
+    while _awkward(end) and end + 1 < ord(above):
         end += 1
-    if end >= ord(above) or chr(start) in _UNSAFE_IN_CLASS or not _spellable(chr(start)):
+    if not _awkward(end):
+        return chr(start) if start == end else f"{chr(start)}-{chr(end)}"
+    if end != 0x2D:
         return None
-    return chr(start) if start == end else f"{chr(start)}-{chr(end)}"
+    below = ord(",")  # the character before `-`; `start` is at most that
+    return ("," if start == below else f"{chr(start)}-,") + "-"
 
 
-def _literal(text: str) -> str | None:
-    """`text` as glob characters that match exactly it, or None when it holds one that cannot be
-    (`[`, whose only spelling is a class that Python's regex reads as a nested set)."""
+def _unspelt(char: str) -> bool:
+    """`[` (its only class, `[[]`, Python's regex reads as a nested set) and a byte of a name
+    that is not UTF-8 (a lone surrogate, which no JSON argument carries) have no glob of their
+    own; they are spelt `?`, which matches any other character there too."""
+    return char == "[" or 0xD800 <= ord(char) <= 0xDFFF
+
+
+def _literal(text: str) -> str:
+    """`text` as glob characters that match it: `*` and `?` as the classes `[*]` and `[?]`, an
+    `_unspelt` character as `?` (`rest_globs` and `_prefix_spelt` check that it matches no other
+    name there)."""
     out = []
     for char in text:
         if char in "*?":
             out.append(f"[{char}]")
-        elif char == "[" or not _spellable(char):
-            return None
+        elif _unspelt(char):
+            out.append("?")
         else:
             out.append(char)
     return "".join(out)
@@ -247,7 +318,8 @@ def _literal(text: str) -> str | None:
 
 def parse_resume(glob: str) -> str | None:
     """The literal prefix of `glob` when it has the continuation form `<literal>[!/...]**`,
-    spelt as `resume_glob` spells one (`[*]` and `[?]` for those characters), else None."""
+    spelt as `rest_globs` spells one (`[*]` and `[?]` for those characters, `?` for any one
+    character, given back as WILDCARD), else None."""
     if not glob.endswith("]**"):
         return None
     out: list[str] = []
@@ -268,8 +340,8 @@ def parse_resume(glob: str) -> str | None:
             out.append(body)
             index = close + 1
             continue
-        if char in "*?":
+        if char == "*":
             return None
-        out.append(char)
+        out.append(WILDCARD if char == "?" else char)
         index += 1
     return None
