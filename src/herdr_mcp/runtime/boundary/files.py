@@ -19,7 +19,7 @@ from typing import Literal, NamedTuple
 
 from herdr_mcp.errors import ToolError
 from herdr_mcp.runtime.boundary.paths import ResolvedPath, is_git_name, open_beneath, open_error
-from herdr_mcp.runtime.boundary.secrets import is_secret_entry
+from herdr_mcp.runtime.boundary.secrets import is_secret_entry, secret_entries
 
 __all__ = [
     "EntryKind",
@@ -207,12 +207,15 @@ class WalkLevel:
     `names` is the whole directory in name order (what a continuation glob is made from);
     `entries` are the ones the walk visits (all of them, or those `WalkPrune` leaves), `places`
     their indexes in `names` (None when `entries` are all of `names`). `resume` is the index in
-    `entries` the walk goes on from once back in this directory. `chain` holds the levels above
+    `entries` the walk goes on from once back in this directory; `secrets` are the names among
+    them that look like secrets. `chain` holds the levels above
     this one with where each goes on from, and `waiting` how many of them still hold entries to
     visit (neither can change while this one is open).
     """
 
-    __slots__ = ("chain", "entries", "fd", "name", "names", "places", "prefix", "resume", "waiting")
+    __slots__ = (
+        "chain", "entries", "fd", "name", "names", "places", "prefix", "resume", "secrets", "waiting",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -233,6 +236,9 @@ class WalkLevel:
         self.resume = 0
         self.chain = chain
         self.waiting = sum(start < len(level.entries) for level, start in chain)
+        # Ancestors are known not to be secret (the listed directory was checked and secret
+        # directories are never entered), so only a name and its parent pair can be.
+        self.secrets = secret_entries(name, [entry.name for entry in entries])
 
     def place(self, index: int) -> int:
         """The index in `names` of `entries[index]`."""
@@ -316,6 +322,7 @@ def walk_listing(
             prefix = level.prefix
             parent = level.name
             passing = prune is not None and len(stack) <= prune.depth
+            secrets = level.secrets
             descend: tuple[int, str, str] | None = None
             for index in range(level.resume, len(entries)):
                 entry = entries[index]
@@ -342,9 +349,7 @@ def walk_listing(
                 except OSError:  # gone since the directory was read
                     continue
                 relative = prefix + name
-                # Ancestors are known not to be secret (the listed directory was checked and secret
-                # directories are never entered), so only this name and its parent pair can be.
-                secret = is_secret_entry(parent, name)
+                secret = name in secrets if secrets else False
                 yield level, index, relative, kind, size, secret
                 if recursive and kind == "dir" and not secret and not is_git_name(name):
                     descend = (index, name, relative)

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 from herdr_mcp.runtime.boundary import WalkLevel, WalkPrune, walk_listing
@@ -121,12 +123,9 @@ def _cut(listing: Listing, places: list[_Place], max_entries: int) -> None:
     floor = max(1, (max_entries + 1) // 2)
     counts = range(1 if len(places) > 1 else 0, len(places))
 
-    def preference(count: int) -> tuple[bool, int, int]:
-        return (count < floor, places[count][0].waiting, -count)
-
     chains: dict[int, list[str] | None] = {}
     best: tuple[int, list[str]] | None = None
-    for count in sorted(counts, key=preference)[:_MAX_TRIES]:
+    for count in islice(_in_preference(places, counts, floor), _MAX_TRIES):
         level, index, _ = places[count]
         if best is not None and (count < floor) != (best[0] < floor):
             break  # a cut in the second half was found: one before it is not better
@@ -149,6 +148,17 @@ def _cut(listing: Listing, places: list[_Place], max_entries: int) -> None:
         del listing.entries[count:]
         listing.hidden = places[count][2]
         listing.rest = rest
+
+
+def _in_preference(places: list[_Place], counts: range, floor: int) -> Iterator[int]:
+    """`counts` in the second half of the cap first, then before it; in each, those needing
+    fewer directories' globs first (`waiting`), later first among equals."""
+    for part in (range(max(floor, counts.start), counts.stop), range(counts.start, min(floor, counts.stop))):
+        by_waiting: dict[int, list[int]] = {}
+        for count in reversed(part):
+            by_waiting.setdefault(places[count][0].waiting, []).append(count)
+        for waiting in sorted(by_waiting):
+            yield from by_waiting[waiting]
 
 
 def _prefix_spelt(level: WalkLevel) -> bool:
