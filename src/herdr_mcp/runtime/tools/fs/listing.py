@@ -40,7 +40,7 @@ GLOB_MAX_CHARS = 512
 #: name holds it.
 WILDCARD = "\x00"
 #: At most this many places are tried for a cut whose rest the globs can name.
-_MAX_TRIES = 512
+_MAX_TRIES = 64
 
 # A place a listing may be cut: before entry `index` of `level`, with so many secrets hidden.
 _Place = tuple[WalkLevel, int, int]
@@ -219,6 +219,20 @@ def _prune(glob: str, prefix: str) -> WalkPrune:
 # --- Continuation globs ------------------------------------------------------------------------
 
 
+def _alone(glob: str, prefix: str, stem: str, names: list[str], cursor: int, stop: int) -> bool:
+    """Whether `glob` matches no name outside `names[cursor:stop]` though its literal part spells
+    an `_unspelt` character of `stem` as `?`. Only names sharing `stem` up to the first such
+    character can match; they lie together in `names`."""
+    wild = next((at for at, char in enumerate(stem) if _unspelt(char)), None)
+    if wild is None:
+        return True
+    low = bisect.bisect_left(names, stem[:wild])
+    for index in range(low, _block_end(names, stem[:wild], low)):
+        if not cursor <= index < stop and glob_match(glob, prefix + names[index]):
+            return False
+    return True
+
+
 def _block_end(names: list[str], stem: str, low: int) -> int:
     """The index after the last name beginning with `stem` (`names` sorted, `names[low]` one)."""
     if not stem:
@@ -267,10 +281,8 @@ def rest_globs(prefix: str, names: list[str], first: int, end: int) -> list[str]
         glob = f"{_literal(prefix + stem)}[!/{body}]**"
         if len(glob) > GLOB_MAX_CHARS:
             return None
-        if any(_unspelt(char) for char in stem) and any(
-            glob_match(glob, prefix + name) != (cursor <= index < stop) for index, name in enumerate(names)
-        ):
-            return None  # a `?` standing for `[` matches another name of the directory too
+        if not _alone(glob, prefix, stem, names, cursor, stop):
+            return None
         globs.append(glob)
         cursor = stop
     return globs
