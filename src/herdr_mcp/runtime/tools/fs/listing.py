@@ -78,9 +78,12 @@ def list_directory(
     listing = Listing()
     entries = listing.entries
     hidden = scanned = 0
-    # The place before each listed entry (its directory's level, its index there, the secrets
-    # hidden before it), then the place the listing stopped at: where a cut may fall.
-    places: list[_Place] = []
+    # Where a cut may fall: before each listed entry, and where the listing stopped. Kept as runs
+    # of consecutive entries of one directory with the same count of hidden secrets before them:
+    # (entries listed before the run, its level, the index there of its first entry, hidden).
+    runs = _Places()
+    run_level: WalkLevel | None = None
+    run_next = 0
     stopped = False
     visits = walk_listing(top_fd, root_relative, recursive=recursive, prune=prune)
     with contextlib.closing(visits):
@@ -90,15 +93,19 @@ def list_directory(
                 stopped = True
             elif secret:
                 hidden += 1
+                run_level = None
                 continue
             elif pattern is not None and not glob_match(pattern, relative):
+                run_level = None
                 continue
             elif len(entries) == max_entries:
                 stopped = True
+            if level is not run_level or index != run_next or stopped:
+                runs.add(len(entries), level, index, hidden)
+                run_level = level
             if stopped:
-                places.append((level, index, hidden))
                 break
-            places.append((level, index, hidden))
+            run_next = index + 1
             item = {"path": relative, "type": kind, "size": size if kind == "file" else None}
             if not relative.isascii() or "\\x" in relative:
                 shown_path(item)
@@ -107,11 +114,34 @@ def list_directory(
     if stopped:
         listing.truncated = True
         if pattern is None:
-            _cut(listing, places, max_entries)
+            _cut(listing, runs, max_entries)
     return listing
 
 
-def _cut(listing: Listing, places: list[_Place], max_entries: int) -> None:
+class _Places:
+    """The places a listing may be cut, by the count of entries listed before each."""
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.runs: list[tuple[WalkLevel, int, int]] = []
+
+    def add(self, count: int, level: WalkLevel, index: int, hidden: int) -> None:
+        if self.starts and self.starts[-1] == count:  # the stop, at the place of the next entry
+            self.runs[-1] = (level, index, hidden)
+        else:
+            self.starts.append(count)
+            self.runs.append((level, index, hidden))
+
+    def __len__(self) -> int:
+        return self.starts[-1] + 1 if self.starts else 0
+
+    def __getitem__(self, count: int) -> _Place:
+        at = bisect.bisect_right(self.starts, count) - 1
+        level, index, hidden = self.runs[at]
+        return level, index + count - self.starts[at], hidden
+
+
+def _cut(listing: Listing, places: _Places, max_entries: int) -> None:
     """Cut where the rest takes the fewest globs (the latest such place), looking first in the
     second half of the cap, then before it; leave the listing as it is if no rest can be spelt.
 
@@ -150,15 +180,19 @@ def _cut(listing: Listing, places: list[_Place], max_entries: int) -> None:
         listing.rest = rest
 
 
-def _in_preference(places: list[_Place], counts: range, floor: int) -> Iterator[int]:
+def _in_preference(places: _Places, counts: range, floor: int) -> Iterator[int]:
     """`counts` in the second half of the cap first, then before it; in each, those needing
-    fewer directories' globs first (`waiting`), later first among equals."""
-    for part in (range(max(floor, counts.start), counts.stop), range(counts.start, min(floor, counts.stop))):
-        by_waiting: dict[int, list[int]] = {}
-        for count in reversed(part):
-            by_waiting.setdefault(places[count][0].waiting, []).append(count)
+    fewer directories' globs first (`waiting`, the same along a run), later first among equals."""
+    bounds = [*places.starts[1:], len(places)]
+    for low, high in ((max(floor, counts.start), counts.stop), (counts.start, min(floor, counts.stop))):
+        by_waiting: dict[int, list[range]] = {}
+        for at in range(len(places.starts) - 1, -1, -1):
+            first, end = max(places.starts[at], low), min(bounds[at], high)
+            if first < end:
+                by_waiting.setdefault(places.runs[at][0].waiting, []).append(range(end - 1, first - 1, -1))
         for waiting in sorted(by_waiting):
-            yield from by_waiting[waiting]
+            for run in by_waiting[waiting]:
+                yield from run
 
 
 def _prefix_spelt(level: WalkLevel) -> bool:
