@@ -45,7 +45,7 @@ from herdr_mcp.runtime.audit import (
     rotated_path,
 )
 from herdr_mcp.runtime.config import RuntimeConfig
-from herdr_mcp.runtime.server import ToolDispatcher
+from herdr_mcp.runtime.dispatcher import ToolDispatcher
 from herdr_mcp.runtime.services import Services
 from herdr_mcp.sim import SimConfig, SimulatorThread
 from tests.support.runtime_harness import (

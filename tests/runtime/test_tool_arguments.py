@@ -28,7 +28,7 @@ import herdr_mcp.runtime.tools
 from herdr_mcp.contract import load_catalog
 from herdr_mcp.errors import ToolError
 from herdr_mcp.runtime.config import RuntimeConfig
-from herdr_mcp.runtime.server import ToolDispatcher
+from herdr_mcp.runtime.dispatcher import ToolDispatcher
 from herdr_mcp.runtime.services import Services
 from herdr_mcp.runtime.tools.arguments import (
     ARGUMENT_LIMITS,
@@ -268,7 +268,7 @@ def dispatcher(tmp_path: Path) -> Iterator[tuple[ToolDispatcher, Path]]:
 def _call(dispatcher: ToolDispatcher, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
     async def run() -> dict[str, Any]:
         result = await dispatcher.call(name, arguments)
-        payload = result.structured_content
+        payload = result["structuredContent"]
         assert payload is not None
         # The answer encodes as JSON like any other (no RecursionError on the way out either).
         json.dumps(payload)

@@ -24,9 +24,9 @@ import uvicorn
 from herdr_mcp.loopback import bind_loopback
 from herdr_mcp.runtime.app import build_app
 from herdr_mcp.runtime.config import RuntimeConfig
+from herdr_mcp.runtime.dispatcher import ToolDispatcher
 from herdr_mcp.runtime.ipc import bind_ipc_socket
 from herdr_mcp.runtime.push import PushSettings
-from herdr_mcp.runtime.server import ToolDispatcher
 from herdr_mcp.runtime.services import Services
 from herdr_mcp.sim import (
     AgentConfig,

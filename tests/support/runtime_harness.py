@@ -35,7 +35,7 @@ from starlette.types import ASGIApp, Message
 from herdr_mcp.local_http import local_async_client
 from herdr_mcp.runtime.app import build_app
 from herdr_mcp.runtime.config import RuntimeConfig
-from herdr_mcp.runtime.server import ToolDispatcher
+from herdr_mcp.runtime.dispatcher import ToolDispatcher
 from herdr_mcp.runtime.services import Services
 
 GIT_ENV = {

@@ -19,8 +19,9 @@ from herdr_mcp.layout import Layout
 from herdr_mcp.loopback import StopSignals, freeze_startup_heap, stop_signals
 from herdr_mcp.runtime.app import running
 from herdr_mcp.runtime.config import RuntimeConfig
+from herdr_mcp.runtime.dispatcher import ToolDispatcher
 from herdr_mcp.runtime.grep.children import stop_searches
-from herdr_mcp.runtime.server import ToolDispatcher, build_mcp_server
+from herdr_mcp.runtime.server import build_mcp_server
 from herdr_mcp.runtime.services import Services
 from herdr_mcp.runtime.stdio import StdioSession, claimed_stdio
 

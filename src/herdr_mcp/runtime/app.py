@@ -26,11 +26,12 @@ from herdr_mcp.runtime.auth import BearerGate
 from herdr_mcp.runtime.body_bounds import BoundedMcpBody
 from herdr_mcp.runtime.browser import browser_routes
 from herdr_mcp.runtime.browser.http import json_response
+from herdr_mcp.runtime.dispatcher import ToolDispatcher
 from herdr_mcp.runtime.grep.children import stop_searches
 from herdr_mcp.runtime.grep.search import engine_in_use
 from herdr_mcp.runtime.native import protocol_support
 from herdr_mcp.runtime.push.routes import push_routes
-from herdr_mcp.runtime.server import ToolDispatcher, build_mcp_server
+from herdr_mcp.runtime.server import build_mcp_server
 from herdr_mcp.runtime.services import Services
 from herdr_mcp.state import STATE_SCHEMA
 

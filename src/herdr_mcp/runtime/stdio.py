@@ -51,7 +51,8 @@ from mcp_types.version import (
     MODERN_PROTOCOL_VERSIONS,
 )
 
-from herdr_mcp.runtime.server import ToolDispatcher
+from herdr_mcp.runtime.dispatcher import ToolDispatcher
+from herdr_mcp.runtime.server import list_tools_result
 from herdr_mcp.strict_json import MESSAGE_LIMITS, JsonLimitExceeded, loads_bounded
 from herdr_mcp.text import dumps
 
@@ -104,7 +105,7 @@ class StdioSession:
         self._instructions = options.instructions
         # The tool list never changes in a process: serialised once per era, as the HTTP app
         # serves it (2026-07-28 results also carry the server's identity, `_stamp`).
-        tools = _dump(dispatcher.list_result)
+        tools = _dump(list_tools_result(dispatcher.catalog))
         self._tools_json = _compact(tools)
         self._stamp = {types.SERVER_INFO_META_KEY: server.server_info_stamp}
         self._modern_tools_json = _compact({**tools, "_meta": self._stamp})
@@ -301,7 +302,7 @@ class StdioSession:
             result = await self._dispatcher.call(name, arguments, session=None, meta=meta)
         except asyncio.CancelledError:
             return  # cancelled by the client (not answered) or at shutdown
-        answer = _dump(result)
+        answer = dict(result)
         if modern:
             answer["_meta"] = {**answer.get("_meta", {}), **self._stamp}
         await self._send_result(request_id, answer)

@@ -1,6 +1,6 @@
 """Tool arguments, parsed once: bounded, checked against the frozen catalog's schema, defaults filled.
 
-The dispatcher (`runtime.server.ToolDispatcher`) hands every tools/call's `arguments` through
+The dispatcher (`runtime.dispatcher.ToolDispatcher`) hands every tools/call's `arguments` through
 here before a handler runs, in this order (docs/runtime.md "Tool arguments"):
 
 1. `check_limits`: at most `ARGUMENT_LIMITS.max_depth` objects and arrays inside one another
