@@ -1,14 +1,15 @@
-"""fs_list's walk and where it stops: a listing cut so that one glob per call lists the rest.
+"""fs_list's walk and where it stops: a listing cut where globs can name the rest.
 
 The frozen catalog gives herdr_fs_list no cursor, only `path`, `recursive`, `glob` and
 `max_entries` (at most 2,000). So a listing that does not fit is cut where the rest can be named
 by globs, and the answer says which (`next_calls`): each is the same call with a glob of the form
-`<literal path prefix>[!/<range>]**`, matching (whole path, since it holds a `/`) the entries of
-one directory from a given name on, with everything under them. Such a glob cannot name "the
+`<literal path prefix>[!/<range>]**`, matching (whole path, since it holds a `/`) one group of a
+directory's names after the cut (those sharing a prefix with the last name listed and going on
+with a greater character, `rest_globs`), with everything under them. No such glob names "the
 rest of this directory and the rest of its parent", so where the cut falls matters: among the
 places in the second half of the cap, the cut goes where the rest needs the fewest globs (one,
-where a directory ends and nothing after it is left above), the latest such place, and only at
-a place where the globs exist (a name range the glob alphabet can spell).
+where a directory ends at a round name and nothing after it is left above), the latest such
+place, and only where the globs can be spelt.
 
 A call whose glob has exactly that form (`parse_resume`) walks only the part of the tree the
 glob can match (`WalkPrune`): the directories on its literal path are entered, not visited, and
