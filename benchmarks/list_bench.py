@@ -27,12 +27,17 @@ and docs/runtime.md say):
 Shapes (5,000 entries each, generated once; file sizes vary):
 - `flat`: 50 directories of 99 files each (`dNN/fNNN.txt`).
 - `deep`: 5 directories, each of 5, each of 5, each of 5 (780 directories, depth 4), the 4,220
-  files spread over the 625 leaf directories (`pN/mN/sN/lN/file_N.py`).
+  files spread over the 625 leaf directories (`pN/mN/sN/lN/file_N.py`): 5 top-level subtrees of
+  about 1,000 entries, so no cut near 2,000 leaves a rest one glob names.
 - `lopsided`: 2 directories of 2,499 entries each (49 subdirectories of 50 files): no top-level
   boundary falls within the first 2,000 entries, the hardest of the three for `next_calls`.
 
 Each round times every strategy and find `--repeat` times, interleaved, and takes medians; the
-figure is min/median/max over `--rounds` rounds, with the load average. `--record` writes
+figure is min/median/max over `--rounds` rounds, with the load average. Beside the wall time, the
+CPU a listing costs (user + system, from /proc for the runtime process and getrusage for this
+process and for find) is printed: on a shared 2-core machine the wall time of a call that hops
+client -> event loop -> worker thread -> event loop -> client grows with the load much more
+than find's does, and the CPU figure says how much of the ratio is work. `--record` writes
 benchmarks/results/list_bench.json. Run under the shared lock:
 `flock /tmp/herdr-bench.lock python benchmarks/list_bench.py --record`.
 """
@@ -42,6 +47,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -49,7 +56,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -229,10 +236,24 @@ class Figures:
     ratios: dict[str, list[float]]
     ms: dict[str, list[float]]
     find_ms: list[float]
+    #: CPU (user + system) per listing, ms, over all rounds: the runtime process, this process
+    #: (the client: requests, reading and parsing answers) and find (its own CPU).
+    cpu: dict[str, float] = field(default_factory=dict)
+
+
+def _process_cpu_ms(pid: int) -> float:
+    """User + system CPU of process `pid` so far (its threads included), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_ms(who: int) -> float:
+    usage = resource.getrusage(who)
+    return (usage.ru_utime + usage.ru_stime) * 1000
 
 
 async def measure_shape(
-    client: RawHttp, directory: Path, strategies: list[str], rounds: int, repeat: int
+    client: RawHttp, server_pid: int, directory: Path, strategies: list[str], rounds: int, repeat: int
 ) -> Figures:
     expected = find_entries(run_find(directory))
     if len(expected) != ENTRIES:
@@ -243,16 +264,24 @@ async def measure_shape(
         check(listing.entries, expected, f"{directory.name}/{name}")
         figures.calls[name] = listing.calls
 
+    cpu = dict.fromkeys(
+        ["find", *(f"{name} {side}" for name in strategies for side in ("runtime", "client"))], 0.0
+    )
     for _ in range(rounds):
         samples: dict[str, list[float]] = {name: [] for name in ["find", *strategies]}
         for _ in range(repeat):
+            before = _own_cpu_ms(resource.RUSAGE_CHILDREN)
             start = time.perf_counter()
             run_find(directory)
             samples["find"].append((time.perf_counter() - start) * 1000)
+            cpu["find"] += _own_cpu_ms(resource.RUSAGE_CHILDREN) - before
             for name in strategies:
+                server, own = _process_cpu_ms(server_pid), _own_cpu_ms(resource.RUSAGE_SELF)
                 start = time.perf_counter()
                 listing = await STRATEGIES[name](client, str(directory))
                 ms = (time.perf_counter() - start) * 1000
+                cpu[f"{name} runtime"] += _process_cpu_ms(server_pid) - server
+                cpu[f"{name} client"] += _own_cpu_ms(resource.RUSAGE_SELF) - own
                 if listing.calls != figures.calls[name] or len(listing.entries) != ENTRIES:
                     raise RuntimeError(
                         f"{directory.name}/{name}: {listing.calls} calls, {len(listing.entries)}"
@@ -263,6 +292,7 @@ async def measure_shape(
         for name in strategies:
             figures.ms[name].append(statistics.median(samples[name]))
             figures.ratios[name].append(statistics.median(samples[name]) / find_median)
+    figures.cpu = {key: total / (rounds * repeat) for key, total in cpu.items()}
     return figures
 
 
@@ -285,14 +315,14 @@ def rows_of(results: dict[str, Figures]) -> list[Row]:
 
 
 async def run(
-    url: str, token: str, trees: Path, shapes: list[str], args: argparse.Namespace
+    url: str, token: str, server_pid: int, trees: Path, shapes: list[str], args: argparse.Namespace
 ) -> dict[str, Figures]:
     client = await RawHttp(url, token).connect()
     try:
         results = {}
         for shape in shapes:
             results[shape] = await measure_shape(
-                client, trees / shape, args.strategies, args.rounds, args.repeat
+                client, server_pid, trees / shape, args.strategies, args.rounds, args.repeat
             )
         return results
     finally:
@@ -307,6 +337,12 @@ def report(results: dict[str, Figures]) -> None:
             total = Spread(tuple(figures.ms[name])).text(1, " ms")
             ratio = Spread(tuple(figures.ratios[name])).text(2)
             print(f"   {name:<11} {figures.calls[name]:>3} calls  total {total}  ratio {ratio}")
+            runtime_cpu, client_cpu = figures.cpu[f"{name} runtime"], figures.cpu[f"{name} client"]
+            find_cpu = figures.cpu["find"]
+            print(
+                f"   {'':<11} CPU a listing: runtime {runtime_cpu:.1f} ms + client {client_cpu:.1f} ms"
+                f" = {(runtime_cpu + client_cpu) / find_cpu:.2f}x find's {find_cpu:.1f} ms"
+            )
 
 
 def main() -> int:
@@ -329,7 +365,9 @@ def main() -> int:
             SimulatorThread(SimConfig.for_roots([repo]), tmp / "herdr.sock"),
             running_runtime(tmp / "herdr.sock", tmp / "config") as runtime,
         ):
-            results = asyncio.run(run(runtime.url, runtime.token, repo, args.shapes, args))
+            results = asyncio.run(
+                run(runtime.url, runtime.token, runtime.process.pid, repo, args.shapes, args)
+            )
         report(results)
         if args.record:
             path = record(
@@ -342,6 +380,7 @@ def main() -> int:
                         "find_ms": Spread(tuple(figures.find_ms)).to_json(),
                         "total_ms": {k: Spread(tuple(v)).to_json() for k, v in figures.ms.items()},
                         "ratio": {k: Spread(tuple(v)).to_json() for k, v in figures.ratios.items()},
+                        "cpu_ms_per_listing": {k: round(v, 2) for k, v in figures.cpu.items()},
                     }
                     for shape, figures in results.items()
                 }
