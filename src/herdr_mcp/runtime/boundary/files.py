@@ -238,7 +238,7 @@ class WalkLevel:
         self.waiting = sum(start < len(level.entries) for level, start in chain)
         # Ancestors are known not to be secret (the listed directory was checked and secret
         # directories are never entered), so only a name and its parent pair can be.
-        self.secrets = secret_entries(name, [entry.name for entry in entries])
+        self.secrets = secret_entries(name, names if places is None else [entry.name for entry in entries])
 
     def place(self, index: int) -> int:
         """The index in `names` of `entries[index]`."""
