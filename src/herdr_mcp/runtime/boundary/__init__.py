@@ -9,13 +9,17 @@ without following one.
 from herdr_mcp.runtime.boundary.atomic import FileIdentity, atomic_write, remove_directories, remove_file
 from herdr_mcp.runtime.boundary.files import (
     EntryKind,
+    Visit,
     WalkEntry,
+    WalkLevel,
+    WalkPrune,
     open_directory,
     open_file_in,
     open_regular,
     refuse_non_regular,
     utf8_boundary,
     walk,
+    walk_listing,
 )
 from herdr_mcp.runtime.boundary.gates import (
     Policy,
@@ -52,7 +56,10 @@ __all__ = [
     "RootCandidate",
     "RootKind",
     "RootSet",
+    "Visit",
     "WalkEntry",
+    "WalkLevel",
+    "WalkPrune",
     "atomic_write",
     "check_acknowledged",
     "check_target",
@@ -75,4 +82,5 @@ __all__ = [
     "root_mutations",
     "utf8_boundary",
     "walk",
+    "walk_listing",
 ]
