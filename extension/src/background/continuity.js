@@ -14,6 +14,13 @@ import { wakeTarget } from "../lib/scope.js";
 import { initialWake, initialWorkspace, onSettled, onWorking, reconcile, wakeFor, woke } from "../lib/settle.js";
 import * as keys from "../lib/storage-keys.js";
 import * as store from "./store.js";
+import { mark } from "../lib/trace.js";
+
+/**
+ * A wake's inputs (inbox, agents' statuses) read when its settle arrived are used for at most this
+ * long; a wake sent later (Auto off, then Continue; a busy page) reads them again.
+ */
+export const WAKE_INPUTS_FRESH_MS = 2_000;
 
 /** Why Check Herdr sent nothing, as the HUD flashes it (catalog names). */
 const CHECK_REFUSED = {
@@ -37,6 +44,7 @@ export class Continuity {
     this.pauseTimer = null;
     this.options = normalizeOptions({});
     this.notes = new Map();
+    this.prefetched = new Map(); // scope -> {at, inbox, state}: a wake's inputs read at its settle
   }
 
   // ---- push events
@@ -58,9 +66,14 @@ export class Continuity {
         await store.update(keys.progress(binding.scope), initialProgress(), (value) => addOutput(value, data.text));
       }
     } else if (type === "agent_settled") {
+      mark("herdr:t:handle");
       const before = await store.get(keys.workspace(workspaceId), initialWorkspace());
       const { workspace, settledTurn } = onSettled(before, data);
+      if (settledTurn !== null) {
+        this.readWakeInputs(workspaceId); // side by side with recording the turn and its wake
+      }
       await store.set(keys.workspace(workspaceId), workspace);
+      mark("herdr:t:ws-stored");
       await this.turnEnded(workspaceId, settledTurn, data.seq);
     } else if (type === "agent_gone") {
       await this.bindings.refreshState().catch(() => {});
@@ -74,8 +87,10 @@ export class Continuity {
     }
     for (const binding of this.bindings.scopesOf(workspaceId)) {
       const { created } = await this.addWake(binding.scope, turn, seq);
+      mark("herdr:t:wake-stored");
       if (created) {
         await store.remove(keys.outbox(binding.scope)); // progress of the ended turn is stale
+        mark("herdr:t:outbox-removed");
         this.note(binding.scope, t("noteWakePending"));
         this.pumpScope(binding.scope);
       }
@@ -151,6 +166,48 @@ export class Continuity {
     }
   }
 
+  // ---- a wake's inputs
+
+  /**
+   * Start reading what the wakes of `workspaceId`'s bound scopes will say (each scope's task inbox,
+   * the agents' statuses from /push/state), as the settle that ends the turn arrives: the reads
+   * run while the turn and its wake are recorded, and the pump takes them (`wakeInputs`).
+   */
+  readWakeInputs(workspaceId) {
+    const at = this.now();
+    const state = this.readState();
+    for (const binding of this.bindings.scopesOf(workspaceId)) {
+      this.prefetched.set(binding.scope, { at, state, inbox: this.readInbox(binding.scope) });
+    }
+  }
+
+  /**
+   * `{inbox, state}` (promises that never reject) for the wake the pump is sending to `scope`:
+   * the ones read when the settle arrived if at most WAKE_INPUTS_FRESH_MS old, else read now.
+   */
+  wakeInputs(scope) {
+    const kept = this.prefetched.get(scope);
+    this.prefetched.delete(scope);
+    if (kept && this.now() - kept.at <= WAKE_INPUTS_FRESH_MS) {
+      return kept;
+    }
+    return { inbox: this.readInbox(scope), state: this.readState() };
+  }
+
+  readInbox(scope) {
+    return this.native.call("/browser/inbox.read", { scope }).then(
+      ({ items }) => items,
+      (error) => {
+        this.log.warn("herdr-mcp: inbox.read failed", error.message);
+        return [];
+      },
+    );
+  }
+
+  readState() {
+    return this.bindings.refreshState().catch(() => null); // the wake lists what it knows
+  }
+
   // ---- progress
 
   setOptions(raw) {
@@ -211,6 +268,7 @@ export class Continuity {
   }
 
   async pumpOnce(convKey, manual) {
+    mark("herdr:t:pump");
     const tab = this.tabs.forConv(convKey);
     if (!tab) {
       return "no_tab";
@@ -218,7 +276,20 @@ export class Continuity {
     if (this.holds?.(convKey)) {
       return "handoff"; // the source of a handoff in flight waits (background/handoff.js)
     }
-    const paused = await this.rateLimit.remaining(tab.page?.site);
+    const scope = tab.page.scope;
+    // Everything the pump may need, read at once (one round trip each, side by side, instead of
+    // one after the other): nothing below awaits anything else before it has decided.
+    const [paused, stored] = await Promise.all([
+      this.rateLimit.remaining(tab.page.site),
+      store.getMany({
+        [keys.uncertain(convKey)]: false,
+        [keys.prime(convKey)]: false,
+        [keys.queue(convKey)]: [],
+        [keys.auto(scope)]: false,
+        [keys.wake(scope)]: initialWake(),
+        [keys.outbox(scope)]: null,
+      }),
+    ]);
     if (paused > 0) {
       clearTimeout(this.pauseTimer);
       this.pauseTimer = setTimeout(() => this.pumpAll(), paused + 50);
@@ -228,10 +299,10 @@ export class Continuity {
     if (!tab.idle) {
       return "busy";
     }
-    if (!manual && (await store.get(keys.uncertain(convKey), false))) {
+    if (!manual && stored[keys.uncertain(convKey)]) {
       return "uncertain";
     }
-    if (tab.page.site !== "chatgpt" && (await store.get(keys.prime(convKey), false)) && this.primer) {
+    if (tab.page.site !== "chatgpt" && stored[keys.prime(convKey)] && this.primer) {
       // A handoff's new z.ai or DeepSeek conversation: the bridge's protocol prompt first.
       const sent = await this.send(tab, convKey, await this.primer());
       if (sent) {
@@ -241,8 +312,7 @@ export class Continuity {
       this.broadcast();
       return sent ? "prime" : "failed";
     }
-    const queue = await store.get(keys.queue(convKey), []);
-    const batch = nextBatch(queue);
+    const batch = nextBatch(stored[keys.queue(convKey)]);
     if (batch) {
       const sent = await this.send(tab, convKey, batch.text);
       if (sent) {
@@ -252,7 +322,6 @@ export class Continuity {
       this.broadcast();
       return sent ? "queue" : "failed";
     }
-    const scope = tab.page.scope;
     const bridged = tab.page.site !== "chatgpt";
     const binding = this.bindings.get(scope);
     if (!binding || wakeTarget(scope, binding) !== convKey) {
@@ -262,17 +331,16 @@ export class Continuity {
       }
       return "unbound";
     }
-    const auto = (await store.get(keys.auto(scope), false)) === true;
+    const auto = stored[keys.auto(scope)] === true;
     const names = { label: binding.label, workspaceId: binding.workspace_id };
-    const wake = await store.get(keys.wake(scope), initialWake());
+    const wake = stored[keys.wake(scope)];
     if (wake.pending && (auto || manual)) {
-      let inbox = [];
-      try {
-        inbox = (await this.native.call("/browser/inbox.read", { scope })).items;
-      } catch (error) {
-        this.log.warn("herdr-mcp: inbox.read failed", error.message);
-      }
-      await this.bindings.refreshState().catch(() => {}); // the agents' statuses as of now
+      mark("herdr:t:reads");
+      // The scope's task inbox and the agents' statuses as of now (read when the settle arrived,
+      // while the wake was being recorded, or now).
+      const inputs = this.wakeInputs(scope);
+      const [inbox] = await Promise.all([inputs.inbox, inputs.state]);
+      mark("herdr:t:state");
       const agents = this.bindings.workspaces.get(binding.workspace_id)?.agents ?? [];
       const sent = await this.send(tab, convKey, wakeText({ ...names, agents, inbox, bridged }));
       if (!sent) {
@@ -288,7 +356,7 @@ export class Continuity {
       this.broadcast();
       return "wake";
     }
-    const outbox = await store.get(keys.outbox(scope), null);
+    const outbox = stored[keys.outbox(scope)];
     if (outbox && auto) {
       const sent = await this.send(tab, convKey, outbox.text);
       if (sent) {

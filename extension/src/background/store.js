@@ -7,6 +7,15 @@ export async function get(key, fallback) {
   return found[key] === undefined ? fallback : found[key];
 }
 
+/**
+ * Several keys in one read (one round trip to the browser instead of one each): `{key: fallback}`
+ * in, `{key: value or fallback}` out.
+ */
+export async function getMany(fallbacks) {
+  const found = await chrome.storage.local.get(Object.keys(fallbacks));
+  return Object.fromEntries(Object.entries(fallbacks).map(([key, fallback]) => [key, found[key] === undefined ? fallback : found[key]]));
+}
+
 export async function set(key, value) {
   await chrome.storage.local.set({ [key]: value });
 }

@@ -9,6 +9,7 @@ import { PageHealth } from "./page-health.js";
 import { classifyCard } from "../lib/tool-card.js";
 import { cutCodePoints } from "../lib/text.js";
 import { t } from "../lib/i18n.js";
+import { mark } from "../lib/trace.js";
 
 const URL_POLL_MS = 300;
 const RECONNECT_MS = 1_000;
@@ -184,6 +185,7 @@ async function received(message) {
     cardPolicy = { connector: message.connector, tools: message.tools };
     check();
   } else if (message.type === "send") {
+    mark("herdr:send-received", { id: message.id }); // benchmarks/wake_bench.py
     sending = true;
     let result;
     try {
