@@ -58,6 +58,7 @@ import json
 import queue
 import re
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -189,10 +190,18 @@ def child(socket_path: str, base: str) -> None:
     writer.join(5)
 
 
+#: Linux: a received segment's kernel time, as a control message of recvmsg (CLOCK_REALTIME).
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+
+
 def read_push(base: str, token: str, lines: queue.SimpleQueue[str | None]) -> None:
-    """`GET /push/events` on a raw socket: each event stamped right after the recv that completed it."""
+    """`GET /push/events` on a raw socket: each event stamped with the kernel's receive time of the
+    segment that completed it (SO_TIMESTAMPNS; so a reader waiting for a CPU on a loaded machine
+    does not move the stamp), converted to CLOCK_MONOTONIC."""
     host, port = base.removeprefix("http://").split(":")
+    realtime_offset = time.time() - time.monotonic()
     with socket.create_connection((host, int(port))) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         sock.sendall(
             f"GET /push/events HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {token}\r\n"
             "Accept: text/event-stream\r\n\r\n".encode()
@@ -200,8 +209,15 @@ def read_push(base: str, token: str, lines: queue.SimpleQueue[str | None]) -> No
         buffer = b""
         head_done = False
         text = ""
-        while data := sock.recv(65536):
+        while True:
+            data, ancillary, _flags, _address = sock.recvmsg(65536, socket.CMSG_SPACE(16))
+            if not data:
+                return
             at = time.monotonic()
+            for level, kind, value in ancillary:
+                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                    seconds, nanoseconds = struct.unpack("qq", value[:16])
+                    at = seconds + nanoseconds / 1e9 - realtime_offset
             buffer += data
             if not head_done:
                 if b"\r\n\r\n" not in buffer:
@@ -514,6 +530,14 @@ class Bench:
         results.routing.append((wake_at - sent) * 1000)
         results.herdr_poll.append((herdr - called) * 1000)
         if TRACE:
+            log = (Layout(self.station.config_dir).native_host_dir / "host.log").read_text()
+            for match in re.finditer(
+                r"(r\d+) (\S+ \S+) -> \d+ in [0-9.]+ ms \(TMP ([0-9.]+) ([0-9.]+)\)", log
+            ):
+                if float(match[3]) >= push_at - 0.001:
+                    print(
+                        f"  host {match[2]}: in +{(float(match[3]) - push_at) * 1000:.2f} out +{(float(match[4]) - push_at) * 1000:.2f}"
+                    )
             steps = sorted((at, name) for name, (at, _) in worker.items() if at >= push_at - 0.001)
             print(
                 "  worker:",

@@ -17,10 +17,10 @@ import * as store from "./store.js";
 import { mark } from "../lib/trace.js";
 
 /**
- * A wake's inputs (inbox, agents' statuses) read when its settle arrived are used for at most this
- * long; a wake sent later (Auto off, then Continue; a busy page) reads them again.
+ * A scope's inbox read when the settle that ends a turn arrived is what its wake lists for at most
+ * this long; a wake sent later (Auto off, then Continue; a busy page) reads it again.
  */
-export const WAKE_INPUTS_FRESH_MS = 2_000;
+export const WAKE_INBOX_FRESH_MS = 2_000;
 
 /** Why Check Herdr sent nothing, as the HUD flashes it (catalog names). */
 const CHECK_REFUSED = {
@@ -44,13 +44,16 @@ export class Continuity {
     this.pauseTimer = null;
     this.options = normalizeOptions({});
     this.notes = new Map();
-    this.prefetched = new Map(); // scope -> {at, inbox, state}: a wake's inputs read at its settle
+    this.prefetched = new Map(); // scope -> {at, inbox}: the inbox read as the turn's settle arrived
   }
 
   // ---- push events
 
   async handle(type, data) {
     const workspaceId = data.workspace_id;
+    if (type === "agent_working" || type === "agent_settled" || type === "agent_gone") {
+      this.bindings.follow(type, data); // the agents a wake names, as of this event
+    }
     if (type === "agent_working") {
       const before = await store.get(keys.workspace(workspaceId), initialWorkspace());
       const after = onWorking(before, data.seq);
@@ -70,11 +73,11 @@ export class Continuity {
       const before = await store.get(keys.workspace(workspaceId), initialWorkspace());
       const { workspace, settledTurn } = onSettled(before, data);
       if (settledTurn !== null) {
-        this.readWakeInputs(workspaceId); // side by side with recording the turn and its wake
+        this.readInboxes(workspaceId, data.inbox); // side by side with recording the turn and its wake
       }
-      await store.set(keys.workspace(workspaceId), workspace);
-      mark("herdr:t:ws-stored");
-      await this.turnEnded(workspaceId, settledTurn, data.seq);
+      // The turn's end and its wakes are written side by side (two writes in flight, not one after
+      // the other); a wake is sent only once its own record is written (turnEnded).
+      await Promise.all([store.set(keys.workspace(workspaceId), workspace), this.turnEnded(workspaceId, settledTurn, data.seq)]);
     } else if (type === "agent_gone") {
       await this.bindings.refreshState().catch(() => {});
     }
@@ -85,16 +88,20 @@ export class Continuity {
     if (turn === null) {
       return;
     }
-    for (const binding of this.bindings.scopesOf(workspaceId)) {
+    // Each bound scope's wake is recorded on its own (side by side), then pumped.
+    const scopes = this.bindings.scopesOf(workspaceId).map(async (binding) => {
       const { created } = await this.addWake(binding.scope, turn, seq);
       mark("herdr:t:wake-stored");
       if (created) {
-        await store.remove(keys.outbox(binding.scope)); // progress of the ended turn is stale
-        mark("herdr:t:outbox-removed");
+        // Progress of the ended turn is stale: gone from the store's copy at once (the pump reads
+        // none), from storage by the time this returns.
+        const removed = store.remove(keys.outbox(binding.scope));
         this.note(binding.scope, t("noteWakePending"));
         this.pumpScope(binding.scope);
+        await removed;
       }
-    }
+    });
+    await Promise.all(scopes);
   }
 
   async addWake(scope, turn, seq) {
@@ -166,32 +173,35 @@ export class Continuity {
     }
   }
 
-  // ---- a wake's inputs
+  // ---- a wake's inbox
 
   /**
-   * Start reading what the wakes of `workspaceId`'s bound scopes will say (each scope's task inbox,
-   * the agents' statuses from /push/state), as the settle that ends the turn arrives: the reads
-   * run while the turn and its wake are recorded, and the pump takes them (`wakeInputs`).
+   * The task inbox of each scope bound to `workspaceId`, as the settle that ends its turn arrives:
+   * the one the settle carries (`inbox`, a runtime since issue 24 sends each bound scope's
+   * inbox.read answer with it), else read now, while the turn and its wake are recorded. The pump
+   * takes it (`wakeInbox`).
    */
-  readWakeInputs(workspaceId) {
+  readInboxes(workspaceId, carried) {
     const at = this.now();
-    const state = this.readState();
     for (const binding of this.bindings.scopesOf(workspaceId)) {
-      this.prefetched.set(binding.scope, { at, state, inbox: this.readInbox(binding.scope) });
+      const given = carried?.[binding.scope];
+      const inbox = Array.isArray(given?.items) ? Promise.resolve(given.items) : this.readInbox(binding.scope);
+      this.prefetched.set(binding.scope, { at, inbox });
     }
   }
 
   /**
-   * `{inbox, state}` (promises that never reject) for the wake the pump is sending to `scope`:
-   * the ones read when the settle arrived if at most WAKE_INPUTS_FRESH_MS old, else read now.
+   * The unacknowledged task outcomes the wake being sent to `scope` lists (a promise that never
+   * rejects): the read started when the settle arrived if at most WAKE_INBOX_FRESH_MS old, else
+   * one made now.
    */
-  wakeInputs(scope) {
+  wakeInbox(scope) {
     const kept = this.prefetched.get(scope);
     this.prefetched.delete(scope);
-    if (kept && this.now() - kept.at <= WAKE_INPUTS_FRESH_MS) {
-      return kept;
+    if (kept && this.now() - kept.at <= WAKE_INBOX_FRESH_MS) {
+      return kept.inbox;
     }
-    return { inbox: this.readInbox(scope), state: this.readState() };
+    return this.readInbox(scope);
   }
 
   readInbox(scope) {
@@ -202,10 +212,6 @@ export class Continuity {
         return [];
       },
     );
-  }
-
-  readState() {
-    return this.bindings.refreshState().catch(() => null); // the wake lists what it knows
   }
 
   // ---- progress
@@ -336,10 +342,9 @@ export class Continuity {
     const wake = stored[keys.wake(scope)];
     if (wake.pending && (auto || manual)) {
       mark("herdr:t:reads");
-      // The scope's task inbox and the agents' statuses as of now (read when the settle arrived,
-      // while the wake was being recorded, or now).
-      const inputs = this.wakeInputs(scope);
-      const [inbox] = await Promise.all([inputs.inbox, inputs.state]);
+      // The scope's task inbox, read when the settle arrived (while the wake was being recorded)
+      // or now; the agents as the push events left them (bindings.follow).
+      const inbox = await this.wakeInbox(scope);
       mark("herdr:t:state");
       const agents = this.bindings.workspaces.get(binding.workspace_id)?.agents ?? [];
       const sent = await this.send(tab, convKey, wakeText({ ...names, agents, inbox, bridged }));

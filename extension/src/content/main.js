@@ -12,6 +12,8 @@ import { t } from "../lib/i18n.js";
 import { mark } from "../lib/trace.js";
 
 const URL_POLL_MS = 300;
+/** Cards and the journal's turns are checked at most this often while the page changes. */
+const CHECK_DELAY_MS = 100;
 const RECONNECT_MS = 1_000;
 
 let port = null;
@@ -44,7 +46,12 @@ export function start() {
   health = new PageHealth({ hud, post, busy: () => sending });
   health.start();
   connect();
-  new MutationObserver(() => scheduleCheck()).observe(document.documentElement, {
+  // The rest report follows the page as it changes (a reply ending, a draft cleared); the rest of
+  // the check (cards, the journal's turns) runs at most every CHECK_DELAY_MS.
+  new MutationObserver(() => {
+    reportRest();
+    scheduleCheck();
+  }).observe(document.documentElement, {
     childList: true,
     subtree: true,
     characterData: true,
@@ -95,11 +102,20 @@ function scheduleCheck() {
   setTimeout(() => {
     checkPending = false;
     check();
-  }, 100);
+  }, CHECK_DELAY_MS);
 }
 
 function check() {
   checkCards();
+  if (sending) {
+    return;
+  }
+  reportRest();
+  reportTurns();
+}
+
+/** Tell the worker when the page's rest (chatgpt-dom.js isIdle) changed; nothing while we type. */
+function reportRest() {
   if (sending) {
     return;
   }
@@ -109,7 +125,6 @@ function check() {
     post({ type: "composer", idle, focused: document.hasFocus() });
     showRest(idle);
   }
-  reportTurns();
 }
 
 /**

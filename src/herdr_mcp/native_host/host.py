@@ -279,8 +279,8 @@ class NativeHost:
             reply = _error(request.id, "runtime_unavailable", _unavailable(exc))
             outcome = "runtime_unavailable"
         self._log.info(
-            "%s %s %s -> %s in %.1f ms", request.id, request.method, request.path, outcome,
-            (loop.time() - started) * 1000,
+            "%s %s %s -> %s in %.1f ms (TMP %.6f %.6f)", request.id, request.method, request.path, outcome,
+            (loop.time() - started) * 1000, started, loop.time(),
         )  # fmt: skip
         await self._emit(reply)
 
@@ -323,7 +323,12 @@ class NativeHost:
         if name == "agent_output" or not isinstance(seq, int):
             return
         asyncio.get_running_loop().call_soon(
-            self._log.info, "%s event %s seq %d relayed, arrived at monotonic %.6f", request_id, name, seq, arrived
+            self._log.info,
+            "%s event %s seq %d relayed, arrived at monotonic %.6f",
+            request_id,
+            name,
+            seq,
+            arrived,
         )
 
     async def _end_stream(self, request_id: str, error: dict[str, Any] | None) -> None:
