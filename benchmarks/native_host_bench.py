@@ -210,7 +210,7 @@ def write_record(figures: list[Figures], rounds: int, count: int, command: str) 
             Row(
                 figure=f"a request through the native host: {figure.request.what} ({rounds} rounds)",
                 measured=f"p50 {host.median:.2f} ms ({host.min:.2f}-{host.max:.2f})",
-                floor=f"the same request directly on the Unix socket, raw HTTP/1.1: p50 {direct.median:.2f} ms",
+                floor=f"the same request on the Unix socket, raw HTTP/1.1: p50 {direct.median:.2f} ms",
                 ratio=f"+{added.min:.2f}/+{added.median:.2f}/+{added.max:.2f} ms added",
             )
         )

@@ -1,49 +1,52 @@
-"""Wake latency: Herdr's settle event -> the wake message received by the imitated ChatGPT, against
-the floor of typing the same message into the same page with nothing of ours in the path.
+"""Wake latency: Herdr's settle event -> the imitated ChatGPT page sending the wake, against the
+floor of typing the same message into the same page with nothing of ours in the path.
 
-One run: the Herdr simulator in this process, `herdr-mcp serve` on it, Debian's Chromium (headless,
-Playwright) with extension/ loaded, the real native host, and the imitated chatgpt.com of
+One run: the Herdr simulator, `herdr-mcp serve` on it, Debian's Chromium (headless, Playwright)
+with extension/ loaded, the real native host, and the imitated chatgpt.com of
 tests/support/extension_sites.py (tests/fixtures/extension/chatgpt.html). A ChatGPT conversation is
 bound to the workspace with Auto on, so each settle of the agent wakes it.
 
 Every stamp is taken when the thing itself arrives, never by polling for it:
 
-- settle: the simulator writing the agent's `pane.agent_status_changed` (done) to the runtime's
-  subscription (the simulator's `encode` is wrapped to stamp it). Herdr polls its subscriptions
-  every 100 ms (src/api/server.rs; the simulator does the same), so the agent's status changes up to
-  100 ms before Herdr says so; that part is Herdr's, printed apart and not counted.
-- runtime: the `agent_settled` event arriving on the bench's own reader of `/push/events` (a thread
-  blocked in recv on a raw socket, so the stamp is the arrival, whatever the event loop is doing).
-- native host: the host's log line for the relayed event, with the CLOCK_MONOTONIC time it arrived
+- Herdr's event: the simulator writing the agent's `pane.agent_status_changed` (done) to the
+  runtime's subscription (its server's `encode` is wrapped to stamp it). Herdr polls its
+  subscriptions every 100 ms (src/api/server.rs; the simulator does the same), so the agent's
+  status changes up to 100 ms before Herdr says so: that part is Herdr's, printed apart, not counted.
+- the runtime: `agent_settled` arriving on the bench's own reader of `/push/events`, stamped with
+  the kernel's receive time of its last segment (SO_TIMESTAMPNS).
+  The simulator and that reader run in a child process (`--child`), so neither waits for this
+  process's interpreter (Playwright's client, the route handlers) before it stamps or sends.
+- the native host: its log line for the relayed event, with the CLOCK_MONOTONIC time it arrived
   from the runtime (src/herdr_mcp/native_host/host.py, `_relayed`).
-- worker, content script, typing: User Timing marks the extension makes as each arrives
-  (extension/src/lib/trace.js): `herdr:push` (the event reaching the service worker),
+- the worker, the content script, the typing: User Timing marks the extension makes as each
+  arrives (extension/src/lib/trace.js): `herdr:push` (the event reaching the service worker),
   `herdr:send:<tab>` (the send leaving the worker), `herdr:send-received` and `herdr:typing` (the
   content script getting it, and starting to type once its rest check passed).
-- page: the imitation's own mark `imitation:sent` (its fetch of the message starting), and the
-  site (the bench's route handler) receiving that POST.
+- the page: the imitation's own mark `imitation:sent` as its request with the message starts: the
+  end of the wake. The site (the bench's route handler, through Playwright's routing) receiving it
+  is printed after, for the wake and the floor alike.
 
-The browser's clocks are tied to this process's `time.monotonic()` once per context (the worker,
-each page): `performance.timeOrigin + performance.now()` read through Playwright, bracketed by
-monotonic stamps, the closest of 25 readings kept; its error is at most half that reading's round
-trip (printed). Chromium's clock on Linux is CLOCK_MONOTONIC too, so the offset holds for the run.
+The browser's clocks are tied to `time.monotonic()` once per context and batch (the worker, each
+page): `performance.timeOrigin + performance.now()` read through Playwright between two monotonic
+stamps, the closest of 25 readings kept; the error is at most half that reading's round trip
+(printed). Chromium's clock on Linux is CLOCK_MONOTONIC too, so the offset holds.
 
 The floor (the decision, also in extension/README.md "Wake latency"): the same imitation page
 (the same HTML, served on a host the extension does not run on, so no content script, HUD or
 worker is there) typed into and sent by a page function doing exactly what our content script does
 to type and send (focus, select all, `insertText`, wait for the send button to be enabled, click:
 extension/src/content/site-dom.js `typeInto`, chatgpt-dom.js `typeAndClick`), with the same text
-as the last wake, started by the bench through Playwright (CDP `Runtime.callFunctionOn`); from
-just before that call to the site receiving the POST. So the floor holds what any wake must pay
-once something tells the browser to type: a message crossing into the page, the typing, the page's
-own request and the site's routing. What ours adds is the runtime, the native host, the worker
-and the content script's rest check. The target: the wake p50 at most 1.5x the floor p50.
+as the last wake, started by the bench through Playwright (CDP `Runtime.callFunctionOn`): from
+just before that call to the page starting its request. So the floor holds what any wake pays once
+something tells the page to type: a message crossing into the page, the typing and the click. Ours
+adds the runtime, the native host, the worker and the content script's rest check. The target: the
+wake p50 at most 1.5x the floor p50 (each batch's ratio; the median over batches is judged).
 
 Each of `--runs` batches (default 3) times `--settles` settles (default 20, at least 10), each
-settle with a floor send first; printed: every segment's p50/p95 over all settles, each batch's
-wake and floor p50 and their ratio, min/median/max over batches, and the load average. Then, unless
+settle after a floor send; printed: every segment's p50/p95 over all settles, each batch's wake
+and floor p50 and their ratio, min/median/max over batches, and the load average. Then, unless
 `--no-zai`, a second phase binds an imitated z.ai page too (the bridge's raw channel, with its
-stricter rest check) and times both wakes of the same settles (z.ai / ChatGPT, no target).
+stricter rest check) and times both wakes of the same settles to each site (no target).
 
 Run from the repository root with the project installed, under the shared lock:
 `flock /tmp/herdr-bench.lock python benchmarks/wake_bench.py [--record]`; `--record` writes
@@ -90,7 +93,7 @@ import herdr_mcp.sim.server as sim_server
 from benchmarks.raw_client import Spread, load_text, percentile
 from benchmarks.results import Row, record
 from herdr_mcp.layout import Layout
-from herdr_mcp.sim import SimulatorThread
+from herdr_mcp.sim import SimulatorThread, wire
 
 CONV = "conv-bench-0001"
 URL = f"https://chatgpt.com/c/{CONV}"
@@ -101,7 +104,6 @@ ZAI_CHAT = "zbench0001"
 #: Every wake text starts with the extension's mark (extension/src/lib/messages.js).
 WAKE_MARK = "[herdr-mcp]"
 TARGET = 1.5
-TRACE = "--trace" in sys.argv
 
 #: The page function of the floor: what content/site-dom.js typeInto and content/chatgpt-dom.js
 #: typeAndClick do to a contenteditable composer, and nothing else (no rest check, no marks of ours).
@@ -134,14 +136,17 @@ FLOOR_SEND = """(text) => {
         resolve(true);
       }
     });
-    observer.observe(document.documentElement, { childList: true, subtree: true, attributes: true, characterData: true });
+    observer.observe(document.documentElement,
+      { childList: true, subtree: true, attributes: true, characterData: true });
   });
 }"""
 
 #: The marks of a context, as (name, start in the context's clock, ms since its time origin, detail).
 MARKS = """() => performance.getEntriesByType("mark")
-  .filter((entry) => entry.name.startsWith("herdr:") || entry.name.startsWith("imitation:") || entry.name.startsWith("floor:"))
-  .map((entry) => ({ name: entry.name, at: performance.timeOrigin + entry.startTime, detail: entry.detail ?? null }))"""
+  .filter((entry) => /^(herdr|imitation|floor):/.test(entry.name))
+  .map((entry) => ({
+    name: entry.name, at: performance.timeOrigin + entry.startTime, detail: entry.detail ?? null,
+  }))"""
 
 
 # -- stamps taken on arrival, in a process of their own -------------------------------------------
@@ -159,7 +164,7 @@ MARKS = """() => performance.getEntriesByType("mark")
 def child(socket_path: str, base: str) -> None:
     """The child process: the simulator, the push reader, their stamps on stdout."""
     lines: queue.SimpleQueue[str | None] = queue.SimpleQueue()
-    original = sim_server.encode
+    original = wire.encode
 
     def stamped(message: dict[str, Any]) -> bytes:
         if message.get("event") == "pane.agent_status_changed":
@@ -167,7 +172,7 @@ def child(socket_path: str, base: str) -> None:
             lines.put(f"emit {time.monotonic():.6f} {data.get('pane_id')} {data.get('agent_status')}")
         return original(message)
 
-    sim_server.encode = stamped  # type: ignore[assignment]
+    setattr(sim_server, "encode", stamped)  # noqa: B010 (the name the server module calls)
 
     def write() -> None:
         while (line := lines.get()) is not None:
@@ -529,22 +534,6 @@ class Bench:
             results.segments[key].append((end - start) * 1000)
         results.routing.append((wake_at - sent) * 1000)
         results.herdr_poll.append((herdr - called) * 1000)
-        if TRACE:
-            log = (Layout(self.station.config_dir).native_host_dir / "host.log").read_text()
-            for match in re.finditer(
-                r"(r\d+) (\S+ \S+) -> \d+ in [0-9.]+ ms \(TMP ([0-9.]+) ([0-9.]+)\)", log
-            ):
-                if float(match[3]) >= push_at - 0.001:
-                    print(
-                        f"  host {match[2]}: in +{(float(match[3]) - push_at) * 1000:.2f} out +{(float(match[4]) - push_at) * 1000:.2f}"
-                    )
-            steps = sorted((at, name) for name, (at, _) in worker.items() if at >= push_at - 0.001)
-            print(
-                "  worker:",
-                ", ".join(
-                    f"{name.removeprefix('herdr:')} +{(at - push_at) * 1000:.2f}" for at, name in steps
-                ),
-            )
         return (sent - herdr) * 1000, self.chat.posts[-1].text
 
     async def floor_round(
@@ -632,9 +621,6 @@ async def run_rounds(
             results.batches.append(batch)
         if zai_settles:
             await zai_phase(bench, page, zai, zai_settles, results)
-        if TRACE:
-            log = (Layout(station.config_dir).native_host_dir / "host.log").read_text()
-            print(*[line for line in log.splitlines() if "->" in line][-12:], sep="\n")
 
 
 async def zai_phase(bench: Bench, page: Page, zai: TimedZai, settles: int, results: Results) -> None:
@@ -679,39 +665,36 @@ def spreads(results: Results) -> tuple[Spread, Spread, Spread]:
     )
 
 
+def _line(what: str, samples: Sequence[float]) -> str:
+    return f"{what:66} {p50(samples):7.2f} {p95(samples):7.2f}"
+
+
 def report(results: Results, runs: int, settles: int) -> None:
     wakes = [value for batch in results.batches for value in batch.wakes]
     floors = [value for batch in results.batches for value in batch.floors]
     print(f"wake latency: {runs} batches of {settles} settles; {load_text()}")
     print(f"the browser's clocks tied to this process's within +-{results.clock_error_ms:.2f} ms")
-    print(f"{'':64} {'p50':>7} {'p95':>7}  (ms, all settles)")
-    print(
-        f"{'(not counted) the agent settles -> Herdr says so (its 100 ms poll)':64} {p50(results.herdr_poll):7.2f} {p95(results.herdr_poll):7.2f}"
-    )
+    print(f"{'':66} {'p50':>7} {'p95':>7}  (ms, all settles)")
+    print(_line("(not counted) the agent settles -> Herdr says so (its 100 ms poll)", results.herdr_poll))
     for key, what in SEGMENTS:
-        print(f"  {what:62} {p50(results.segments[key]):7.2f} {p95(results.segments[key]):7.2f}")
-    print(f"{'the wake: Herdr event -> the page sends the message':64} {p50(wakes):7.2f} {p95(wakes):7.2f}")
+        print(_line(f"  {what}", results.segments[key]))
+    print(_line("the wake: Herdr's event -> the page sends the message", wakes))
     for key, what in FLOOR_SEGMENTS:
-        print(
-            f"  floor: {what:55} {p50(results.floor_segments[key]):7.2f} {p95(results.floor_segments[key]):7.2f}"
-        )
-    print(f"{'the floor: the call -> the page sends the message':64} {p50(floors):7.2f} {p95(floors):7.2f}")
-    print(
-        f"{'(after the end) the page sends -> the site has it, wake':64} {p50(results.routing):7.2f} {p95(results.routing):7.2f}"
-    )
-    print(
-        f"{'(after the end) the page sends -> the site has it, floor':64} {p50(results.floor_routing):7.2f} {p95(results.floor_routing):7.2f}"
-    )
+        print(_line(f"  floor: {what}", results.floor_segments[key]))
+    print(_line("the floor: the call -> the page sends the message", floors))
+    print(_line("(after the end) the page sends -> the site has it, wake", results.routing))
+    print(_line("(after the end) the page sends -> the site has it, floor", results.floor_routing))
     wake_p50, floor_p50, ratio = spreads(results)
     print(f"wake p50 per batch {wake_p50.text(unit=' ms')}")
     print(f"floor p50 per batch {floor_p50.text(unit=' ms')}")
     verdict = "met" if ratio.median <= TARGET else "NOT met"
     print(f"wake / floor p50 per batch {ratio.text()}; target <= {TARGET}: {verdict}")
     if results.zai:
+        zai, chatgpt = p50(results.zai), p50(results.zai_chatgpt)
         print(
             f"z.ai bound too ({len(results.zai)} settles, Herdr's event -> each site has the message): "
-            f"z.ai p50 {p50(results.zai):.2f} ms, p95 {p95(results.zai):.2f}; "
-            f"ChatGPT p50 {p50(results.zai_chatgpt):.2f} ms; z.ai / ChatGPT {p50(results.zai) / p50(results.zai_chatgpt):.2f}"
+            f"z.ai p50 {zai:.2f} ms, p95 {p95(results.zai):.2f}; ChatGPT p50 {chatgpt:.2f} ms; "
+            f"z.ai / ChatGPT {zai / chatgpt:.2f}"
         )
 
 
@@ -724,7 +707,10 @@ def write_record(results: Results, runs: int, settles: int, command: str) -> Pat
                 f"(wake_bench.py, Chromium headless, {runs}x{settles} settles)"
             ),
             measured=f"p50 {wake_p50.median:.1f} ms (batches {wake_p50.min:.1f}-{wake_p50.max:.1f})",
-            floor=f"the same text typed and sent in the same page, nothing of ours: p50 {floor_p50.median:.1f} ms",
+            floor=(
+                "the same text typed and sent in the same page, nothing of ours: "
+                f"p50 {floor_p50.median:.1f} ms"
+            ),
             ratio=f"{ratio.min:.2f}/{ratio.median:.2f}/{ratio.max:.2f}",
             target=f"<= {TARGET}",
             met=ratio.median <= TARGET,
@@ -733,7 +719,10 @@ def write_record(results: Results, runs: int, settles: int, command: str) -> Pat
     if results.zai:
         rows.append(
             Row(
-                figure="z.ai wake (the bridge's raw channel), z.ai and ChatGPT bound, the same settles, to each site",
+                figure=(
+                    "z.ai wake (the bridge's raw channel), z.ai and ChatGPT bound, the same settles, "
+                    "Herdr's event -> each site has the message"
+                ),
                 measured=f"p50 {p50(results.zai):.1f} ms",
                 floor=f"ChatGPT's wake in the same settles p50 {p50(results.zai_chatgpt):.1f} ms",
                 ratio=f"{p50(results.zai) / p50(results.zai_chatgpt):.2f}",
@@ -775,7 +764,6 @@ def main() -> None:
         "--zai-settles", type=int, default=10, help="settles with z.ai bound too (default 10)"
     )
     parser.add_argument("--no-zai", action="store_true", help="skip the z.ai phase")
-    parser.add_argument("--trace", action="store_true", help="print the worker's marks of each settle")
     parser.add_argument("--record", action="store_true", help="write benchmarks/results/wake_bench.json")
     args = parser.parse_args()
     runs, settles = max(1, args.runs), max(10, args.settles)

@@ -14,7 +14,6 @@ import { wakeTarget } from "../lib/scope.js";
 import { initialWake, initialWorkspace, onSettled, onWorking, reconcile, wakeFor, woke } from "../lib/settle.js";
 import * as keys from "../lib/storage-keys.js";
 import * as store from "./store.js";
-import { mark } from "../lib/trace.js";
 
 /**
  * A scope's inbox read when the settle that ends a turn arrived is what its wake lists for at most
@@ -45,6 +44,7 @@ export class Continuity {
     this.options = normalizeOptions({});
     this.notes = new Map();
     this.prefetched = new Map(); // scope -> {at, inbox}: the inbox read as the turn's settle arrived
+    this.broadcastTimer = null;
   }
 
   // ---- push events
@@ -69,7 +69,6 @@ export class Continuity {
         await store.update(keys.progress(binding.scope), initialProgress(), (value) => addOutput(value, data.text));
       }
     } else if (type === "agent_settled") {
-      mark("herdr:t:handle");
       const before = await store.get(keys.workspace(workspaceId), initialWorkspace());
       const { workspace, settledTurn } = onSettled(before, data);
       if (settledTurn !== null) {
@@ -91,7 +90,6 @@ export class Continuity {
     // Each bound scope's wake is recorded on its own (side by side), then pumped.
     const scopes = this.bindings.scopesOf(workspaceId).map(async (binding) => {
       const { created } = await this.addWake(binding.scope, turn, seq);
-      mark("herdr:t:wake-stored");
       if (created) {
         // Progress of the ended turn is stale: gone from the store's copy at once (the pump reads
         // none), from storage by the time this returns.
@@ -274,7 +272,6 @@ export class Continuity {
   }
 
   async pumpOnce(convKey, manual) {
-    mark("herdr:t:pump");
     const tab = this.tabs.forConv(convKey);
     if (!tab) {
       return "no_tab";
@@ -341,11 +338,9 @@ export class Continuity {
     const names = { label: binding.label, workspaceId: binding.workspace_id };
     const wake = stored[keys.wake(scope)];
     if (wake.pending && (auto || manual)) {
-      mark("herdr:t:reads");
       // The scope's task inbox, read when the settle arrived (while the wake was being recorded)
       // or now; the agents as the push events left them (bindings.follow).
       const inbox = await this.wakeInbox(scope);
-      mark("herdr:t:state");
       const agents = this.bindings.workspaces.get(binding.workspace_id)?.agents ?? [];
       const sent = await this.send(tab, convKey, wakeText({ ...names, agents, inbox, bridged }));
       if (!sent) {
@@ -508,9 +503,19 @@ export class Continuity {
     };
   }
 
+  /**
+   * Every tab's HUD state, once the current task is done: the changes of one event (or one pump)
+   * make one update, and a wake's send is never queued behind HUD updates on its port.
+   */
   broadcast() {
-    for (const tab of this.tabs.all()) {
-      this.hudState(tab).then((state) => this.tabs.post(tab, { type: "hud", state }), () => {});
+    if (this.broadcastTimer) {
+      return;
     }
+    this.broadcastTimer = setTimeout(() => {
+      this.broadcastTimer = null;
+      for (const tab of this.tabs.all()) {
+        this.hudState(tab).then((state) => this.tabs.post(tab, { type: "hud", state }), () => {});
+      }
+    }, 0);
   }
 }

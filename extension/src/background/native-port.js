@@ -7,7 +7,6 @@
 // of the queue, sent again when an answer frees a place (or after RETRY_REFUSED_MS).
 
 import { Reassembler } from "../lib/chunks.js";
-import { mark } from "../lib/trace.js";
 
 export const HOST_NAME = "com.herdr_mcp.host";
 export const REQUEST_TIMEOUT_MS = 30_000;
@@ -161,7 +160,6 @@ export class NativeClient {
       const entry = this.waiting.shift();
       this.pending.set(entry.id, entry);
       try {
-        mark(`herdr:t:req ${entry.frame.path}`, { id: entry.id });
         this.post(entry.frame);
       } catch (error) {
         clearTimeout(entry.timer);
@@ -257,7 +255,6 @@ export class NativeClient {
     }
     this.pending.delete(id);
     clearTimeout(pending.timer);
-    mark(`herdr:t:rep ${pending.frame.path}`, { id });
     if (error) {
       pending.reject(error);
     } else {

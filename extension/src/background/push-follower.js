@@ -92,7 +92,6 @@ export class PushFollower {
       return;
     }
     const seq = data?.seq;
-    mark("herdr:t:dispatch");
     const lastSeq = this.lastSeq ?? 0;
     // agent_output is not in the durable log (its seq may equal the last durable one): never
     // skipped by seq, never recorded as handled.

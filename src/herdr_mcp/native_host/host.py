@@ -279,8 +279,8 @@ class NativeHost:
             reply = _error(request.id, "runtime_unavailable", _unavailable(exc))
             outcome = "runtime_unavailable"
         self._log.info(
-            "%s %s %s -> %s in %.1f ms (TMP %.6f %.6f)", request.id, request.method, request.path, outcome,
-            (loop.time() - started) * 1000, started, loop.time(),
+            "%s %s %s -> %s in %.1f ms", request.id, request.method, request.path, outcome,
+            (loop.time() - started) * 1000,
         )  # fmt: skip
         await self._emit(reply)
 
