@@ -93,6 +93,7 @@ import herdr_mcp.sim.server as sim_server
 from benchmarks.raw_client import Spread, load_text, percentile
 from benchmarks.results import Row, record
 from herdr_mcp.layout import Layout
+from herdr_mcp.local_http import local_async_client
 from herdr_mcp.sim import SimulatorThread, wire
 
 CONV = "conv-bench-0001"
@@ -456,6 +457,19 @@ class Station:
     def config_dir(self) -> Path:
         return self.runtime.config_dir
 
+    @property
+    def workspace_id(self) -> str:
+        return self.stamps.workspace_id
+
+    async def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        async with local_async_client(
+            headers={"Authorization": f"Bearer {self.runtime.token}"}, timeout=30
+        ) as http:
+            answer = await http.post(f"{self.runtime.base}{path}", json=body)
+            answer.raise_for_status()
+            result: dict[str, Any] = answer.json()
+            return result
+
 
 class Bench:
     def __init__(self, station: Station, browser: Browser, chat: ChatGPTSite) -> None:
@@ -580,6 +594,12 @@ async def run_rounds(
 ) -> None:
     profile = base / "profile"
     install_native_host(profile, station.config_dir)
+    if zai_settles:
+        # Bound before the browser starts (the worker reads the bindings when it connects), its
+        # page opened only for the z.ai phase: until then its wake waits (no tab, Auto off).
+        await station.post(
+            "/browser/binding.set", {"scope": ZAI.scope(ZAI_CHAT), "workspace_id": station.workspace_id}
+        )
     chat = ChatGPTSite(conversations={CONV: []})
     floor_site = ChatGPTSite(conversations={FLOOR_CONV: []}, host=FLOOR_HOST)
     zai = TimedZai()
@@ -629,9 +649,6 @@ async def zai_phase(bench: Bench, page: Page, zai: TimedZai, settles: int, resul
     browser = bench.browser
     zai_page = await browser.context.new_page()
     await zai_page.goto(ZAI.url(ZAI_CHAT))
-    await zai_page.locator("herdr-bridge-hud .hud").wait_for()
-    panel = await browser.bind(bench.stamps.workspace_id)
-    await panel.close()
     await wait_text(zai_page, "herdr-bridge-hud .status", "Bound to api", "the z.ai page bound")
     await zai_page.locator("herdr-bridge-hud .auto").click()
     await zai_page.locator("herdr-bridge-hud .auto").filter(has_text="Auto: on").wait_for()
