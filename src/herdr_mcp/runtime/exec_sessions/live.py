@@ -31,8 +31,18 @@ left behind; answers carry `descendants_running` (null while the shell runs, the
 and, where they can be listed, `descendant_pids`. On Linux the shell stays an unreaped zombie
 until they are gone, so the group id is never someone else's when it is signalled.
 
-Each session directory also holds `metadata.json` (command, cwd, pid, times, exit status),
-replaced atomically on start and on finish, so a person can find old sessions on disk.
+Each durable session's directory also holds `metadata.json` (command, cwd, pid, times, exit
+status), replaced atomically on start and on finish, so a person can find old sessions on disk.
+
+In memory first
+---------------
+A short herdr_exec without an idempotency key starts as a session in memory (`durable` false):
+its streams go to memory buffers (`output.Spool.in_memory`), and it has no directory, no
+metadata.json and no `state.db` row. Everything else is as above: the same pipes drained on the
+loop, the same exit watch, the same process group and variable, the same look for descendants.
+It becomes durable (`sessions.ExecSessions` writes the buffers to its spool files, then its
+metadata and its row) as soon as it outlives its timeout, writes more than a buffer holds, or
+leaves processes behind when its shell exits; it is never made memory-only again.
 """
 
 from __future__ import annotations
@@ -55,7 +65,6 @@ from typing import Any
 from herdr_mcp.runtime.exec_sessions.output import Spool, StreamName, StreamView
 from herdr_mcp.runtime.exec_sessions.processes import (
     ProcessTable,
-    exit_fd,
     exited_status,
     group_alive,
     signal_group,
@@ -67,8 +76,10 @@ __all__ = ["LiveSession", "descendants_fields", "epoch_ms", "iso_from_ms"]
 
 _log = logging.getLogger(__name__)
 
-# One read per readiness callback; asyncio's own pipe transports use the same size.
+# One read; asyncio's own pipe transports use the same size.
 _PIPE_CHUNK = 256 * 1024
+# Reads per readiness callback at most.
+_CHUNKS_PER_TURN = 4
 
 
 def epoch_ms() -> int:
@@ -94,25 +105,46 @@ class LiveSession:
     directory: Path
     stdout: Spool
     stderr: Spool
-    started_at: str
     started_monotonic: float
     started_epoch_ms: int
     loop: asyncio.AbstractEventLoop
     on_settle: Callable[[LiveSession], None] | None = None
     on_exited: Callable[[LiveSession], None] | None = None
+    # Settled with nothing of it left running (called once).
+    on_idle: Callable[[LiveSession], None] | None = None
+    # A stream is about to outgrow its memory buffer (only while not durable).
+    on_overflow: Callable[[LiveSession], None] | None = None
     process: subprocess.Popen[bytes] | None = None
+    # Spool files, metadata.json and a state.db row (False: in memory, see module docs).
+    durable: bool = True
+    # In memory and running: not counted against the session limit (sessions' bookkeeping).
+    unkept: bool = False
+    # `<boot id>:<kernel start time>` of the shell (processes.process_identity).
+    pid_start: str | None = None
     # The shell's kernel start time (clock ticks): none of its processes started earlier.
     since: int | None = None
     # Set once nothing but (maybe) the shell is left: final, see check_descendants.
     descendants_gone: bool = False
     returncode: int | None = None
-    finished_at: str | None = None
     finished_monotonic: float | None = None
     finished_epoch_ms: int | None = None
     escalated: bool = False
     exited: asyncio.Event = field(default_factory=asyncio.Event)
     settled: asyncio.Event = field(default_factory=asyncio.Event)
+    # Set once the look for descendants that follows the shell's exit has been taken in.
+    checked: asyncio.Event = field(default_factory=asyncio.Event)
+    _settle_waiters: list[asyncio.Future[None]] = field(default_factory=list)
     kill_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def started_at(self) -> str:
+        """When the session started, ISO 8601 UTC."""
+        return iso_from_ms(self.started_epoch_ms)
+
+    @property
+    def finished_at(self) -> str | None:
+        """When it settled, ISO 8601 UTC."""
+        return None if self.finished_epoch_ms is None else iso_from_ms(self.finished_epoch_ms)
 
     @property
     def pid(self) -> int | None:
@@ -158,15 +190,14 @@ class LiveSession:
             "signal": self.signal_name,
         }
 
-    def attach(self, process: subprocess.Popen[bytes]) -> None:
-        """Start draining the process's pipes on the loop and watching for its exit."""
+    def attach(self, process: subprocess.Popen[bytes], pidfd: int | None) -> None:
+        """Start draining the process's pipes (non-blocking already) on the loop and watching
+        for its exit through `pidfd` (`processes.exit_fd`; None: a thread waits)."""
         self.process = process
         for spool, pipe in ((self.stdout, process.stdout), (self.stderr, process.stderr)):
-            assert pipe is not None  # both are PIPE in _spawn
+            assert pipe is not None  # both are PIPE in the spawn
             spool.pipe = pipe
-            os.set_blocking(pipe.fileno(), False)
             self.loop.add_reader(pipe.fileno(), self.on_readable, spool)
-        pidfd = exit_fd(process.pid)
         if pidfd is None:
             threading.Thread(
                 target=self._wait_for_exit, args=(process,), name=f"exec-wait-{self.session_id}", daemon=True
@@ -188,20 +219,26 @@ class LiveSession:
             self.loop.call_soon_threadsafe(self.on_exit, returncode)
 
     def on_readable(self, spool: Spool) -> None:
-        """A pipe is readable: take one chunk into its spool, or close it at end-of-file."""
-        if spool.pipe is None:
-            return
-        try:
-            data = os.read(spool.pipe.fileno(), _PIPE_CHUNK)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if data:
+        """A pipe is readable: take what it holds into its spool (a few chunks at most, then
+        the loop's other work comes first), and close it at end-of-file. Reading on until the
+        pipe is empty sees the end-of-file that usually follows a short command's output at
+        once, without another turn of the loop."""
+        for _ in range(_CHUNKS_PER_TURN):
+            if spool.pipe is None:
+                return
+            try:
+                data = os.read(spool.pipe.fileno(), _PIPE_CHUNK)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self.close_pipe(spool)
+                self.maybe_settle()
+                return
+            if self.on_overflow is not None and spool.overflows(len(data)):
+                self.on_overflow(self)
             spool.append(data)
-        else:
-            self.close_pipe(spool)
-            self.maybe_settle()
 
     def close_pipe(self, spool: Spool) -> None:
         """Stop reading a pipe and close it; its stream is final."""
@@ -245,11 +282,36 @@ class LiveSession:
         if self.descendants_gone:
             return []
         running, pids = self.survivors(table)
-        if running:
-            return pids
-        self.descendants_gone = True
-        self.reap()
-        return []
+        return pids if self.take_look(running) else []
+
+    def take_look(self, running: bool) -> bool:
+        """Take in what a look after the shell's exit found (`survivors()[0]`, maybe from
+        another thread: see `sessions`); whether processes of the session are still alive."""
+        if self.descendants_gone:
+            return False
+        if not running:
+            self.descendants_gone = True
+            self.reap()
+            self._maybe_idle()
+        return running
+
+    def _maybe_idle(self) -> None:
+        if self.settled.is_set() and self.descendants_gone and self.on_idle is not None:
+            self.on_idle(self)
+
+    async def wait_settled(self, timeout_s: float) -> None:
+        """Wait until the session settles, at most `timeout_s` (no error when it does not)."""
+        if self.settled.is_set():
+            return
+        waiter = self.loop.create_future()
+        self._settle_waiters.append(waiter)
+        timer = self.loop.call_later(timeout_s, _wake, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            with contextlib.suppress(ValueError):
+                self._settle_waiters.remove(waiter)
 
     def has_processes(self) -> bool:
         """Whether anything of this session may still run: its shell or what it left behind."""
@@ -289,12 +351,15 @@ class LiveSession:
         if not (self.stdout.eof and self.stderr.eof):
             return
         self.finished_epoch_ms = epoch_ms()
-        self.finished_at = iso_from_ms(self.finished_epoch_ms)
         self.finished_monotonic = time.monotonic()
         self.settled.set()
-        self.write_metadata()
+        for waiter in self._settle_waiters:
+            _wake(waiter)
+        if self.durable:
+            self.write_metadata()
         if self.on_settle is not None:
             self.on_settle(self)
+        self._maybe_idle()
 
     def metadata(self) -> dict[str, Any]:
         """What metadata.json holds."""
@@ -331,3 +396,8 @@ def descendants_fields(pids: list[int] | None) -> dict[str, Any]:
     if pids == []:
         return {"descendants_running": False}
     return {"descendants_running": True} | ({} if pids is None else {"descendant_pids": pids})
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
