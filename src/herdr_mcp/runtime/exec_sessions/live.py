@@ -71,6 +71,7 @@ from herdr_mcp.runtime.exec_sessions.processes import (
     signal_marked,
     wait_keeping_zombie,
 )
+from herdr_mcp.state.exec_sessions import ExecSessionEnd, ExecSessionStart
 
 __all__ = ["LiveSession", "descendants_fields", "epoch_ms", "iso_from_ms"]
 
@@ -80,6 +81,11 @@ _log = logging.getLogger(__name__)
 _PIPE_CHUNK = 256 * 1024
 # Reads per readiness callback at most.
 _CHUNKS_PER_TURN = 4
+# After SIGKILL the leader dies at once unless it is stuck in the kernel; do not wait forever.
+_EXIT_WAIT_SECONDS = 5.0
+# Once the process is gone, how long pipes may stay open before we close our ends.
+_DRAIN_GRACE_SECONDS = 1.0
+_POLL_SECONDS = 0.02
 
 
 def epoch_ms() -> int:
@@ -119,6 +125,8 @@ class LiveSession:
     durable: bool = True
     # In memory and running: not counted against the session limit (sessions' bookkeeping).
     unkept: bool = False
+    # The disk refused the session's files once (`to_disk`): it stays in memory.
+    disk_refused: bool = False
     # `<boot id>:<kernel start time>` of the shell (processes.process_identity).
     pid_start: str | None = None
     # The shell's kernel start time (clock ticks): none of its processes started earlier.
@@ -190,20 +198,34 @@ class LiveSession:
             "signal": self.signal_name,
         }
 
-    def attach(self, process: subprocess.Popen[bytes], pidfd: int | None) -> None:
-        """Start draining the process's pipes (non-blocking already) on the loop and watching
-        for its exit through `pidfd` (`processes.exit_fd`; None: a thread waits)."""
+    def attach(
+        self, process: subprocess.Popen[bytes], pidfd: int | None, returncode: int | None = None
+    ) -> None:
+        """Drain the pipes still open (`spawn` made them non-blocking) on the loop, and watch
+        for the exit through `pidfd` (`processes.exit_fd`; None: a thread waits), unless the
+        spawn thread saw the shell exit already (`returncode`)."""
         self.process = process
-        for spool, pipe in ((self.stdout, process.stdout), (self.stderr, process.stderr)):
-            assert pipe is not None  # both are PIPE in the spawn
-            spool.pipe = pipe
-            self.loop.add_reader(pipe.fileno(), self.on_readable, spool)
-        if pidfd is None:
+        for spool in self.spools():
+            if spool.pipe is not None:
+                self.loop.add_reader(spool.pipe.fileno(), self.on_readable, spool)
+        if returncode is not None:
+            self.on_exit(returncode)
+        elif pidfd is None:
             threading.Thread(
                 target=self._wait_for_exit, args=(process,), name=f"exec-wait-{self.session_id}", daemon=True
             ).start()
         else:
             self.loop.add_reader(pidfd, self._on_exit_fd, pidfd, process.pid)
+
+    def finish(
+        self, returncode: int, finished_epoch_ms: int, finished_monotonic: float, *, left: bool
+    ) -> None:
+        """The command ran to its end in the spawn thread, which looked for what it left
+        (`left`) and, when nothing was, reaped the shell: the session is settled now."""
+        self.returncode = returncode
+        self.exited.set()
+        self.descendants_gone = not left
+        self._settle(finished_epoch_ms, finished_monotonic)
 
     def _on_exit_fd(self, pidfd: int, pid: int) -> None:
         returncode = exited_status(pid)
@@ -350,8 +372,11 @@ class LiveSession:
             return
         if not (self.stdout.eof and self.stderr.eof):
             return
-        self.finished_epoch_ms = epoch_ms()
-        self.finished_monotonic = time.monotonic()
+        self._settle(epoch_ms(), time.monotonic())
+
+    def _settle(self, finished_epoch_ms: int, finished_monotonic: float) -> None:
+        self.finished_epoch_ms = finished_epoch_ms
+        self.finished_monotonic = finished_monotonic
         self.settled.set()
         for waiter in self._settle_waiters:
             _wake(waiter)
@@ -360,6 +385,31 @@ class LiveSession:
         if self.on_settle is not None:
             self.on_settle(self)
         self._maybe_idle()
+
+    def start_record(self, op_id: str | None) -> ExecSessionStart:
+        """Its `state.db` row as it starts (`op_id`: the ledger operation it carries out)."""
+        return ExecSessionStart(
+            session_id=self.session_id,
+            op_id=op_id,
+            command=self.command,
+            cwd=str(self.cwd),
+            pid=self.pid,
+            pid_start=self.pid_start,
+            started_at_ms=self.started_epoch_ms,
+        )
+
+    def end_record(self) -> ExecSessionEnd:
+        """How it ended, for its row."""
+        return ExecSessionEnd(
+            session_id=self.session_id,
+            finished_at_ms=self.finished_epoch_ms,
+            exit_code=self.exit_code,
+            signal=self.signal_name,
+            stdout_total=self.stdout.total,
+            stderr_total=self.stderr.total,
+            stdout_dropped=self.stdout.dropped,
+            stderr_dropped=self.stderr.dropped,
+        )
 
     def metadata(self) -> dict[str, Any]:
         """What metadata.json holds."""
@@ -376,6 +426,31 @@ class LiveSession:
             "stderr_total_bytes": self.stderr.total,
         }
 
+    def to_disk(self, spool_dir: Path) -> bool:
+        """Make a session in memory durable on disk: its directory, its spool files holding
+        what it wrote so far (it goes on writing there), metadata.json; True once done. A disk
+        that refuses is logged and not asked again: the session stays in memory, its streams
+        capped at the buffer (the rest counts as dropped)."""
+        if self.durable or self.disk_refused:
+            return self.durable
+        self.on_overflow = None
+        try:
+            spool_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self.directory.mkdir(mode=0o700, exist_ok=True)
+            self.directory.chmod(0o700)
+            for spool in self.spools():
+                spool.to_file()
+        except OSError as exc:
+            _log.warning("exec session %s stays in memory: %s", self.session_id, exc)
+            self.disk_refused = True
+            for spool in self.spools():
+                if spool.memory is not None:
+                    spool.write_error = f"{type(exc).__name__}: {exc} (kept in memory)"
+            return False
+        self.durable = True
+        self.write_metadata()
+        return True
+
     def write_metadata(self) -> None:
         """Replace metadata.json atomically; a failure is logged, never raised (best effort)."""
         target = self.directory / "metadata.json"
@@ -389,6 +464,48 @@ class LiveSession:
             os.replace(temporary, target)
         except OSError:
             _log.warning("could not write %s", target, exc_info=True)
+
+    async def terminate(self, grace_ms: int) -> None:
+        """Stop the session if anything of it may still run: SIGTERM to its process group and
+        to its processes outside it, wait up to `grace_ms` for the session to settle and nothing
+        of it to be alive (zombies do not count: orphans are not always reaped quickly), then
+        SIGKILL to whatever is left. A process that escaped unseen and still holds a pipe is
+        cut off by closing our ends of the pipes. Then wait (bounded) for the exit, the last
+        output, and nothing of it to be alive, so that answers and shutdown are true."""
+        async with self.kill_lock:
+            if self.has_processes():
+                await self._stop(grace_ms)
+
+    async def _stop(self, grace_ms: int) -> None:
+        loop = self.loop
+        # 1. Ask politely: SIGTERM to the process group and the session's processes outside it.
+        self.send(signal.SIGTERM)
+        # 2. Wait for the session to settle and nothing of it to be alive, up to the grace period.
+        deadline = loop.time() + grace_ms / 1000
+        while not (self.settled.is_set() and not self.survivors(ProcessTable.read())[0]):
+            if loop.time() >= deadline:
+                # 3. Insist: SIGKILL to whatever is left.
+                self.escalated = True
+                self.send(signal.SIGKILL)
+                break
+            await asyncio.sleep(_POLL_SECONDS)
+        # 4. Collect the exit status and the last output.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.exited.wait(), _EXIT_WAIT_SECONDS)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.settled.wait(), _DRAIN_GRACE_SECONDS)
+        if self.running and self.exited.is_set():
+            # 5. Something unseen outside the group still holds the pipes: stop listening to it.
+            for spool in self.spools():
+                self.close_pipe(spool)
+            self.maybe_settle()
+        # 6. SIGKILL takes a moment too: wait (bounded) until nothing is left, so the answer
+        #    and the shutdown are true.
+        give_up = loop.time() + _EXIT_WAIT_SECONDS
+        while self.exited.is_set() and self.check_descendants(ProcessTable.read()) != []:
+            if loop.time() >= give_up:
+                break
+            await asyncio.sleep(_POLL_SECONDS)
 
 
 def descendants_fields(pids: list[int] | None) -> dict[str, Any]:

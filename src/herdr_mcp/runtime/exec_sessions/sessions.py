@@ -9,18 +9,13 @@ is a real shell with the user's full rights; nothing here is a sandbox. The part
 (sessions of earlier runtimes, from state/exec_sessions.py), `processes` (what belongs to a
 session, signalling only it), `login_environment`.
 
-A finished session with descendants is watched every `_DESCENDANT_POLL_SECONDS` until they are
+A finished session with descendants is watched every second (`looks`) until they are
 gone, is neither pruned nor replaced meanwhile, and `kill` and `shutdown` stop them.
 
-Kill sends SIGTERM to the process group and to the session's processes outside it, waits up to
-`grace_ms` for the session to settle and nothing of it to be alive (zombies do not count:
-orphans are not always reaped quickly), then sends SIGKILL to whatever is left. A process that
-escaped unseen and still holds a pipe is cut off by closing our ends of the pipes.
+Kill: see `LiveSession.terminate` (and `stored.kill_stored` for sessions of earlier runtimes).
 
-Finished sessions stay readable for `retention_seconds`; pruning is lazy (on start, run and
-read) and removes the spool directory (and the row of sessions of earlier runtimes). At most
-`max_sessions` are kept: starting another one prunes the oldest finished session without
-descendants, and is refused with `too_many_sessions` when there is none.
+Finished sessions stay readable for `retention_seconds`, and at most `max_sessions` are kept
+(`table`: pruning, and what starting one more does).
 
 Database writes are best effort (a failure is logged; the session itself goes on) and take well
 under a millisecond, so they run on the event loop.
@@ -40,15 +35,13 @@ its id, when it
 A session in memory that finished is kept in memory (readable with herdr_exec_read while this
 runtime runs, pruned like any other), but not across a restart: a restart forgets it. A `run`
 with an `op_id` (a keyed herdr_exec, whose recovery reads the row and the spool) and `start`
-are durable from the first byte, as before. Sessions in memory that still run do not count
-against `max_sessions` (they are bounded by the calls waiting for them); a session that becomes
-durable takes the oldest finished one's place, or goes beyond the limit when every other one
-still runs (it is never killed for want of room).
+are durable from the first byte, as before. How sessions in memory count against
+`max_sessions`: see `table`.
 
-What stays off the event loop: `run` spawns the shell in a worker thread (`subprocess.Popen`
-waits for the child's exec, most of a spawn's time on a busy machine), and every look for
-descendants after a shell's exit is taken in one look thread, one `/proc` scan for every shell
-that exited since the last one (`_look`); `run` answers once that look is in. The login
+What stays off the event loop (see `spawn`, `looks`, `workers`): `run` spawns the shell in a
+worker thread, which for a session in memory also drains a short command to its end and looks
+for what it left; the looks for exits the loop sees are taken in one look thread, one `/proc`
+scan for every shell that exited meanwhile; `run` answers once that look is in. The login
 environment's key and the `bash` on PATH are checked without rereading what did not change.
 
 Everything here runs on the runtime's event loop: `start` and `read` are plain methods that
@@ -59,17 +52,10 @@ must be called from a coroutine on that loop (they never block on the process); 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import math
-import os
 import re
-import secrets
 import shutil
-import signal
-import subprocess
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -80,9 +66,9 @@ from herdr_mcp.runtime.exec_sessions.login_environment import (
     LoginEnvironment,
     ShellLaunch,
 )
+from herdr_mcp.runtime.exec_sessions.looks import Looks, LoopLooks
 from herdr_mcp.runtime.exec_sessions.output import (
     DEFAULT_READ_BYTES,
-    MEMORY_SPOOL_BYTES,
     Spool,
     StreamChoice,
     check_read_bytes,
@@ -91,16 +77,12 @@ from herdr_mcp.runtime.exec_sessions.output import (
     read_chunk,
     remove_spool,
 )
-from herdr_mcp.runtime.exec_sessions.processes import (
-    SESSION_ENV,
-    ProcessTable,
-    exit_fd,
-    process_identity,
-    start_ticks,
-)
+from herdr_mcp.runtime.exec_sessions.processes import SESSION_ENV, start_ticks
+from herdr_mcp.runtime.exec_sessions.spawn import BRIEF_SECONDS, Spawned, Spawner, check_cwd
 from herdr_mcp.runtime.exec_sessions.stored import StoredSession, kill_stored
+from herdr_mcp.runtime.exec_sessions.table import SessionIds, SessionTable
 from herdr_mcp.runtime.exec_sessions.workers import Workers
-from herdr_mcp.state.exec_sessions import ExecSessionEnd, ExecSessionRecords, ExecSessionStart
+from herdr_mcp.state.exec_sessions import ExecSessionRecords
 from herdr_mcp.state.store import StateStore, new_runtime_instance
 
 __all__ = [
@@ -119,22 +101,10 @@ DEFAULT_GRACE_MS = 2000
 DEFAULT_RETENTION_SECONDS = 3600.0
 DEFAULT_MAX_SESSIONS = 100
 
-# After SIGKILL the leader dies at once unless it is stuck in the kernel; do not wait forever.
-_EXIT_WAIT_SECONDS = 5.0
-# Once the process is gone, how long pipes may stay open before we close our ends.
-_DRAIN_GRACE_SECONDS = 1.0
-_POLL_SECONDS = 0.02
-# How often a finished session's leftover processes are looked at: they are reported and
-# killable at any moment regardless; this only bounds how long a zombie shell is kept after
-# they end (and, where shells are not kept, the window in which a group id could be reused).
-_DESCENDANT_POLL_SECONDS = 1.0
 
-# Threads that spawn shells for `run` (each mostly waits for its child's exec).
-_SPAWN_THREADS = 8
-# How often finished sessions in memory, and rows of earlier runtimes, are looked at for expiry
-# (at most; retention is an hour, or the retention_seconds given, when that is shorter).
-_PRUNE_SECONDS = 1.0
-_RECORD_PRUNE_SECONDS = 60.0
+# Threads that spawn shells for `run` (each mostly waits: for its child's exec, for a short
+# command's end).
+_SPAWN_THREADS = 16
 
 _log = logging.getLogger(__name__)
 
@@ -142,10 +112,6 @@ _SESSION_ID = re.compile(r"x[0-9a-f]{16}")
 #: herdr_exec_start answers at once: it waits at most this long for a capture of the login
 #: environment in flight (herdr_exec: half its timeout_ms, at most the capture's own deadline).
 START_WAIT_SECONDS = 5.0
-
-
-def _new_session_id() -> str:
-    return "x" + secrets.token_hex(8)
 
 
 class ExecSessions:
@@ -175,31 +141,31 @@ class ExecSessions:
             raise ValueError("max_output_bytes, retention_seconds must be >= 0 and max_sessions >= 1")
         self._spool_dir = spool_dir
         self._max_output_bytes = max_output_bytes
-        self._retention_seconds = retention_seconds
-        self._max_sessions = max_sessions
-        self._sessions: dict[str, LiveSession] = {}
         self._login = login_environment if login_environment is not None else LoginEnvironment((SESSION_ENV,))
-        self._watcher: asyncio.Task[None] | None = None
         self.runtime_instance = runtime_instance if runtime_instance is not None else new_runtime_instance()
         self._records = None if store is None else ExecSessionRecords(store, self.runtime_instance)
+        self._ids = SessionIds()
+        self._looks = Looks()
+        self._spawner = Spawner(self._login, self._looks)
         # Worker threads (started at their first job): spawns for `run`, and the one look thread.
-        self._spawner = Workers(_SPAWN_THREADS, "exec-spawn")
-        self._looker = Workers(1, "exec-look")
-        # Spawns in a worker thread whose session is not registered yet (shutdown waits).
-        self._spawning: set[asyncio.Future[None]] = set()
-        # Shells that exited and wait for a look at what they left; whether a look is under way.
-        self._to_look: list[LiveSession] = []
-        self._looking: asyncio.Future[None] | None = None
-        self._bash_found: tuple[str | None, str | None] | None = None
-        # Sessions in memory that still run (not counted against max_sessions).
-        self._unkept = 0
-        # Finished sessions with nothing left running: what pruning and room-making may drop.
-        self._idle: dict[str, LiveSession] = {}
-        self._pruned = -math.inf
-        self._records_pruned = -math.inf
+        self._spawn_threads = Workers(_SPAWN_THREADS, "exec-spawn")
+        self._look_thread = Workers(1, "exec-look")
+        # Jobs in a worker thread that shutdown waits for: spawns whose session is not
+        # registered yet, removals of dropped sessions' files.
+        self._in_flight: set[asyncio.Future[None]] = set()
+        self._sessions = SessionTable(
+            spool_dir,
+            self._records,
+            max_sessions=max_sessions,
+            retention_seconds=retention_seconds,
+            remove_later=self._remove_later,
+        )
+        self._loop_looks = LoopLooks(
+            self._looks, self._look_thread, self._sessions.values, self._make_durable
+        )
         if self._records is not None:
             self._records.mark_lost()
-            self._prune_records()
+            self._sessions.prune_records()
 
     def start(
         self, cwd: Path, command: str, *, op_id: str | None = None, shell: ShellLaunch | None = None
@@ -216,15 +182,14 @@ class ExecSessions:
         """
         session = self._new_session(cwd, command, durable=True)
         try:
-            spawned = self._spawn_now(session, shell, START_WAIT_SECONDS)
+            spawned = self._spawner.spawn(session, shell, START_WAIT_SECONDS)
         except BaseException:
             self._abandon(session)
             raise
-        process, pid_start, pidfd, shell = spawned
         # A wait was allowed: there is a process.
-        assert process is not None
-        assert shell is not None
-        self._started(session, process, pid_start, pidfd, op_id)
+        assert spawned.shell is not None
+        shell = spawned.shell
+        self._started(session, spawned, op_id)
         answer: dict[str, Any] = {
             "session_id": session.session_id,
             "pid": session.pid,
@@ -271,14 +236,16 @@ class ExecSessions:
             raise ToolError("invalid_arguments", "timeout_ms must be at least 1; pass a positive timeout.")
         check_read_bytes(max_bytes)
         called = time.monotonic()
+        deadline = called + timeout_ms / 1000
         session = self._new_session(cwd, command, durable=op_id is not None if durable is None else durable)
-        shell = await self._spawn_in_thread(session, None, op_id)
+        shell = await self._spawn_in_thread(session, None, op_id, deadline)
         if shell is None:
             # A capture of the login environment is due: wait for it as long as allowed.
-            bash = self._bash()
+            bash = self._spawner.bash()
             assert bash is not None  # the worker found it
             wait_s = min(timeout_ms / 2000, CAPTURE_TIMEOUT_SECONDS)
-            shell = await self._spawn_in_thread(session, await self._login.shell_async(bash, wait_s), op_id)
+            launch = await self._login.shell_async(bash, wait_s)
+            shell = await self._spawn_in_thread(session, launch, op_id, deadline)
             assert shell is not None
         left_s = max(timeout_ms / 1000 - (time.monotonic() - called), 0.0)
         try:
@@ -347,7 +314,7 @@ class ExecSessions:
         totals are what was stored). Raises ToolError `session_not_found`, `invalid_arguments`
         or `state_unavailable`.
         """
-        self._prune()
+        self._sessions.prune()
         session = self._lookup(session_id)
         if stream not in ("stdout", "stderr", "both"):
             raise ToolError("invalid_arguments", "stream must be stdout, stderr or both.")
@@ -383,7 +350,7 @@ class ExecSessions:
         if isinstance(session, StoredSession):
             return await kill_stored(session, grace_ms)
         already_finished = not session.has_processes()
-        await self._terminate(session, grace_ms)
+        await session.terminate(grace_ms)
         return (
             session.state()
             | {
@@ -422,7 +389,7 @@ class ExecSessions:
         event loop's back, up to `START_WAIT_SECONDS` for a capture of the login environment
         when one is due (the first one, or the profile changed); None without bash (`start`
         refuses then). See `login_environment`."""
-        bash = self._bash()
+        bash = self._spawner.bash()
         return None if bash is None else await self._login.shell_async(bash, START_WAIT_SECONDS)
 
     def login_status(self) -> dict[str, Any]:
@@ -443,42 +410,29 @@ class ExecSessions:
         """
         self._login.stop()
         # A shell being spawned for `run` is registered when its thread is done: wait for it.
-        while self._spawning:
-            await asyncio.wait(list(self._spawning))
-        if self._watcher is not None:
-            self._watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watcher
-            self._watcher = None
+        while self._in_flight:
+            await asyncio.wait(list(self._in_flight))
+        await self._loop_looks.stop()
         sessions = list(self._sessions.values())
-        await asyncio.gather(*(self._terminate(session, grace_ms) for session in sessions))
+        await asyncio.gather(*(session.terminate(grace_ms) for session in sessions))
         for session in sessions:
             session.reap()
-        while self._looking is not None:
-            await asyncio.wait([self._looking])
-        self._spawner.stop()
-        self._looker.stop()
-
-    def _bash(self) -> str | None:
-        """`bash` on PATH, looked up again when PATH changed or the one found is gone."""
-        path = os.environ.get("PATH")
-        found = self._bash_found
-        if found is not None and found[0] == path and found[1] is not None and os.access(found[1], os.X_OK):
-            return found[1]
-        bash = shutil.which("bash")
-        self._bash_found = (path, bash)
-        return bash
+        await self._loop_looks.settled()
+        while self._in_flight:
+            await asyncio.wait(list(self._in_flight))
+        self._spawn_threads.stop()
+        self._look_thread.stop()
 
     def _new_session(self, cwd: Path, command: str, *, durable: bool) -> LiveSession:
         """A session about to be spawned: room made for it, its id chosen, its spool files
         created when `durable` (after checking `cwd`; else its streams go to memory)."""
         loop = asyncio.get_running_loop()
-        self._prune()
-        self._make_room()
-        session_id = _new_session_id()
+        self._sessions.prune()
+        self._sessions.make_room()
+        session_id = self._ids.next()
         directory = self._spool_dir / session_id
         if durable:
-            _check_cwd(cwd)
+            check_cwd(cwd)
             self._spool_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
             directory.mkdir(mode=0o700)
             directory.chmod(0o700)
@@ -498,52 +452,29 @@ class ExecSessions:
             started_epoch_ms=epoch_ms(),
             loop=loop,
             on_settle=self._on_settle,
-            on_exited=self._on_exited,
-            on_idle=self._on_idle,
+            on_exited=self._loop_looks.look_at,
+            on_idle=self._sessions.idle,
             on_overflow=None if durable else self._make_durable,
             durable=durable,
         )
 
-    def _spawn_now(self, session: LiveSession, shell: ShellLaunch | None, wait_s: float | None) -> _Spawned:
-        """Check the working directory, find bash and the login environment (when `shell` is
-        not given: waiting up to `wait_s` for a capture that is due, or, with None, not at all:
-        then the answer has no process and the caller waits on the loop), and spawn. In a
-        worker thread for `run`, inline for `start`. Raises ToolError `cwd_not_found`,
-        `shell_unavailable` or `exec_failed`."""
-        _check_cwd(session.cwd)
-        if shell is None:
-            bash = self._bash()
-            if bash is None:
-                raise ToolError(
-                    "shell_unavailable", "bash is not installed on this workstation; install bash."
-                )
-            shell = self._login.shell(bash, wait_s) if wait_s is not None else self._login.ready(bash)
-            if shell is None:
-                return None, None, None, None
-        try:
-            process, pid_start, pidfd = _popen(shell, session.command, session.cwd, session.session_id)
-        except ToolError:
-            self._bash_found = None  # look bash up again next time: it may be gone
-            raise
-        return process, pid_start, pidfd, shell
-
     async def _spawn_in_thread(
-        self, session: LiveSession, shell: ShellLaunch | None, op_id: str | None
+        self, session: LiveSession, shell: ShellLaunch | None, op_id: str | None, deadline: float
     ) -> ShellLaunch | None:
-        """`_spawn_now` in a worker thread, then `_started` on the loop; the launch used, or None
-        when the login environment must be waited for first (nothing was spawned). A caller
-        cancelled meanwhile does not stop it: the session is registered all the same and goes
-        on as a durable background session."""
+        """`Spawner.spawn` in a worker thread (for a session in memory staying with the command
+        until `deadline` at most), then `_started` on the loop; the launch used, or None when the
+        login environment must be waited for first (nothing was spawned). A caller cancelled
+        meanwhile does not stop it: the session is registered all the same and goes on as a
+        durable background session."""
         loop = session.loop
         answer: asyncio.Future[ShellLaunch | None] = loop.create_future()
         job: asyncio.Future[None] = loop.create_future()
-        self._spawning.add(job)
+        self._in_flight.add(job)
 
-        def done(spawned: _Spawned | None, error: BaseException | None) -> None:
-            self._spawning.discard(job)
+        def done(spawned: Spawned | None, error: BaseException | None) -> None:
+            self._in_flight.discard(job)
             job.set_result(None)
-            process, pid_start, pidfd, launch = (None, None, None, None) if spawned is None else spawned
-            if process is None:
+            if spawned is None or spawned.process is None:
                 if error is not None or answer.done():  # failed, or nobody waits any more
                     self._abandon(session)
                 if not answer.done():
@@ -552,13 +483,15 @@ class ExecSessions:
                     else:
                         answer.set_result(None)
                 return
-            self._started(session, process, pid_start, pidfd, op_id)
+            self._started(session, spawned, op_id)
             if answer.done():
                 self._background(session)
             else:
-                answer.set_result(launch)
+                answer.set_result(spawned.shell)
 
-        self._spawner.submit(loop, self._spawn_now, (session, shell, None), done)
+        until = None if session.durable else min(deadline, time.monotonic() + BRIEF_SECONDS)
+        arguments = (session, shell, None, until, self._spawn_threads.backlog)
+        self._spawn_threads.submit(loop, self._spawner.spawn, arguments, done)
         return await answer
 
     def _background(self, session: LiveSession) -> None:
@@ -567,25 +500,30 @@ class ExecSessions:
         if self._sessions.get(session.session_id) is session and session.running:
             self._make_durable(session)
 
-    def _started(
-        self,
-        session: LiveSession,
-        process: subprocess.Popen[bytes],
-        pid_start: str | None,
-        pidfd: int | None,
-        op_id: str | None,
-    ) -> None:
-        """The shell runs: drain it, register the session, record it when durable."""
-        session.pid_start = pid_start
-        session.since = start_ticks(pid_start)
-        session.attach(process, pidfd)
-        self._sessions[session.session_id] = session
-        if session.durable:
+    def _started(self, session: LiveSession, spawned: Spawned, op_id: str | None) -> None:
+        """The shell was spawned (and maybe has run to its end in the spawn thread): register
+        the session, drain what is left of it on the loop, record it when durable."""
+        assert spawned.process is not None
+        durable = session.durable
+        session.process = spawned.process
+        session.pid_start = spawned.pid_start
+        session.since = start_ticks(spawned.pid_start)
+        self._sessions.add(session)
+        if spawned.finished_monotonic is not None and spawned.returncode is not None:
+            assert spawned.finished_epoch_ms is not None
+            session.finish(
+                spawned.returncode, spawned.finished_epoch_ms, spawned.finished_monotonic, left=spawned.left
+            )
+            self._loop_looks.taken_in(session, spawned.left)
+            return
+        if spawned.overflow is not None:
+            spool, data = spawned.overflow
+            self._make_durable(session)
+            spool.append(data)
+        session.attach(spawned.process, spawned.pidfd, spawned.returncode)
+        if durable:
             session.write_metadata()
             self._insert_row(session, op_id)
-        else:
-            session.unkept = True
-            self._unkept += 1
 
     def _abandon(self, session: LiveSession) -> None:
         """The shell could not be started: nothing of the session is kept."""
@@ -596,163 +534,43 @@ class ExecSessions:
 
     def _insert_row(self, session: LiveSession, op_id: str | None) -> None:
         if self._records is not None:
-            self._records.insert(
-                ExecSessionStart(
-                    session_id=session.session_id,
-                    op_id=op_id,
-                    command=session.command,
-                    cwd=str(session.cwd),
-                    pid=session.pid,
-                    pid_start=session.pid_start,
-                    started_at_ms=session.started_epoch_ms,
-                )
-            )
+            self._records.insert(session.start_record(op_id))
 
     def _make_durable(self, session: LiveSession) -> None:
         """A session in memory gets its spool files (with what it wrote so far), its
-        metadata.json and its row, and from now on is like any other. A disk that refuses is
-        logged: the session stays in memory (its streams capped at the buffer) and a later
-        attempt is not made."""
-        if session.durable:
+        metadata.json and its row, and from now on is like any other (`LiveSession.to_disk`)."""
+        if session.durable or not session.to_disk(self._spool_dir):
             return
-        session.durable = True  # one attempt
-        session.on_overflow = None
-        try:
-            self._spool_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            session.directory.mkdir(mode=0o700)
-            session.directory.chmod(0o700)
-            for spool in session.spools():
-                spool.to_file()
-        except OSError as exc:
-            _log.warning("exec session %s stays in memory: %s", session.session_id, exc)
-            session.durable = False
-            for spool in session.spools():
-                if spool.memory is not None:
-                    spool.write_error = (
-                        f"{type(exc).__name__}: {exc} (kept in memory, {MEMORY_SPOOL_BYTES} bytes)"
-                    )
-            return
-        self._kept_now(session)
-        session.write_metadata()
+        self._sessions.kept_now(session)
         self._insert_row(session, None)
         if not session.running:
             self._on_settle(session)
-        self._trim()
+        self._sessions.trim()
 
-    def _kept_now(self, session: LiveSession) -> None:
-        """`session` counts against max_sessions from now on (it settled or became durable)."""
-        if session.unkept:
-            session.unkept = False
-            self._unkept -= 1
+    def _remove_later(self, session: LiveSession) -> None:
+        """Remove a dropped session's spool files in a worker thread (shutdown waits for it)."""
+        job: asyncio.Future[None] = session.loop.create_future()
+        self._in_flight.add(job)
 
-    def _on_idle(self, session: LiveSession) -> None:
-        self._idle[session.session_id] = session
+        def removed(_result: object, error: BaseException | None) -> None:
+            self._in_flight.discard(job)
+            job.set_result(None)
+            if error is not None:
+                _log.warning(
+                    "could not remove the files of exec session %s", session.session_id, exc_info=error
+                )
+
+        self._spawn_threads.submit(session.loop, remove_spool, (session.directory,), removed)
 
     def _on_settle(self, session: LiveSession) -> None:
-        self._kept_now(session)
+        self._sessions.kept_now(session)
         if session.durable and self._records is not None:
-            self._records.finish(
-                ExecSessionEnd(
-                    session_id=session.session_id,
-                    finished_at_ms=session.finished_epoch_ms,
-                    exit_code=session.exit_code,
-                    signal=session.signal_name,
-                    stdout_total=session.stdout.total,
-                    stderr_total=session.stderr.total,
-                    stdout_dropped=session.stdout.dropped,
-                    stderr_dropped=session.stderr.dropped,
-                )
-            )
+            self._records.finish(session.end_record())
 
     def _load(self, session_id: str) -> StoredSession | None:
         """A session of an earlier runtime from its row (needs a store)."""
         row = self._records.load(session_id) if self._records is not None else None
         return None if row is None else StoredSession.from_row(row, self._spool_dir)
-
-    def _on_exited(self, session: LiveSession) -> None:
-        # Look at once (most commands leave nothing, and their shell is reaped then); watch the
-        # rest until it is gone.
-        self._look_at(session)
-
-    def _look_at(self, session: LiveSession) -> None:
-        """Queue a look at what `session`'s exited shell left; looks are taken in the look
-        thread, one `/proc` scan for every session queued since the last one."""
-        self._to_look.append(session)
-        if self._looking is None:
-            self._start_look()
-
-    def _start_look(self) -> None:
-        batch, self._to_look = self._to_look, []
-        loop = batch[0].loop
-        self._looking = loop.create_future()
-        self._looker.submit(loop, _look, (batch,), lambda found, error: self._looked(batch, found, error))
-
-    def _looked(
-        self, batch: list[LiveSession], found: Sequence[bool] | None, error: BaseException | None
-    ) -> None:
-        looking, self._looking = self._looking, None
-        if error is not None:  # a look that failed is taken again by the watcher
-            _log.warning("could not look for processes exec sessions left", exc_info=error)
-        for index, session in enumerate(batch):
-            left = found is None or session.take_look(found[index])
-            if left:
-                # What it left is owned like any session's: across a restart too.
-                self._make_durable(session)
-                if self._watcher is None or self._watcher.done():
-                    self._watcher = session.loop.create_task(
-                        self._watch_descendants(), name="exec-descendants"
-                    )
-            session.checked.set()
-        if looking is not None:
-            looking.set_result(None)
-        if self._to_look:
-            self._start_look()
-
-    async def _watch_descendants(self) -> None:
-        """Look at what exited shells left behind until none of it runs any more."""
-        while True:
-            await asyncio.sleep(_DESCENDANT_POLL_SECONDS)
-            left = [s for s in self._sessions.values() if s.exited.is_set() and not s.descendants_gone]
-            if not left:
-                return
-            for session in left:
-                self._look_at(session)
-
-    async def _terminate(self, session: LiveSession, grace_ms: int) -> None:
-        async with session.kill_lock:
-            if session.has_processes():
-                await self._stop(session, grace_ms)
-
-    async def _stop(self, session: LiveSession, grace_ms: int) -> None:
-        loop = asyncio.get_running_loop()
-        # 1. Ask politely: SIGTERM to the process group and the session's processes outside it.
-        session.send(signal.SIGTERM)
-        # 2. Wait for the session to settle and nothing of it to be alive, up to the grace period.
-        deadline = loop.time() + grace_ms / 1000
-        while not (session.settled.is_set() and not session.survivors(ProcessTable.read())[0]):
-            if loop.time() >= deadline:
-                # 3. Insist: SIGKILL to whatever is left.
-                session.escalated = True
-                session.send(signal.SIGKILL)
-                break
-            await asyncio.sleep(_POLL_SECONDS)
-        # 4. Collect the exit status and the last output.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(session.exited.wait(), _EXIT_WAIT_SECONDS)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(session.settled.wait(), _DRAIN_GRACE_SECONDS)
-        if session.running and session.exited.is_set():
-            # 5. Something unseen outside the group still holds the pipes: stop listening to it.
-            for spool in session.spools():
-                session.close_pipe(spool)
-            session.maybe_settle()
-        # 6. SIGKILL takes a moment too: wait (bounded) until nothing is left, so the answer
-        #    and the shutdown are true.
-        give_up = loop.time() + _EXIT_WAIT_SECONDS
-        while session.exited.is_set() and session.check_descendants(ProcessTable.read()) != []:
-            if loop.time() >= give_up:
-                break
-            await asyncio.sleep(_POLL_SECONDS)
 
     def _lookup(self, session_id: str) -> LiveSession | StoredSession:
         """The live session, or the row of one an earlier runtime started."""
@@ -768,117 +586,3 @@ class ExecSessions:
             f"No session {session_id!r}: it never existed or expired; start the command again.",
             session_id=session_id,
         )
-
-    def _prune(self) -> None:
-        now = time.monotonic()
-        if now - self._pruned >= min(_PRUNE_SECONDS, self._retention_seconds):
-            self._pruned = now
-            horizon = now - self._retention_seconds
-            for session in list(self._idle.values()):
-                finished = session.finished_monotonic
-                if finished is not None and finished <= horizon:
-                    self._discard(session)
-        if now - self._records_pruned >= min(_RECORD_PRUNE_SECONDS, self._retention_seconds):
-            self._prune_records()
-
-    def _prune_records(self) -> None:
-        """Forget sessions of earlier runtimes whose retention has ended: rows and spool files."""
-        self._records_pruned = time.monotonic()
-        if self._records is None:
-            return
-        horizon_ms = epoch_ms() - round(self._retention_seconds * 1000)
-        expired = [sid for sid in self._records.expired(horizon_ms) if sid not in self._sessions]
-        if not expired:
-            return
-        self._records.delete(expired)
-        for session_id in expired:
-            remove_spool(self._spool_dir / session_id)
-
-    def _kept(self) -> int:
-        """The sessions `max_sessions` bounds: all but those in memory that still run."""
-        return len(self._sessions) - self._unkept
-
-    def _trim(self) -> None:
-        """`_make_room` for a session that is already running: beyond the limit when it must."""
-        with contextlib.suppress(ToolError):
-            self._make_room(self._max_sessions + 1)
-
-    def _make_room(self, limit: int | None = None) -> None:
-        while self._kept() >= (self._max_sessions if limit is None else limit):
-            finished = self._idle.values()
-            if not finished:
-                raise ToolError(
-                    "too_many_sessions",
-                    f"All {self._max_sessions} sessions, or processes they started, are still running; "
-                    "stop one with herdr_exec_kill or wait for one to finish.",
-                )
-            oldest = min(finished, key=lambda session: session.finished_monotonic or 0.0)
-            # The new command need not wait for the old files: under disk load their removal
-            # cost milliseconds (measured 4 ms of a 33 ms herdr_exec). The session is forgotten
-            # at once; asyncio.run and the runtime's shutdown wait for the worker thread.
-            self._discard(oldest, files_later=True)
-
-    def _discard(self, session: LiveSession, *, files_later: bool = False) -> None:
-        del self._sessions[session.session_id]
-        self._idle.pop(session.session_id, None)
-        self._kept_now(session)
-        if not session.durable:
-            return  # nothing of it is anywhere but in memory
-        if files_later:
-            self._spawner.submit(session.loop, remove_spool, (session.directory,), _ignore)
-        else:
-            remove_spool(session.directory)
-        if self._records is not None:
-            self._records.delete([session.session_id])
-
-
-#: What a spawn gives: the process, its identity, a pidfd for its exit (where there are pidfds),
-#: the launch used; all None when the login environment must be waited for first.
-_Spawned = tuple[subprocess.Popen[bytes] | None, str | None, int | None, ShellLaunch | None]
-
-
-def _check_cwd(cwd: Path) -> None:
-    if not os.path.isdir(cwd):
-        raise ToolError(
-            "cwd_not_found", f"The working directory {cwd} does not exist; pick an existing root."
-        )
-
-
-def _popen(
-    shell: ShellLaunch, command: str, cwd: Path, session_id: str
-) -> tuple[subprocess.Popen[bytes], str | None, int | None]:
-    """Spawn `bash -c command` for a session (in its own process group, stdin from /dev/null,
-    both outputs to pipes, which are made non-blocking) and read the shell's identity and open a
-    pidfd for its exit before anything can reap it. Raises ToolError `exec_failed`."""
-    try:
-        process = subprocess.Popen(
-            shell.argv(command),
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            env={**shell.env, SESSION_ENV: session_id},
-            umask=-1 if shell.umask is None else shell.umask,
-        )
-    except (OSError, ValueError) as exc:
-        raise ToolError("exec_failed", f"The command could not be started ({exc}); check the root.") from exc
-    for pipe in (process.stdout, process.stderr):
-        assert pipe is not None
-        os.set_blocking(pipe.fileno(), False)
-    return process, process_identity(process.pid), exit_fd(process.pid)
-
-
-def _look(sessions: list[LiveSession]) -> list[bool]:
-    """In the look thread: one look at the processes, and for each session whether anything of
-    it other than its exited shell is alive (see `LiveSession.survivors`). The sessions' state
-    is only read here; the loop takes the answers in (`LiveSession.take_look`)."""
-    starts = [session.since for session in sessions]
-    since = None if None in starts else min(start for start in starts if start is not None)
-    table = ProcessTable.read(since)
-    return [session.survivors(table)[0] for session in sessions]
-
-
-def _ignore(_result: object, error: BaseException | None) -> None:
-    if error is not None:
-        _log.warning("could not remove a replaced session's files", exc_info=error)

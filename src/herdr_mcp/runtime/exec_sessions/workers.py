@@ -48,6 +48,10 @@ class Workers:
                 self._threads.append(thread)
         self._jobs.put((loop, function, arguments, done))
 
+    def backlog(self) -> bool:
+        """Whether jobs wait for a thread (any thread may ask)."""
+        return not self._jobs.empty()
+
     def stop(self) -> None:
         """Let every thread end once the jobs queued before are done."""
         for _ in self._threads:
