@@ -17,6 +17,7 @@ import asyncio
 import os
 import signal
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,10 @@ def row(store: StateStore, session_id: str) -> dict[str, Any] | None:
         .fetchone()
     )
     return None if found is None else dict(found)
+
+
+def _leads_its_session(pid: int) -> bool:
+    return os.getsid(pid) == pid
 
 
 def alive(pid: int) -> bool:
@@ -226,6 +231,43 @@ def test_a_descendant_of_a_short_command_is_killed_with_its_session(tmp_path: Pa
             killed = await sessions.kill(result["session_id"], grace_ms=5000)
             assert (killed["already_finished"], killed["descendants_running"]) == (False, False)
             assert not alive(children[0])
+
+        drive(tmp_path, body)
+    finally:
+        for pid in children:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_many_at_once_each_session_owns_exactly_what_it_left(tmp_path: Path, workdir: Path) -> None:
+    # Looks taken together (one scan for several exits, other sessions' shells left out): each
+    # session still finds its own child, in its group or escaped with setsid, and nothing else.
+    grouped = "(sleep 3034 >/dev/null 2>&1 & echo $!); echo grouped"
+    escaped = "setsid sleep 3035 >/dev/null 2>&1 </dev/null & echo $!"
+    commands = [grouped, "echo plain", escaped, "echo plain", grouped, escaped, "true", "echo plain"]
+    children: list[int] = []
+    try:
+
+        async def body(sessions: ExecSessions, store: StateStore) -> None:
+            answers = await asyncio.gather(*(sessions.run(workdir, command, 30_000) for command in commands))
+            for command, answer in zip(commands, answers, strict=True):
+                assert (answer["completed"], answer["exit_code"]) == (True, 0)
+                if command in (grouped, escaped):
+                    child = int(answer["stdout"].split()[0])
+                    children.append(child)
+                    if command == escaped:
+                        # `echo $!` may print before the child has called setsid; the child is
+                        # the session's either way, by its group or by its variable.
+                        await wait_until_async(partial(_leads_its_session, child), "the child to call setsid")
+                    state = sessions.read(answer["session_id"])
+                    assert (state["descendants_running"], state["descendant_pids"]) == (True, [child])
+                    assert row(store, answer["session_id"]) is not None
+                else:
+                    assert answer["descendants_running"] is False
+                    assert row(store, answer["session_id"]) is None
+            for answer in answers:
+                await sessions.kill(answer["session_id"], grace_ms=5000)
+            assert not any(alive(pid) for pid in children)
 
         drive(tmp_path, body)
     finally:

@@ -67,6 +67,7 @@ from herdr_mcp.runtime.exec_sessions.processes import (
     ProcessTable,
     exited_status,
     group_alive,
+    reap_shell,
     signal_group,
     signal_marked,
     wait_keeping_zombie,
@@ -291,7 +292,7 @@ class LiveSession:
         pgid = self._group_id()
         if table is None:
             return pgid is not None and group_alive(pgid), None
-        pids = table.marked(self.session_id, self.since)
+        pids = table.marked(self.session_id, self.since, self.pid)
         if pgid is not None:
             pids |= table.group(pgid)
         pids.discard(pgid if pgid is not None else -1)  # the shell itself
@@ -364,7 +365,7 @@ class LiveSession:
     def reap(self) -> None:
         """Collect the exited shell (kept as a zombie on Linux, see wait_keeping_zombie)."""
         if self.process is not None and self.exited.is_set():
-            self.process.poll()
+            reap_shell(self.process)
 
     def maybe_settle(self) -> None:
         """Settle once the shell exited and both pipes are closed: times, metadata, the row."""

@@ -4,12 +4,12 @@
 the working directory, finds bash and the login environment, and spawns the shell
 (`subprocess.Popen` waits for the child's exec: most of a spawn's time on a busy machine). For a
 session in memory it then stays with the command for a short while (`BRIEF_SECONDS`, never past
-the call's timeout, and not while other spawns wait for a thread): it drains both pipes into the
-memory buffers and waits for the exit, and, when the command ends in that time, looks for what it
-left (`looks`) and reaps the shell when nothing is left. The session then reaches the loop
-finished, in one hand-over, with none of its pipes ever registered with the loop. A command that
-is not done by then, or outgrows its buffer, is handed to the loop as it is (its pipes and exit
-watched there from where the thread stopped).
+the call's timeout, and, past `_PATIENT_SECONDS`, not while other spawns wait for a thread): it
+drains both pipes into the memory buffers and waits for the exit, and, when the command ends in
+that time, looks for what it left (`looks`) and reaps the shell when nothing is left. The
+session then reaches the loop finished, in one hand-over, with none of its pipes ever registered
+with the loop. A command that is not done by then, or outgrows its buffer, is handed to the loop
+as it is (its pipes and exit watched there from where the thread stopped).
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ from herdr_mcp.runtime.exec_sessions.processes import (
     exit_fd,
     exited_status,
     process_identity,
+    reap_shell,
+    shell_started,
     start_ticks,
 )
 
@@ -44,8 +46,10 @@ __all__ = ["BRIEF_SECONDS", "Spawned", "Spawner", "check_cwd"]
 
 #: How long a spawn thread stays with a command in memory before handing it to the loop.
 BRIEF_SECONDS = 0.1
-# How often, while it waits, the thread checks whether other spawns wait for a thread.
+# How often, while it waits, the thread checks whether other spawns wait for a thread, which
+# makes it hand the command over once it has stayed this long (most short commands end by then).
 _SLICE_MS = 5
+_PATIENT_SECONDS = 0.02
 _PIPE_CHUNK = 256 * 1024
 
 
@@ -137,6 +141,7 @@ class Spawner:
             raise ToolError(
                 "exec_failed", f"The command could not be started ({exc}); check the root."
             ) from exc
+        shell_started(process.pid)
         for spool, pipe in ((session.stdout, process.stdout), (session.stderr, process.stderr)):
             assert pipe is not None
             os.set_blocking(pipe.fileno(), False)
@@ -162,9 +167,11 @@ class Spawner:
             watched[spool.pipe.fileno()] = spool
             poller.register(spool.pipe, select.POLLIN)
         poller.register(pidfd, select.POLLIN)
+        patient_until = time.monotonic() + _PATIENT_SECONDS
         while watched or spawned.returncode is None:
-            left_ms = (until - time.monotonic()) * 1000
-            if left_ms <= 0 or busy():
+            now = time.monotonic()
+            left_ms = (until - now) * 1000
+            if left_ms <= 0 or (now >= patient_until and busy()):
                 return
             for fd, _ in poller.poll(min(_SLICE_MS, left_ms)):
                 if fd == pidfd:
@@ -193,7 +200,7 @@ class Spawner:
         spawned.finished_epoch_ms, spawned.finished_monotonic = epoch_ms(), time.monotonic()
         spawned.left = self.looks.look([session])[0]
         if not spawned.left:
-            process.poll()  # nothing of it is left: the group id may go
+            reap_shell(process)  # nothing of it is left: the group id may go
 
 
 def _read(fd: int) -> bytes | None:
