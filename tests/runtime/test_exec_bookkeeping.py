@@ -142,8 +142,9 @@ def test_a_session_replaced_at_the_limit_has_its_files_removed(tmp_path: Path) -
     async def main() -> None:
         sessions = ExecSessions(spool, max_sessions=1)
         try:
-            first = await sessions.run(tmp_path, "echo first", 30_000)
-            second = await sessions.run(tmp_path, "echo second", 30_000)
+            # Durable sessions (a keyed herdr_exec's, herdr_exec_start's) have files to remove.
+            first = await sessions.run(tmp_path, "echo first", 30_000, durable=True)
+            second = await sessions.run(tmp_path, "echo second", 30_000, durable=True)
             assert second["stdout"] == "second\n"
             gone = spool / first["session_id"]
             await wait_until_async(lambda: not gone.exists(), "the replaced session's files to go")

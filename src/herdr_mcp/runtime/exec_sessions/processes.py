@@ -28,6 +28,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -163,8 +164,10 @@ def _marker(pid: int) -> str | None:
     return None
 
 
-# pid -> (inode of /proc/<pid>, kernel start time) from the last look, for ProcessTable.read.
+# pid -> (inode of /proc/<pid>, kernel start time) from the last look, for ProcessTable.read;
+# looks are taken on the event loop and in the runtime's look thread, one at a time.
 _STARTS: dict[int, tuple[int, int]] = {}
+_STARTS_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -196,6 +199,11 @@ class ProcessTable:
         """
         if sys.platform != "linux":
             return None
+        with _STARTS_LOCK:
+            return cls._read(since)
+
+    @classmethod
+    def _read(cls, since: int | None) -> ProcessTable:
         entries = []
         seen: dict[int, tuple[int, int]] = {}
         with os.scandir(_PROC) as listing:
