@@ -26,6 +26,7 @@ from herdr_mcp.contract import contract_identity
 from herdr_mcp.errors import EXIT_LOCAL, EXIT_REFUSED, EXIT_USAGE
 from herdr_mcp.generations import Generation, GenerationStatus, StatusFile, Validation
 from herdr_mcp.layout import Layout
+from herdr_mcp.link import edge as edge_module
 from herdr_mcp.link.drain import DRAIN_ACK_FILE, DRAIN_FILE
 from herdr_mcp.link.edge import EdgeLink, Reconnect
 from herdr_mcp.link.edge_device import EdgeDevice, check_edge_url, read_device, write_device
@@ -253,6 +254,30 @@ def test_a_tool_request_is_served_once_through_the_router(tmp_path: Path, genera
         assert b"authorization: bearer " + b"y" * 32 in head
         assert world.handler.forwarder.leases.in_flight() == {"G": 0}
         assert not edge.violations
+
+
+def test_an_id_answered_lately_is_not_run_again(
+    tmp_path: Path, generation: ToolGeneration, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tool_request reusing the id of one answered on this connection is refused
+    `request_id_in_use` (not_delivered), as long as the id is among the last FINISHED_IDS answered."""
+    monkeypatch.setattr(edge_module, "FINISHED_IDS", 3)
+    with EdgeStandIn() as edge, linked(tmp_path, edge, generation) as world:
+        connected(world.link)
+        edge.send(request("e1", "echo", {"n": 1}))
+        assert answer_to(edge, "e1")["type"] == "tool_result"
+        edge.send(request("e1", "echo", {"n": 99}))
+        again = edge.wait_frame(lambda frame: frame.get("code") == "request_id_in_use", "the refusal")
+        assert (again.frame["id"], again.frame["delivery_state"]) == ("e1", "not_delivered")
+        for number in (2, 3, 4):  # three more answered: e1 is no longer remembered
+            edge.send(request(f"e{number}", "echo", {"n": number}))
+            assert answer_to(edge, f"e{number}")["type"] == "tool_result"
+        edge.send(request("e1", "echo", {"n": 5}))
+        edge.wait_frame(
+            lambda frame: frame["type"] == "tool_result" and frame["result"]["structuredContent"] == {"n": 5},
+            "e1 served again",
+        )
+        assert [arguments["n"] for _, arguments in generation.calls] == [1, 2, 3, 4, 5]  # never 99
 
 
 def test_200_concurrent_calls_are_each_answered_once(tmp_path: Path, generation: ToolGeneration) -> None:

@@ -176,6 +176,27 @@ class _Call:
             self.task.cancel()
 
 
+class _Finished:
+    """The ids of the last `size` calls answered on a connection; `in` is a set lookup (a deque's
+    is a scan of all of them, which every tool_request made)."""
+
+    def __init__(self, size: int) -> None:
+        self._order: deque[str] = deque()
+        self._ids: set[str] = set()
+        self._size = size
+
+    def add(self, request_id: str) -> None:
+        if request_id in self._ids:
+            return
+        self._order.append(request_id)
+        self._ids.add(request_id)
+        if len(self._order) > self._size:
+            self._ids.discard(self._order.popleft())
+
+    def __contains__(self, request_id: object) -> bool:
+        return request_id in self._ids
+
+
 class EdgeLink:
     """The outbound connection (module docstring); `start()` runs it in its own thread."""
 
@@ -391,7 +412,7 @@ class EdgeLink:
             self._set(last_heartbeat_sent=_now())
 
     async def _read(self, ws: ClientConnection, ack: HelloAck) -> None:
-        finished: deque[str] = deque(maxlen=FINISHED_IDS)
+        finished = _Finished(FINISHED_IDS)
         while True:
             try:
                 async with asyncio.timeout(ack.silence_limit_s):  # no task per frame, as wait_for makes
@@ -419,7 +440,7 @@ class EdgeLink:
 
     # -- tool calls ---------------------------------------------------------------------------
 
-    def _start_call(self, ws: ClientConnection, frame: ToolRequest, finished: deque[str], cap: int) -> None:
+    def _start_call(self, ws: ClientConnection, frame: ToolRequest, finished: _Finished, cap: int) -> None:
         if frame.id in self._calls or frame.id in finished:
             error = tool_error_frame(
                 frame.id, "request_id_in_use", "this id was already used on this connection", "not_delivered"
@@ -443,7 +464,7 @@ class EdgeLink:
         return task
 
     async def _serve_call(
-        self, ws: ClientConnection, frame: ToolRequest, call: _Call, finished: deque[str], cap: int
+        self, ws: ClientConnection, frame: ToolRequest, call: _Call, finished: _Finished, cap: int
     ) -> None:
         try:
             outcome = await self._call(frame, call, cap)
@@ -462,7 +483,7 @@ class EdgeLink:
             )
         finally:
             self._calls.pop(frame.id, None)
-            finished.append(frame.id)
+            finished.add(frame.id)
         if call.orphaned:
             return
         if call.cancelled:
@@ -528,7 +549,7 @@ class EdgeLink:
             )
         return answer_outcome(frame.id, status, data, cap)
 
-    async def _cancel(self, ws: ClientConnection, frame: Cancel, finished: deque[str]) -> None:
+    async def _cancel(self, ws: ClientConnection, frame: Cancel, finished: _Finished) -> None:
         call = self._calls.get(frame.id)
         if call is not None:
             call.cancelled = True  # its task answers cancel_ack once the exchange is given up
