@@ -3,45 +3,57 @@ runtime directly, where that latency goes, and 200 concurrent calls through the 
 
 The Edge is the real Worker under workerd (`wrangler dev --local`, tests/support/edge_harness.py) on
 loopback. `wrangler dev` runs two workerd processes: its proxy worker on the public port (it holds
-requests while the Worker reloads and forwards each with fetch() to the other one) and the Worker
-itself, with its Durable Objects and KV, on a socket of its own. A deployed Worker has no such
-proxy in front of it. So every Edge figure is taken at two entries of the same `wrangler dev`:
+requests while the Worker reloads and forwards each with fetch() to the other one, and pipes a
+WebSocket's frames through itself the same way) and the Worker itself, with its Durable Objects
+and KV, on a socket of its own. A deployed Worker has no such proxy in front of it. So every Edge
+figure is taken at two entries of the same `wrangler dev`:
 
 - "wrangler dev": the public port, as `wrangler dev` serves it; the client and the link both go
-  through the proxy worker;
+  through the proxy worker (a call crosses it three times: the client's POST, the tool_request
+  frame to the link, the tool_result frame back);
 - "workerd": the Worker's own socket (found among the listening sockets of wrangler's process
   group: the one whose GET /health answers as the Edge's), sent the `MF-Original-URL` header that
   the proxy worker itself sets, so the Worker sees the public URL (the token is bound to
-  `<public origin>/mcp`); a second workstation's link dials this socket.
+  `<public origin>/mcp`); a second workstation's link dials this socket. This is the entry that
+  stands for a deployed Worker.
 
 Each entry has its own workstation: `herdr-mcp link` paired with it by `herdr-mcp link pair` (its
 own device), its connector approved by `herdr-mcp connector approve`, as in use; both links serve
 from runtime A. A call through the Edge goes client -> /mcp (Worker: the OAuth provider checks
-the token) -> the device's Durable Object -> the link's WebSocket -> the link's router ->
-runtime A, and back.
+the token) -> the device's Durable Object -> the link's WebSocket -> the link -> runtime A, and
+back.
 
-1. tools/call latency (p50/p95) of a cheap read-only tool (herdr_methods with a query matching
-   nothing) sent directly to runtime A, through the link's local /mcp (the link's own share) and
-   through the Edge at both entries, interleaved round by round, each over an `mcp` SDK
-   Streamable HTTP session. Target: added p50 (Edge minus direct) <= 3 ms on loopback; it is
-   printed for both entries.
-2. Where the time goes: the same call as raw JSON-RPC POSTs from a minimal client (http.client,
-   one keep-alive connection per target, so the client's own cost is small and alike), next to
-   GET /health (the Worker answering by itself) and /mcp `ping` (the token check and the /mcp
-   handler, no relay) at both entries, interleaved. The differences name each layer's share.
-3. 200 tools/calls sent at once through the Edge under `wrangler dev` (one JSON-RPC POST each,
-   200 connections); an error is a non-200 answer, a JSON-RPC error or a result with isError.
-   Target: zero.
+Every round (`--rounds`, 3 by default) measures, interleaved call by call so drift in load hits
+all alike:
 
-The 1-minute load average is printed before anything starts, once everything runs, and at the
-end: on a loaded machine every hop (five processes on the Edge path under `wrangler dev`) waits
-for a core, and the figures grow with the load. An edit under edge/src while this runs makes
-`wrangler dev` rebuild the Worker on a new workerd and port: run it on a quiet tree.
+1. tools/call of a cheap read-only tool (herdr_methods with a query matching nothing) from the raw
+   client (benchmarks/raw_client.py: one keep-alive HTTP/1.1 connection per target, an MCP
+   session where the server keeps one) sent directly to runtime A, through the link's local /mcp,
+   and through the Edge at both entries. Target: the Edge's added p50 (Edge minus direct) <= 3 ms
+   on loopback, at each entry.
+2. Where the time goes, on the same raw connections: GET /health (the Worker answering by itself)
+   and /mcp `ping` (the token check and the /mcp handler, no relay) at both entries, and runtime A
+   answering the call in the form the link sends it (2026-07-28, one POST, no session). The
+   differences name each layer's share.
+3. The same tools/call over `mcp` SDK sessions (fewer calls), the figure this benchmark printed
+   before the raw client: the SDK's own cost is in both sides, but not alike (its Edge session
+   answers differ from its runtime session's).
 
-Run from the repository root with the project installed: `python benchmarks/edge_bench.py`.
-wrangler runs with the harness's OFFLINE_ENV, so nothing leaves loopback; to show it, run it as
-`scripts/netns-run --trace /tmp/bench.trace python benchmarks/edge_bench.py` (a loopback-only
-network namespace under strace; it lists anything off loopback and any DNS lookup).
+Then 200 tools/calls sent at once through the Edge under `wrangler dev` (200 raw connections, one
+POST each); an error is a refused connection, a non-200 answer, a JSON-RPC error or a result with
+isError. Target: zero.
+
+The load average is printed before anything starts, with each round and at the end: on a loaded
+machine every hop (five processes on the Edge path under `wrangler dev`) waits for a core, and the
+figures grow with the load. An edit under edge/src while this runs makes `wrangler dev` rebuild
+the Worker on a new workerd and port: run it on a quiet tree.
+
+Run from the repository root with the project installed, under the benchmarks' lock:
+`flock /tmp/herdr-bench.lock python benchmarks/edge_bench.py [--record]` (`--record` writes
+benchmarks/results/edge_bench.json, the README's rows). wrangler runs with the harness's
+OFFLINE_ENV, so nothing leaves loopback; to show it, run it as `scripts/netns-run --trace
+/tmp/bench.trace python benchmarks/edge_bench.py` (a loopback-only network namespace under strace;
+it lists anything off loopback and any DNS lookup).
 """
 
 from __future__ import annotations
@@ -49,7 +61,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import http.client
 import json
 import os
 import shutil
@@ -59,7 +70,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from functools import partial
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +85,8 @@ from tests.support.link_harness import Link, generation_for, running_link
 from tests.support.runtime_harness import RunningRuntime, two_runtimes
 from tests.support.waiting import wait_until
 
-from benchmarks.timing import interleaved, percentile
+from benchmarks.raw_client import RawError, RawHttp, Spread, interleaved, load_text, percentile
+from benchmarks.results import Row, record
 from herdr_mcp.generations import ControlFile, GenerationStore, Observation, activate
 
 TOOL = "herdr_methods"
@@ -84,9 +96,10 @@ CLI = [sys.executable, "-m", "herdr_mcp"]
 READY_S = 120.0
 #: The header wrangler's proxy worker sets on what it forwards: the URL the Worker is to see.
 ORIGINAL_URL = "MF-Original-URL"
-#: The protocol revision the link speaks to a generation (one POST, no session), for the raw call.
+#: The protocol revision the link speaks to a generation (one POST, no session).
 RUNTIME_PROTOCOL = "2026-07-28"
 TARGET_MS = 3.0
+WRANGLER, WORKERD = "wrangler dev", "workerd"
 
 
 def _cli(*argv: str) -> dict[str, Any]:
@@ -145,19 +158,41 @@ def _answers_as_edge(base: str, public: str, expected: dict[str, Any]) -> bool:
         return False
 
 
+class HeaderedRaw(RawHttp):
+    """The raw client with headers of its own on every request: `MF-Original-URL` for the Worker's
+    own socket (the URL the proxy worker would have given it), or the routing headers of a
+    2026-07-28 request."""
+
+    def __init__(
+        self, url: str, token: str | None, headers: dict[str, str], original: str | None = None
+    ) -> None:
+        super().__init__(url, token)
+        self._extra = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+        self._original = original
+
+    def _head(self, method: str, path: str, length: int) -> bytes:
+        extra = self._extra
+        if self._original is not None:
+            extra += f"{ORIGINAL_URL}: {self._original}{path}\r\n"
+        return super()._head(method, path, length)[:-2] + extra.encode() + b"\r\n"
+
+
+@dataclass
 class Entry:
     """One way into the Edge (module docstring) and the workstation whose link dials it."""
 
-    def __init__(self, name: str, base: str, public: str, link: Link, connector: Connector) -> None:
-        self.name = name
-        self.base = base
-        #: The public base URL, sent as MF-Original-URL when `base` is not it.
-        self.original = None if base == public else public
-        self.link = link
-        self.connector = connector
+    name: str
+    base: str
+    #: The public base URL, sent as MF-Original-URL when `base` is not it.
+    original: str | None
+    link: Link
+    connector: Connector
 
-    def headers(self, path: str) -> dict[str, str]:
-        return {ORIGINAL_URL: self.original + path} if self.original is not None else {}
+    def raw(self) -> HeaderedRaw:
+        return HeaderedRaw(self.base + "/mcp", self.connector.token, {}, self.original)
+
+    def headers(self) -> dict[str, str]:
+        return {ORIGINAL_URL: self.original + "/mcp"} if self.original is not None else {}
 
 
 @contextlib.contextmanager
@@ -186,188 +221,260 @@ def workstation(
         yield link, finish_authorization(edge, authorization)
 
 
-async def _call(client: Client) -> None:
-    result = await client.call_tool(TOOL, ARGUMENTS)
-    if result.is_error:
-        raise RuntimeError(result.structured_content)
-
-
-def _row(label: str, samples: list[float]) -> None:
-    print(f"{label:<52}{statistics.median(samples):>9.2f}{percentile(samples, 0.95):>9.2f}")
-
-
-async def _latency(direct: RunningRuntime, entries: list[Entry], calls: int) -> None:
-    async with contextlib.AsyncExitStack() as stack:
-        to_a = await stack.enter_async_context(direct.client())
-        via_link = await stack.enter_async_context(entries[0].link.client())
-        via_edge = []
-        for entry in entries:
-            headers = {"Authorization": f"Bearer {entry.connector.token}", **entry.headers("/mcp")}
-            http = await stack.enter_async_context(httpx2.AsyncClient(headers=headers, timeout=60))
-            session = Client(streamable_http_client(entry.base + "/mcp", http_client=http))
-            via_edge.append(await stack.enter_async_context(session))
-        # Warm-up: connections, the Worker's and the links' first calls.
-        samples = await interleaved(
-            [_caller(client) for client in (to_a, via_link, *via_edge)], calls, warmup=30
-        )
-    direct_ms, link_ms, *edge_ms = samples
-    print(f"\n== tools/call {TOOL} over an mcp SDK session ({calls} calls each, interleaved, ms)")
-    print(f"{'path':<52}{'p50':>9}{'p95':>9}")
-    _row("directly to runtime A", direct_ms)
-    _row("the link's local /mcp -> runtime A", link_ms)
-    for entry, samples_ms in zip(entries, edge_ms, strict=True):
-        _row(f"Edge ({entry.name}) -> DO -> link -> runtime A", samples_ms)
-    for entry, samples_ms in zip(entries, edge_ms, strict=True):
-        added = statistics.median(samples_ms) - statistics.median(direct_ms)
-        verdict = "met" if added <= TARGET_MS else "not met"
-        print(f"added p50 by the Edge ({entry.name}): {added:.2f} ms (target <= {TARGET_MS:g} ms: {verdict})")
-
-
-def _caller(client: Client) -> Callable[[], Awaitable[None]]:
-    return lambda: _call(client)
-
-
-class Raw:
-    """One keep-alive HTTP/1.1 connection (http.client): a client whose own cost is small and the
-    same for every target, for the layer table."""
-
-    def __init__(self, base: str, headers: dict[str, str], original: str | None = None) -> None:
-        host, port = base.removeprefix("http://").rsplit(":", 1)
-        self._connection = http.client.HTTPConnection(host, int(port), timeout=60)
-        self._headers = headers
-        self._original = original
-
-    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> None:
-        """One request; raises RuntimeError unless it is answered 200 without an error."""
-        headers = dict(self._headers)
-        if self._original is not None:
-            headers[ORIGINAL_URL] = self._original + path
-        self._connection.request(method, path, None if body is None else json.dumps(body), headers)
-        answer = self._connection.getresponse()
-        data = answer.read()
-        document = json.loads(data) if answer.status == 200 else {}
-        if answer.status != 200 or "error" in document or document.get("result", {}).get("isError"):
-            raise RuntimeError(f"{method} {path}: HTTP {answer.status}: {data[:300]!r}")
-
-    def close(self) -> None:
-        self._connection.close()
-
-
-def _rpc(method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": params or {}}
-
-
-def _layers(direct: RunningRuntime, entries: list[Entry], calls: int) -> None:
-    """Section 2 of the module docstring."""
-    call = _rpc("tools/call", {"name": TOOL, "arguments": ARGUMENTS})
-    # What the link sends a generation for a tool_request (link/edge.py), with its own bearer.
+def _runtime_call() -> bytes:
+    """What the link sends a generation for a tool_request (link/edge.py), as one JSON body."""
     meta = {
         "io.modelcontextprotocol/protocolVersion": RUNTIME_PROTOCOL,
         "io.modelcontextprotocol/clientCapabilities": {},
         "io.modelcontextprotocol/clientInfo": {"name": "edge-bench", "version": "0"},
     }
-    runtime_call = _rpc("tools/call", {"name": TOOL, "arguments": ARGUMENTS, "_meta": meta})
-    json_headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-    runtime_headers = {"MCP-Protocol-Version": RUNTIME_PROTOCOL, "Mcp-Method": "tools/call", "Mcp-Name": TOOL}
-    runtime = Raw(direct.base, {**json_headers, **runtime_headers, "Authorization": f"Bearer {direct.token}"})
-    raws = [runtime]
-    labelled: list[tuple[str, Callable[[], None]]] = [
-        ("runtime A directly: tools/call", lambda: runtime.request("POST", "/mcp", runtime_call))
-    ]
-    for entry in entries:
-        raw = Raw(
-            entry.base, {**json_headers, "Authorization": f"Bearer {entry.connector.token}"}, entry.original
-        )
-        raws.append(raw)
-        labelled += [
-            (f"{entry.name}: GET /health", partial(raw.request, "GET", "/health")),
-            (f"{entry.name}: /mcp ping", partial(raw.request, "POST", "/mcp", _rpc("ping"))),
-            (f"{entry.name}: /mcp tools/call", partial(raw.request, "POST", "/mcp", call)),
-        ]
-    try:
-        timed = interleaved([_blocking(run) for _, run in labelled], calls, warmup=30)
-        samples = dict(zip((label for label, _ in labelled), asyncio.run(timed), strict=True))
-    finally:
-        for raw in raws:
-            raw.close()
-    p50 = {label: statistics.median(values) for label, values in samples.items()}
-    print(f"\n== where the time goes: raw JSON-RPC POSTs from http.client ({calls} each, interleaved, ms)")
-    print(f"{'request':<52}{'p50':>9}{'p95':>9}")
-    for label, values in samples.items():
-        _row(label, values)
-    direct_ms = p50["runtime A directly: tools/call"]
-    shares: list[tuple[str, Callable[[str], float]]] = [
-        ("the Worker answering by itself (GET /health)", lambda n: p50[f"{n}: GET /health"]),
-        (
-            "token check and /mcp handler (ping - /health)",
-            lambda n: p50[f"{n}: /mcp ping"] - p50[f"{n}: GET /health"],
-        ),
-        (
-            "relay via DO and link, less runtime A's own time",
-            lambda n: p50[f"{n}: /mcp tools/call"] - p50[f"{n}: /mcp ping"] - direct_ms,
-        ),
-        ("added p50 by the Edge (tools/call - direct)", lambda n: p50[f"{n}: /mcp tools/call"] - direct_ms),
-    ]
-    print(f"{'share, from the p50s above (ms)':<52}" + "".join(f"{entry.name:>14}" for entry in entries))
-    for label, share in shares:
-        print(f"{label:<52}" + "".join(f"{share(entry.name):>14.2f}" for entry in entries))
-
-
-def _blocking(run: Callable[[], None]) -> Callable[[], Awaitable[None]]:
-    """`run` as the awaitable `interleaved` times (nothing else runs on the loop meanwhile)."""
-
-    async def once() -> None:
-        run()
-
-    return once
-
-
-async def _concurrent(connector: Connector, count: int) -> None:
-    headers = {
-        "Authorization": f"Bearer {connector.token}",
-        "Accept": "application/json, text/event-stream",
+    message = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": TOOL, "arguments": ARGUMENTS, "_meta": meta},
     }
-    limits = httpx2.Limits(max_connections=count, max_keepalive_connections=count)
-    async with httpx2.AsyncClient(headers=headers, timeout=120, limits=limits) as http:
+    return json.dumps(message).encode()
 
-        async def one(request_id: int) -> str | None:
-            message = {
-                "jsonrpc": "2.0",
-                "id": request_id,
-                "method": "tools/call",
-                "params": {"name": TOOL, "arguments": ARGUMENTS},
-            }
-            try:
-                answer = await http.post(connector.edge.base + "/mcp", json=message)
-            except httpx2.HTTPError as exc:
-                return f"transport: {exc!r}"
-            if answer.status_code != 200:
-                return f"HTTP {answer.status_code}: {answer.text[:200]}"
-            body = answer.json()
-            if "error" in body or body["result"].get("isError"):
-                return json.dumps(body)[:300]
-            return None
 
-        start = time.perf_counter()
-        outcomes = await asyncio.gather(*(one(i) for i in range(1, count + 1)))
-        took = time.perf_counter() - start
+async def _post_ok(raw: RawHttp, body: bytes) -> None:
+    status, _, data = await raw.request("POST", raw.path, body)
+    answer = json.loads(data) if status == 200 else {}
+    if status != 200 or "error" in answer or answer.get("result", {}).get("isError"):
+        raise RawError(f"HTTP {status}: {data[:300]!r}")
+
+
+async def _get_ok(raw: RawHttp, path: str) -> None:
+    status, _, data = await raw.request("GET", path)
+    if status != 200:
+        raise RawError(f"GET {path}: HTTP {status}: {data[:300]!r}")
+
+
+@dataclass
+class RoundResult:
+    """One round's p50s (ms) by label, and its load average."""
+
+    p50: dict[str, float]
+    p95: dict[str, float]
+    load: str
+
+    def added(self, entry: str) -> float:
+        return self.p50[f"{entry}: tools/call"] - self.p50["runtime A directly: tools/call"]
+
+    def shares(self, entry: str) -> dict[str, float]:
+        p50 = self.p50
+        return {
+            "worker": p50[f"{entry}: GET /health"],
+            "token": p50[f"{entry}: /mcp ping"] - p50[f"{entry}: GET /health"],
+            "relay": p50[f"{entry}: tools/call"]
+            - p50[f"{entry}: /mcp ping"]
+            - p50["runtime A, the link's form"],
+        }
+
+
+async def _raw_round(direct: RunningRuntime, entries: list[Entry], calls: int, warmup: int) -> RoundResult:
+    """Sections 1 and 2 of the module docstring, one round."""
+    connections: list[RawHttp] = []
+
+    async def opened(raw: RawHttp, *, mcp: bool = True) -> RawHttp:
+        connections.append(raw)
+        return await raw.connect(mcp=mcp)
+
+    try:
+        to_a = await opened(RawHttp(direct.base + "/mcp", direct.token))
+        via_link = await opened(RawHttp(entries[0].link.url, entries[0].link.token))
+        routing = {"MCP-Protocol-Version": RUNTIME_PROTOCOL, "Mcp-Method": "tools/call", "Mcp-Name": TOOL}
+        linkform = await opened(HeaderedRaw(direct.base + "/mcp", direct.token, routing), mcp=False)
+        body = _runtime_call()
+        labelled: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
+            ("runtime A directly: tools/call", lambda: to_a.call_tool(TOOL, ARGUMENTS)),
+            ("runtime A, the link's form", lambda: _post_ok(linkform, body)),
+            ("the link's local /mcp: tools/call", lambda: via_link.call_tool(TOOL, ARGUMENTS)),
+        ]
+        for entry in entries:
+            raw = await opened(entry.raw())
+            labelled += [
+                (f"{entry.name}: GET /health", _bound(_get_ok, raw, "/health")),
+                (f"{entry.name}: /mcp ping", _bound(raw.rpc, "ping")),
+                (f"{entry.name}: tools/call", _bound(raw.call_tool, TOOL, ARGUMENTS)),
+            ]
+        samples = await interleaved([call for _, call in labelled], calls, warmup)
+    finally:
+        for raw in connections:
+            await raw.close()
+    labels = [label for label, _ in labelled]
+    return RoundResult(
+        {label: statistics.median(values) for label, values in zip(labels, samples, strict=True)},
+        {label: percentile(values, 0.95) for label, values in zip(labels, samples, strict=True)},
+        load_text(),
+    )
+
+
+def _bound(function: Callable[..., Awaitable[Any]], *args: Any) -> Callable[[], Awaitable[Any]]:
+    return lambda: function(*args)
+
+
+async def _sdk_round(
+    direct: RunningRuntime, entries: list[Entry], calls: int, warmup: int
+) -> dict[str, float]:
+    """Section 3: p50s over mcp SDK sessions."""
+    async with contextlib.AsyncExitStack() as stack:
+        to_a = await stack.enter_async_context(direct.client())
+        clients = [to_a]
+        for entry in entries:
+            headers = {"Authorization": f"Bearer {entry.connector.token}", **entry.headers()}
+            http = await stack.enter_async_context(httpx2.AsyncClient(headers=headers, timeout=60))
+            session = Client(streamable_http_client(entry.base + "/mcp", http_client=http))
+            clients.append(await stack.enter_async_context(session))
+        samples = await interleaved([_bound(_sdk_call, client) for client in clients], calls, warmup)
+    names = ["direct", *(entry.name for entry in entries)]
+    return {name: statistics.median(values) for name, values in zip(names, samples, strict=True)}
+
+
+async def _sdk_call(client: Client) -> None:
+    result = await client.call_tool(TOOL, ARGUMENTS)
+    if result.is_error:
+        raise RuntimeError(result.structured_content)
+
+
+async def _concurrent(entry: Entry, count: int) -> tuple[int, float, list[str]]:
+    """`count` tools/calls at once through `entry`, each on its own raw connection."""
+
+    async def one() -> str | None:
+        raw = entry.raw()
+        try:
+            await raw.connect(mcp=False)
+            await raw.call_tool(TOOL, ARGUMENTS)
+        except (OSError, RawError, asyncio.IncompleteReadError, ValueError) as exc:
+            return f"{type(exc).__name__}: {exc}"[:300]
+        finally:
+            await raw.close()
+        return None
+
+    start = time.perf_counter()
+    outcomes = await asyncio.gather(*(one() for _ in range(count)))
+    took_ms = (time.perf_counter() - start) * 1000
     errors = [outcome for outcome in outcomes if outcome is not None]
-    print(f"\n== {count} concurrent tools/call {TOOL} through the Edge")
-    print(f"errors {len(errors)} of {count} (target 0), all answered in {took * 1000:.0f} ms")
-    for error in errors[:5]:
-        print(f"  {error}")
+    return len(errors), took_ms, errors
 
 
-def _load() -> str:
-    return f"load average (1 min) {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores"
+def _print_round(index: int, result: RoundResult, sdk: dict[str, float], entries: list[Entry]) -> None:
+    print(f"\n== round {index}: raw client, interleaved (ms); {result.load}")
+    print(f"{'request':<44}{'p50':>9}{'p95':>9}")
+    for label, p50 in result.p50.items():
+        print(f"{label:<44}{p50:>9.2f}{result.p95[label]:>9.2f}")
+    print(f"{'share of the p50s (ms)':<44}" + "".join(f"{entry.name:>14}" for entry in entries))
+    rows = [
+        ("the Worker by itself (GET /health)", "worker"),
+        ("token check + /mcp handler (ping - /health)", "token"),
+        ("relay: DO, WebSocket, link (less runtime)", "relay"),
+    ]
+    for label, key in rows:
+        print(f"{label:<44}" + "".join(f"{result.shares(entry.name)[key]:>14.2f}" for entry in entries))
+    print(
+        f"{'added p50 (tools/call - direct)':<44}"
+        + "".join(f"{result.added(e.name):>14.2f}" for e in entries)
+    )
+    proxy = result.p50[f"{WRANGLER}: tools/call"] - result.p50[f"{WORKERD}: tools/call"]
+    print(f"wrangler dev's proxy worker on a call (wrangler dev - workerd tools/call): {proxy:.2f} ms")
+    sdk_added = "; ".join(f"{e.name} +{sdk[e.name] - sdk['direct']:.2f}" for e in entries)
+    print(f"mcp SDK sessions: direct p50 {sdk['direct']:.2f} ms; added p50 {sdk_added} ms")
+
+
+def _rows(
+    rounds: list[RoundResult], sdks: list[dict[str, float]], concurrent: tuple[int, int, float]
+) -> list[Row]:
+    def spread(values: list[float]) -> Spread:
+        return Spread(tuple(values))
+
+    def p50s(label: str) -> Spread:
+        return spread([r.p50[label] for r in rounds])
+
+    direct = p50s("runtime A directly: tools/call")
+    rows = []
+    where = {
+        WORKERD: "at the Worker's own workerd socket (what a deployed Worker has: no proxy in front)",
+        WRANGLER: "under `wrangler dev`, through its proxy worker (local development only; it adds "
+        "its own forwarding to the client's POST and to both WebSocket frames of the relay)",
+    }
+    for name in (WORKERD, WRANGLER):
+        added = spread([r.added(name) for r in rounds])
+        rows.append(
+            Row(
+                figure=(
+                    "Edge added p50, raw client, tools/call client -> Worker -> DO -> link -> runtime, "
+                    + where[name]
+                ),
+                measured=f"p50 {p50s(f'{name}: tools/call').median:.2f} ms",
+                floor=f"runtime directly, raw client: p50 {direct.median:.2f} ms",
+                ratio=f"+{added.text(2, ' ms')}",
+                target=f"<= +{TARGET_MS:g} ms",
+                met=added.median <= TARGET_MS,
+            )
+        )
+    sdk_direct = spread([s["direct"] for s in sdks])
+    for name in (WORKERD, WRANGLER):
+        added = spread([s[name] - s["direct"] for s in sdks])
+        rows.append(
+            Row(
+                figure=f"Edge added p50 with the mcp SDK client on both sides, {name}",
+                measured=f"p50 {spread([s[name] for s in sdks]).median:.2f} ms",
+                floor=f"runtime directly, mcp SDK client: p50 {sdk_direct.median:.2f} ms",
+                ratio=f"+{added.text(2, ' ms')}",
+                target=f"<= +{TARGET_MS:g} ms",
+                met=added.median <= TARGET_MS,
+            )
+        )
+
+    def share(name: str, key: str) -> str:
+        return f"{statistics.median([r.shares(name)[key] for r in rounds]):.2f}"
+
+    proxy = spread([r.p50[f"{WRANGLER}: tools/call"] - r.p50[f"{WORKERD}: tools/call"] for r in rounds])
+    rows.append(
+        Row(
+            figure=(
+                "where the Edge's added time goes (raw client, medians over the rounds; "
+                "workerd / wrangler dev)"
+            ),
+            measured=(
+                "the Worker answering GET /health "
+                f"{share(WORKERD, 'worker')} / {share(WRANGLER, 'worker')} ms; "
+                f"token check and /mcp handler {share(WORKERD, 'token')} / {share(WRANGLER, 'token')} ms; "
+                f"relay via the Durable Object, WebSocket and link, less the runtime's own time, "
+                f"{share(WORKERD, 'relay')} / {share(WRANGLER, 'relay')} ms"
+            ),
+            floor=f"wrangler dev's proxy worker adds {proxy.text(2, ' ms')} to a call",
+            ratio="",
+            target="",
+            met=None,
+        )
+    )
+    errors, count, took_ms = concurrent
+    rows.append(
+        Row(
+            figure=(
+                f"{count} concurrent tools/calls through the Edge under wrangler dev "
+                "(raw client, one connection each)"
+            ),
+            measured=f"{errors} errors, all answered in {took_ms:.0f} ms",
+            floor="",
+            ratio="",
+            target="0 errors",
+            met=errors == 0,
+        )
+    )
+    return rows
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--calls", type=int, default=500)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--calls", type=int, default=400, help="raw calls per target per round")
+    parser.add_argument("--sdk-calls", type=int, default=200, help="SDK calls per target per round")
     parser.add_argument("--concurrent", type=int, default=200)
+    parser.add_argument("--record", action="store_true", help="write benchmarks/results/edge_bench.json")
     args = parser.parse_args()
-    print(f"before anything starts: {_load()}")
+    print(f"before anything starts: {load_text()}")
     tmp = Path(tempfile.mkdtemp(prefix="hm-ebench-", dir="/tmp"))
     try:
         with two_runtimes(tmp) as (a, _b), running_edge(tmp / "edge") as edge:
@@ -377,19 +484,55 @@ def main() -> int:
                 workstation(tmp / "via-workerd", a, edge, inner) as (inner_link, inner_connector),
             ):
                 entries = [
-                    Entry("wrangler dev", edge.base, edge.base, link, connector),
-                    Entry("workerd", inner, edge.base, inner_link, inner_connector),
+                    Entry(WRANGLER, edge.base, None, link, connector),
+                    Entry(WORKERD, inner, edge.base, inner_link, inner_connector),
                 ]
                 print(f"Edge: wrangler dev at {edge.base}; the Worker's own workerd socket at {inner}")
-                print(f"once the Edge and both links run: {_load()}")
-                asyncio.run(_latency(a, entries, args.calls))
-                _layers(a, entries, args.calls)
-                asyncio.run(_concurrent(connector, args.concurrent))
-                print(f"\nat the end: {_load()}")
+                print(f"once the Edge and both links run: {load_text()}")
+                rounds, sdks = [], []
+                for index in range(1, args.rounds + 1):
+                    result = asyncio.run(_raw_round(a, entries, args.calls, warmup=30))
+                    sdk = asyncio.run(_sdk_round(a, entries, args.sdk_calls, warmup=20))
+                    _print_round(index, result, sdk, entries)
+                    rounds.append(result)
+                    sdks.append(sdk)
+                errors, took_ms, messages = asyncio.run(_concurrent(entries[0], args.concurrent))
+                print(f"\n== {args.concurrent} concurrent tools/call {TOOL} through the Edge (wrangler dev)")
+                print(f"errors {errors} of {args.concurrent} (target 0), all answered in {took_ms:.0f} ms")
+                for message in messages[:5]:
+                    print(f"  {message}")
+                _summary(rounds, sdks)
+                print(f"\nat the end: {load_text()}")
+                if args.record:
+                    rows = _rows(rounds, sdks, (errors, args.concurrent, took_ms))
+                    details = {
+                        "rounds": [{"p50_ms": r.p50, "p95_ms": r.p95, "load": r.load} for r in rounds],
+                        "sdk_rounds_p50_ms": sdks,
+                        "calls": args.calls,
+                        "sdk_calls": args.sdk_calls,
+                    }
+                    command = "python benchmarks/edge_bench.py --record"
+                    print(f"recorded {record('edge_bench', rows, command=command, details=details)}")
     finally:
         with contextlib.suppress(OSError):
             shutil.rmtree(tmp)
     return 0
+
+
+def _summary(rounds: list[RoundResult], sdks: list[dict[str, float]]) -> None:
+    print(f"\n== over {len(rounds)} rounds (min/median/max)")
+    for name in (WORKERD, WRANGLER):
+        added = Spread(tuple(r.added(name) for r in rounds))
+        verdict = "met" if added.median <= TARGET_MS else "not met"
+        print(
+            f"added p50, raw client, {name:<13} +{added.text(2, ' ms')} "
+            f"(target <= {TARGET_MS:g} ms: {verdict})"
+        )
+    for name in (WORKERD, WRANGLER):
+        added = Spread(tuple(s[name] - s["direct"] for s in sdks))
+        print(f"added p50, mcp SDK,    {name:<13} +{added.text(2, ' ms')}")
+    proxy = Spread(tuple(r.p50[f"{WRANGLER}: tools/call"] - r.p50[f"{WORKERD}: tools/call"] for r in rounds))
+    print(f"wrangler dev's proxy worker on a call: {proxy.text(2, ' ms')}")
 
 
 if __name__ == "__main__":

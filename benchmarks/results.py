@@ -107,35 +107,26 @@ def _cell(text: str) -> str:
 
 
 def table() -> str:
-    """The README's table, from the committed results."""
+    """The README's table, from the committed results, and under it each run's command, date,
+    commit and load average."""
     lines = [
-        "| figure | measured | floor or peer (same run) | ratio, min/median/max over rounds | target | met |",
-        "|---|---|---|---|---|---|",
+        "| figure | measured | floor or peer (same run) | ratio, min/median/max over rounds "
+        "| target | met | run |",
+        "|---|---|---|---|---|---|---|",
     ]
+    runs = []
     for document in _documents():
+        name = document["benchmark"]
         load = " ".join(f"{value:.2f}" for value in document["load_average"])
-        source = (
-            f"`{document['command']}`, {document['date']}, commit {document['commit']}, "
-            f"load {load} on {document['cpus']} cpus"
+        runs.append(
+            f"- {name}: `{document['command']}`, {document['date']}, commit {document['commit']}, "
+            f"load average {load} on {document['cpus']} cpus"
         )
         for row in document["rows"]:
             met = {True: "yes", False: "**no**", None: ""}[row["met"]]
-            lines.append(
-                "| "
-                + " | ".join(
-                    _cell(cell)
-                    for cell in (
-                        f"{row['figure']} ({source})",
-                        row["measured"],
-                        row["floor"],
-                        row["ratio"],
-                        row["target"],
-                        met,
-                    )
-                )
-                + " |"
-            )
-    return "\n".join(lines)
+            cells = (row["figure"], row["measured"], row["floor"], row["ratio"], row["target"], met, name)
+            lines.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
+    return "\n".join([*lines, "", *runs]) if runs else "\n".join(lines)
 
 
 def readme_with_table(readme: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import json
 import os
 import signal
 import subprocess
@@ -57,6 +58,52 @@ def workdir(tmp_path: Path) -> Path:
 def sigstore_stack(tmp_path_factory: pytest.TempPathFactory) -> SigstoreStack:
     """One local Sigstore stack (CA, CT log, transparency log, trust root) for the session."""
     return SigstoreStack(tmp_path_factory.mktemp("sigstore-stack"))
+
+
+#: Seconds each test file took in a full run (setup, call and teardown of its tests), longest
+#: first when the suite is collected: pytest-xdist hands whole files to its two workers in
+#: collection order (`--dist loadfile --no-loadscope-reorder`, scripts/test), so the slow files
+#: start first and the run does not end with one worker on a long file while the other idles.
+#: Refreshed by a full run with HERDR_MCP_RECORD_DURATIONS=tests/durations.json.
+DURATIONS = Path(__file__).with_name("durations.json")
+#: A file the table does not name yet (a new one) is placed as if it took this long.
+UNKNOWN_FILE_S = 10.0
+
+
+def _file_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    try:
+        seconds: dict[str, float] = json.loads(DURATIONS.read_text())
+    except (OSError, ValueError):
+        return
+    first_seen = {_file_of(item.nodeid): index for index, item in reversed(list(enumerate(items)))}
+    # Stable within a file (its fixtures and order stay); files longest first, ties as collected.
+    items.sort(
+        key=lambda item: (
+            -seconds.get(_file_of(item.nodeid), UNKNOWN_FILE_S),
+            first_seen[_file_of(item.nodeid)],
+        )
+    )
+
+
+_FILE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if os.environ.get("HERDR_MCP_RECORD_DURATIONS"):
+        file = _file_of(report.nodeid)
+        _FILE_SECONDS[file] = _FILE_SECONDS.get(file, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    target = os.environ.get("HERDR_MCP_RECORD_DURATIONS")
+    # Written once, by the process that saw every report (xdist's controller, or a run without it).
+    if target and _FILE_SECONDS and not hasattr(session.config, "workerinput"):
+        table = {file: round(value, 1) for file, value in sorted(_FILE_SECONDS.items())}
+        Path(target).write_text(json.dumps(table, indent=1) + "\n")
 
 
 #: The test that started each child process (PYTEST_CURRENT_TEST at Popen time).

@@ -13,7 +13,7 @@ import { readFileSync } from "node:fs";
 import { beforeEach, test } from "node:test";
 
 import { Bindings } from "../src/background/bindings.js";
-import { Continuity } from "../src/background/continuity.js";
+import { Continuity, WAKE_INBOX_FRESH_MS } from "../src/background/continuity.js";
 import { RateLimit } from "../src/background/ratelimit.js";
 import { TabGroup, Tabs } from "../src/background/tabs.js";
 import { CALL_FORM_HINT } from "../src/lib/bridge-protocol.js";
@@ -416,4 +416,50 @@ test("the HUD's state says what is pending for the page, and every tab gets it o
 
   await continuity.handle("agent_gone", { seq: 103, workspace_id: "w1", pane_id: "w1:p1", agent: "coder", workspace_working: false, at: 103 });
   assert.equal(runtime.paths().at(-1), "GET /push/state", "a pane gone re-reads the live state");
+});
+
+test("a wake's inbox comes with the settle, else is read as the settle arrives; its agents are the events' (no /push/state on its way)", async () => {
+  runtime.workspaces[0].agents = [
+    { pane_id: "w1:p1", agent: "coder", status: "idle" },
+    { pane_id: "w1:p2", agent: "reviewer", status: "idle" },
+  ];
+  await bound([CONV, "w1"]);
+  await bindings.refreshState();
+  storage.set(`auto:${CONV}`, true);
+  const page = open(chat, 1, "https://chatgpt.com/c/c1");
+  await working(101);
+  const count = (wanted) => runtime.paths().filter((path) => path === wanted).length;
+  const reads = () => count("/browser/inbox.read") + count("GET /push/state");
+  const before = reads();
+  const states = count("GET /push/state");
+  // A runtime since issue 24: the settle that ends the turn carries each bound scope's inbox.
+  const inbox = { [CONV]: { items: [{ inbox_id: 5, task_id: "t-5", outcome: "done" }], more: false } };
+  runtime.inbox.set(CONV, inbox[CONV].items);
+  await continuity.handle("agent_settled", { seq: 102, workspace_id: "w1", pane_id: "w1:p1", agent: "coder", status: "done", workspace_working: false, at: 102, inbox });
+  await pumped("c1");
+  assert.equal(page.sent.length, 1);
+  assert.deepEqual(page.sent[0].split("\n").slice(1, 3), ["Agents now: coder done, reviewer idle.", "Task t-5: done."]);
+  assert.equal(reads(), before, "neither the inbox nor /push/state was read for it");
+  assert.deepEqual(runtime.calls.at(-1), { path: "/browser/inbox.ack", body: { scope: CONV, inbox_ids: [5] } });
+
+  // An older runtime: the settle carries nothing, so the inbox is read as the settle arrives.
+  await working(103);
+  runtime.inbox.set(CONV, [{ inbox_id: 6, task_id: "t-6", outcome: "failed" }]);
+  await settled(104);
+  await pumped("c1");
+  assert.match(page.sent[1], /Task t-6: failed\./);
+  assert.equal(count("/browser/inbox.read"), 1);
+  assert.equal(count("GET /push/state"), states, "still no /push/state for a wake");
+
+  // Auto off: the wake waits; a Continue long after reads the inbox again (the one read at the
+  // settle is stale by then).
+  storage.set(`auto:${CONV}`, false);
+  await working(105);
+  runtime.inbox.set(CONV, [{ inbox_id: 7, task_id: "t-7", outcome: "done" }]);
+  await continuity.handle("agent_settled", { seq: 106, workspace_id: "w1", pane_id: "w1:p1", agent: "coder", status: "done", workspace_working: false, at: 106, inbox: { [CONV]: { items: [], more: false } } });
+  await pumped("c1");
+  assert.equal(page.sent.length, 2, "Auto is off");
+  clock += WAKE_INBOX_FRESH_MS + 1;
+  assert.equal(await continuity.pump("c1", { manual: true }), "wake");
+  assert.match(page.sent[2], /Task t-7: done\./, "read again at the Continue");
 });

@@ -2,15 +2,20 @@ import assert from "node:assert/strict";
 import { afterEach, beforeEach, mock, test } from "node:test";
 
 import { NativeClient } from "../src/background/native-port.js";
+import { changeEvent, ObservedStorage } from "./fake-chrome.js";
 import { FakePort } from "./fake-port.js";
 import { PushFollower } from "../src/background/push-follower.js";
 
-// chrome.storage.local as push-follower.js (through store.js) uses it: get/set of one key.
-const storage = new Map();
+// chrome.storage.local as push-follower.js (through store.js) uses it: get of a key or a list, set, every
+// change reported to onChanged (store.js keeps a copy of what the worker alone writes).
+const listeners = new Set();
+const storage = new ObservedStorage([], listeners);
 globalThis.chrome = {
   storage: {
+    onChanged: changeEvent(listeners),
     local: {
-      get: async (key) => (storage.has(key) ? { [key]: storage.get(key) } : {}),
+      get: async (names) =>
+        Object.fromEntries([names].flat().filter((key) => storage.has(key)).map((key) => [key, storage.get(key)])),
       set: async (values) => {
         for (const [key, value] of Object.entries(values)) {
           storage.set(key, value);

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from herdr_mcp.loopback import bind_loopback, freeze_startup_heap, kernel_timeouts
+from herdr_mcp.loopback import bind_loopback, freeze_startup_heap, full_collections_held, kernel_timeouts
 
 
 def test_kernel_timeouts_end_a_blocking_recv_and_keep_the_socket_blocking() -> None:
@@ -44,3 +44,22 @@ def test_bind_loopback_listens_on_a_free_port() -> None:
     ):
         accepted, _ = listener.accept()
         accepted.close()
+
+
+def test_full_collections_are_held_until_the_heap_is_frozen_or_the_block_ends() -> None:
+    before = gc.get_threshold()
+    with full_collections_held():
+        held = gc.get_threshold()
+        assert held[:2] == before[:2] and held[2] > 1_000_000
+        with full_collections_held():  # nested: still held, and the outer block owns it
+            assert gc.get_threshold() == held
+        assert gc.get_threshold() == held
+        try:
+            freeze_startup_heap()
+            assert gc.get_threshold() == before
+        finally:
+            gc.unfreeze()
+    assert gc.get_threshold() == before
+    with pytest.raises(RuntimeError), full_collections_held():
+        raise RuntimeError("a start that failed")
+    assert gc.get_threshold() == before

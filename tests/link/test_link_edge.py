@@ -26,8 +26,11 @@ from herdr_mcp.contract import contract_identity
 from herdr_mcp.errors import EXIT_LOCAL, EXIT_REFUSED, EXIT_USAGE
 from herdr_mcp.generations import Generation, GenerationStatus, StatusFile, Validation
 from herdr_mcp.layout import Layout
+from herdr_mcp.link import edge as edge_module
+from herdr_mcp.link.drain import DRAIN_ACK_FILE, DRAIN_FILE
 from herdr_mcp.link.edge import EdgeLink, Reconnect
 from herdr_mcp.link.edge_device import EdgeDevice, check_edge_url, read_device, write_device
+from herdr_mcp.records import atomic_write
 from tests.support.edge_standin import (
     DEVICE_ID,
     DEVICE_SECRET,
@@ -253,6 +256,30 @@ def test_a_tool_request_is_served_once_through_the_router(tmp_path: Path, genera
         assert not edge.violations
 
 
+def test_an_id_answered_lately_is_not_run_again(
+    tmp_path: Path, generation: ToolGeneration, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tool_request reusing the id of one answered on this connection is refused
+    `request_id_in_use` (not_delivered), as long as the id is among the last FINISHED_IDS answered."""
+    monkeypatch.setattr(edge_module, "FINISHED_IDS", 3)
+    with EdgeStandIn() as edge, linked(tmp_path, edge, generation) as world:
+        connected(world.link)
+        edge.send(request("e1", "echo", {"n": 1}))
+        assert answer_to(edge, "e1")["type"] == "tool_result"
+        edge.send(request("e1", "echo", {"n": 99}))
+        again = edge.wait_frame(lambda frame: frame.get("code") == "request_id_in_use", "the refusal")
+        assert (again.frame["id"], again.frame["delivery_state"]) == ("e1", "not_delivered")
+        for number in (2, 3, 4):  # three more answered: e1 is no longer remembered
+            edge.send(request(f"e{number}", "echo", {"n": number}))
+            assert answer_to(edge, f"e{number}")["type"] == "tool_result"
+        edge.send(request("e1", "echo", {"n": 5}))
+        edge.wait_frame(
+            lambda frame: frame["type"] == "tool_result" and frame["result"]["structuredContent"] == {"n": 5},
+            "e1 served again",
+        )
+        assert [arguments["n"] for _, arguments in generation.calls] == [1, 2, 3, 4, 5]  # never 99
+
+
 def test_200_concurrent_calls_are_each_answered_once(tmp_path: Path, generation: ToolGeneration) -> None:
     with EdgeStandIn() as edge, linked(tmp_path, edge, generation) as world:
         connected(world.link)
@@ -331,6 +358,76 @@ def test_cancel_abandons_the_call_and_is_acknowledged(tmp_path: Path, generation
         assert [item.frame["type"] for item in edge.frames if item.frame.get("id") == "h1"] == ["cancel_ack"]
         assert [name for name, _ in generation.calls] == ["hold", "echo"]
         assert world.handler.forwarder.leases.in_flight() == {"G": 0}
+
+
+def test_a_cancel_right_behind_its_request_is_acknowledged_once(
+    tmp_path: Path, generation: ToolGeneration
+) -> None:
+    """A cancel that may reach the link in the same read as its request: one cancel_ack and no
+    other answer; `not_delivered` only when the call never reached the generation (else
+    `delivery_unknown`, its exchange given up); nothing left in flight."""
+    with EdgeStandIn() as edge, linked(tmp_path, edge, generation) as world:
+        connected(world.link)
+        states = {}
+        for number in range(20):
+            call_id = f"h{number}"
+            edge.send_together(request(call_id, "hold", {"n": number}), {"type": "cancel", "id": call_id})
+            ack = answer_to(edge, call_id)
+            assert ack["type"] == "cancel_ack"
+            states[number] = ack["delivery_state"]
+        assert set(states.values()) <= {"not_delivered", "delivery_unknown"}
+        wait_until(lambda: world.link.status()["calls_in_flight"] == 0, "no call left in flight")
+        wait_until(lambda: generation.abandoned == len(generation.calls), "every exchange given up")
+        reached = {arguments["n"] for _, arguments in generation.calls}
+        assert not {number for number, state in states.items() if state == "not_delivered"} & reached
+        for number in range(20):
+            answers = [item.frame["type"] for item in edge.frames if item.frame.get("id") == f"h{number}"]
+            assert answers == ["cancel_ack"]
+        assert world.handler.forwarder.leases.in_flight() in ({}, {"G": 0})
+        edge.send(request("e1", "echo", {"after": True}))
+        assert answer_to(edge, "e1")["result"]["structuredContent"] == {"after": True}
+
+
+def test_a_drain_refuses_the_edges_mutations_and_waits_for_those_in_flight(
+    tmp_path: Path, generation: ToolGeneration
+) -> None:
+    """The drain (link/drain.py) knows an Edge call's kind from its tool name: a mutation in flight
+    holds the drain's acknowledgement back until it is answered, a new one is refused
+    `generation_draining` before anything is sent, and a read still goes through."""
+    with EdgeStandIn() as edge, linked(tmp_path, edge, generation) as world:
+        connected(world.link)
+        reads = world.handler.forwarder.drain.reads
+        read_tool = sorted(reads)[0]
+        assert "gate" not in reads and "echo" not in reads
+        edge.send(request("g1", "gate", {"n": 1}))
+        wait_until(lambda: generation.calls, "the mutation to reach the generation")
+        drain_dir = world.store.state_dir
+        atomic_write(drain_dir / DRAIN_FILE, b'{"generation": "G", "job": "job-1"}')
+        # The link reads the record within DRAIN_POLL_S: mutations go out until it has.
+        sent = 0
+
+        def refused() -> dict[str, Any] | None:
+            nonlocal sent
+            sent += 1
+            edge.send(request(f"m{sent}", "echo", {"m": sent}))
+            answer = answer_to(edge, f"m{sent}")
+            return answer if answer["type"] == "tool_error" else None
+
+        refusal = wait_until(refused, "a new mutation to be refused")
+        assert (refusal["code"], refusal["delivery_state"], refusal["retryable"]) == (
+            "generation_draining", "not_delivered", True,
+        )  # fmt: skip
+        assert {"m": sent} not in [arguments for _, arguments in generation.calls]
+        edge.send(request("r1", read_tool, {"x": 1}))
+        assert answer_to(edge, "r1")["result"]["structuredContent"] == {"x": 1}
+        assert not (drain_dir / DRAIN_ACK_FILE).exists()  # the mutation g1 is still in flight
+        generation.release.set()
+        assert answer_to(edge, "g1")["result"]["structuredContent"] == {"n": 1}
+        wait_until(lambda: (drain_dir / DRAIN_ACK_FILE).exists(), "the drain's acknowledgement")
+        document = json.loads((drain_dir / DRAIN_ACK_FILE).read_text())
+        assert (document["generation"], document["job"]) == ("G", "job-1")
+        names = [name for name, _ in generation.calls]
+        assert names[0] == "gate" and names[-1] == read_tool and set(names[1:-1]) <= {"echo"}
 
 
 def test_a_passed_deadline_is_delivery_unknown(tmp_path: Path, generation: ToolGeneration) -> None:

@@ -1,4 +1,6 @@
-"""The link's blocking HTTP/1.1 client to the generations (link/upstream.py), byte by byte.
+"""The link's HTTP/1.1 client to the generations (link/upstream.py), byte by byte: blocking, as
+the link's connection threads use it, and on an asyncio loop, as its Edge side does (the last
+section).
 
 A scripted loopback upstream reads each request (head and Content-Length body), then answers it
 with a list of byte pieces sent with short pauses between them, so the answer's framing (the head,
@@ -9,6 +11,7 @@ which connections the pool keeps. Every socket has a timeout and every thread is
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 import threading
@@ -31,7 +34,7 @@ from herdr_mcp.link.upstream import (
     UpstreamPool,
 )
 from tests.support.link_harness import read_request, saw_fin_from
-from tests.support.waiting import wait_until
+from tests.support.waiting import wait_until, wait_until_async
 
 TIMEOUT_S = 5.0
 #: Pause between two scripted pieces: long enough for each to arrive as its own `recv`.
@@ -902,3 +905,169 @@ def test_answer_within_the_caps_is_read(serve: Serve, pool: UpstreamPool) -> Non
     server = serve(Script((head, b"2\r\nok\r\n", b"0\r\n" + trailer + b"\r\n")))
     assert exchange(pool, server.url) == b"ok"
     assert pool.idle_count() == 1
+
+
+# -- the asyncio path (the link's Edge side: request_async, read_async) ----------------------------
+
+
+async def exchange_on_loop(pool: UpstreamPool, url: str) -> tuple[int, bytes]:
+    """One POST made on the running loop, its body read whole (the connection released)."""
+    response = await pool.request_async(url, b"POST", b"/mcp", [], b"{}")
+    try:
+        pieces = []
+        while not response.done:
+            pieces.append(await response.read_async())
+        return response.status, b"".join(pieces)
+    finally:
+        response.close()
+
+
+LOOP_ANSWERS = {
+    **SPLIT_ANSWERS,
+    "content-length-byte-by-byte": (tuple(bytes([b]) for b in CL_HEAD + b"hello world"), b"hello world"),
+    "chunked-in-pieces": ((H + b"5\r\nhel", b"lo\r\n1\r\n!", b"\r\n0\r\n\r\n"), b"hello!"),
+}
+
+
+@pytest.mark.parametrize("answer", LOOP_ANSWERS.values(), ids=LOOP_ANSWERS.keys())
+def test_the_loop_reads_what_the_threads_read(
+    serve: Serve, pool: UpstreamPool, answer: tuple[bytes | tuple[bytes, ...], bytes]
+) -> None:
+    """An answer in pieces reads whole on the loop, and its connection is pooled for the next
+    exchange, made on the loop or in a thread alike."""
+    data, body = answer
+    pieces = data if isinstance(data, tuple) else (data[:7], data[7:])
+    server = serve(Script(pieces, gap=0.002))
+    assert asyncio.run(exchange_on_loop(pool, server.url)) == (200, body)
+    assert pool.idle_count() == 1
+    assert exchange(pool, server.url) == b"ok"
+    assert asyncio.run(exchange_on_loop(pool, server.url)) == (200, b"ok")
+    assert (server.connections, len(server.requests)) == (1, 3)
+
+
+class CountingWatch(ClientWatch):
+    """A watch of no client that counts how often a blocking wait asked it."""
+
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.asked = 0
+
+    def gone(self) -> bool:
+        self.asked += 1
+        return False
+
+
+def test_a_connection_the_loop_used_blocks_again_in_a_thread(
+    serve: Serve, pool: UpstreamPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop leaves its connection non-blocking; a thread taking it from the pool waits in a
+    blocking recv again (asked its watch once per WATCH_EVERY_S, not in a busy loop)."""
+    monkeypatch.setattr(upstream, "WATCH_EVERY_S", 0.05)
+    server = serve(DEFAULT, Script((CL_HEAD, HOLD, b"hello world")))
+    assert asyncio.run(exchange_on_loop(pool, server.url)) == (200, b"ok")
+    watch = CountingWatch()
+    response = post(pool, server.url, watch)
+    assert response.status == 200
+    releaser = threading.Timer(0.3, server.release.set)
+    releaser.start()
+    assert b"".join(read_all(response)) == b"hello world"
+    response.close()
+    releaser.join(TIMEOUT_S)
+    assert server.connections == 1
+    assert watch.asked < 100  # a non-blocking socket would have asked it thousands of times
+
+
+@pytest.mark.parametrize(
+    ("script", "detail"),
+    [
+        pytest.param(Script((b"",), close=True), "ended unanswered", id="closed-unanswered"),
+        pytest.param(Script((b"HTTP/1.1 200 OK\r\nx(y): 1\r\n\r\n",)), "not HTTP", id="bad-head"),
+    ],
+)
+def test_head_problems_on_the_loop_are_delivery_unknown(
+    serve: Serve, pool: UpstreamPool, script: Script, detail: str
+) -> None:
+    server = serve(script)
+    with pytest.raises(DeliveryUnknown) as caught:
+        asyncio.run(exchange_on_loop(pool, server.url))
+    assert caught.value.reason == "RemoteProtocolError"
+    assert detail in str(caught.value)
+    assert_fresh_connection_next(pool, server, 1)
+
+
+def test_a_body_cut_off_on_the_loop_is_answer_broken(serve: Serve, pool: UpstreamPool) -> None:
+    server = serve(Script((CL_HEAD + b"hello",), close=True))
+    with pytest.raises(AnswerBroken) as caught:
+        asyncio.run(exchange_on_loop(pool, server.url))
+    assert "closed mid-body" in str(caught.value)
+    assert_fresh_connection_next(pool, server, 1)
+
+
+def test_connect_refused_on_the_loop_is_not_delivered(pool: UpstreamPool) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as bound:
+        bound.bind(("127.0.0.1", 0))  # holds the port; not listening, so a connect is refused
+        with pytest.raises(NotDelivered) as caught:
+            asyncio.run(exchange_on_loop(pool, f"http://127.0.0.1:{bound.getsockname()[1]}"))
+    assert caught.value.reason == "ConnectError"
+    assert "refused" in str(caught.value)
+
+
+def test_giving_up_on_the_loop_closes_the_connection(serve: Serve, pool: UpstreamPool) -> None:
+    """Cancelling the task that awaits the answer abandons the exchange: its connection closes
+    (the generation sees the client go), nothing is pooled and the slot is free again."""
+    server = serve(Script((HOLD, b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")))
+
+    async def give_up() -> None:
+        waiting = asyncio.create_task(exchange_on_loop(pool, server.url))
+        await wait_until_async(lambda: server.requests, "the request to reach the generation")
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+
+    asyncio.run(give_up())
+    assert server.link_closed.wait(TIMEOUT_S)
+    assert pool.idle_count() == 0
+    assert exchange(pool, server.url) == b"ok"
+
+
+def test_a_loop_waiting_for_a_slot_gets_the_one_a_thread_frees(
+    serve: Serve, pool: UpstreamPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """All slots held by a thread's unfinished answer: an exchange on the loop waits (without a
+    thread) and goes out when that thread's exchange ends, on the same pooled connection."""
+    monkeypatch.setattr(upstream, "MAX_CONNECTIONS", 1)
+    server = serve(Script((CL_HEAD + b"hel", HOLD, b"lo world")))
+    held = post(pool, server.url)
+
+    def finish_held() -> None:
+        server.release.set()
+        assert b"".join([held.read(), *read_all(held)]) == b"hello world"
+        held.close()
+
+    async def wait_for_the_slot() -> tuple[int, bytes]:
+        waiting = asyncio.create_task(exchange_on_loop(pool, server.url))
+        await wait_until_async(lambda: pool._slot_waiters, "the exchange to wait for a slot")
+        assert not waiting.done() and len(server.requests) == 1
+        finisher = threading.Thread(target=finish_held)
+        finisher.start()
+        answer = await waiting
+        finisher.join(TIMEOUT_S)
+        return answer
+
+    assert asyncio.run(wait_for_the_slot()) == (200, b"ok")
+    assert (server.connections, len(server.requests)) == (1, 2)
+
+
+def test_a_loop_waiting_too_long_for_a_slot_is_not_delivered(
+    serve: Serve, pool: UpstreamPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(upstream, "MAX_CONNECTIONS", 1)
+    monkeypatch.setattr(upstream, "POOL_TIMEOUT_S", 0.2)
+    server = serve(Script((H + b"5\r\nhel", HOLD)))
+    held = post(pool, server.url)
+    with pytest.raises(NotDelivered) as caught:
+        asyncio.run(exchange_on_loop(pool, server.url))
+    assert caught.value.reason == "PoolTimeout"
+    assert len(server.requests) == 1 and not pool._slot_waiters
+    held.close()
+    assert asyncio.run(exchange_on_loop(pool, server.url)) == (200, b"ok")

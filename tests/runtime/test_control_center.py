@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -17,8 +16,8 @@ from herdr_mcp.herdr import HerdrClient
 from herdr_mcp.runtime.browser.control import MAX_READ_CHARS
 from herdr_mcp.sim import SimulatorThread
 from tests.support.browser_methods_harness import TRANSPORTS, browser_api, call
-from tests.support.sim_helpers import fast_script, run, short_tmp_dir, two_project_config
-from tests.support.waiting import poll_until
+from tests.support.sim_helpers import fast_script, prompts_through, run, short_tmp_dir, two_project_config
+from tests.support.waiting import poll_until, wait_until_async
 
 BODY_TIMEOUT_S = 90.0
 
@@ -109,14 +108,14 @@ def test_a_prompt_with_one_key_is_delivered_once_and_fenced(tmp_short: Path, via
             assert status == 200 and again["idempotent_replay"] is True
             assert again["task_id"] == first["task_id"]
 
-            # A later prompt runs after anything queued before it: once its echo is there, a
-            # second delivery of the first would have been echoed too.
+            # A later prompt reaches the agent after anything sent before it: once the agent took
+            # it, a second delivery of the first would have been taken too.
             later = {**prompt, "text": "cc-second-prompt", "idempotency_key": "cc-key-0002"}
             assert (await call(client, "agent.prompt", later))[0] == 200
-            text = await poll_until(
-                lambda: _with(herdr_text(sim, coder), "cc-second-prompt"), "the later prompt's echo"
+            taken = await wait_until_async(
+                lambda: prompts_through(sim, "coder", "cc-second-prompt"), "the agent taking the later prompt"
             )
-            assert text.count("cc-first-prompt please") == 1
+            assert taken == ["cc-first-prompt please", "cc-second-prompt"]
 
             # The same key with another text is a conflict, not a delivery.
             status, answer = await call(client, "agent.prompt", {**prompt, "text": "other"})
@@ -148,11 +147,6 @@ def test_a_prompt_with_one_key_is_delivered_once_and_fenced(tmp_short: Path, via
             assert (status, answer["error"]["code"]) == (404, "pane_not_found")
 
     run(body(), BODY_TIMEOUT_S)
-
-
-async def _with(text: Any, needle: str) -> str | None:
-    value = str(await text)
-    return value if needle in value else None
 
 
 @pytest.mark.parametrize("via", TRANSPORTS)

@@ -21,8 +21,8 @@ from tests.support.runtime_harness import (
     make_repo,
     running_runtime,
 )
-from tests.support.sim_helpers import short_tmp_dir
-from tests.support.waiting import poll_until
+from tests.support.sim_helpers import prompts_through, short_tmp_dir
+from tests.support.waiting import wait_until_async
 
 KEY = "key-0001-exactly-once"
 
@@ -86,27 +86,54 @@ def test_twenty_concurrent_identical_prompts_reach_the_agent_once(
     tmp, sim, _ = world
     request = {"target": "repo-agent", "text": "the one prompt", "idempotency_key": KEY}
 
-    async def body() -> tuple[list[Any], dict[str, Any]]:
+    async def body() -> tuple[list[Any], list[str]]:
         async with in_process_runtime(tmp / "herdr.sock", tmp / "config") as runtime:
             answers = await _concurrently(runtime, "herdr_prompt", request)
-            pane = next(a for a in sim.snapshot()["agents"] if a["name"] == "repo-agent")["pane_id"]
-            read = {"method": "pane.read", "params": {"pane_id": pane, "source": "recent"}}
-            # The agent echoes a prompt a moment after taking it: a later prompt's echo marks the
-            # point by which a second copy of the first would have shown too.
+            # All twenty were answered, so any copy the runtime sent went out before this later
+            # prompt, and the agent takes prompts in the order they were sent.
             later = {"target": "repo-agent", "text": "a later prompt", "idempotency_key": KEY + "-later"}
             assert "error" not in await runtime.call("herdr_prompt", later)
+            taken = await wait_until_async(
+                lambda: prompts_through(sim, "repo-agent", "a later prompt"),
+                "the agent taking the later prompt",
+            )
+            return answers, taken
 
-            async def echoed() -> dict[str, Any] | None:
-                output: dict[str, Any] = await runtime.call("herdr_call", read)
-                return output if "a later prompt" in output["result"]["read"]["text"] else None
-
-            return answers, await poll_until(echoed, "the later prompt's echo")
-
-    answers, output = _run(body())
+    answers, taken = _run(body())
     assert all("error" not in answer for answer in answers), answers
     assert len({answer["task_id"] for answer in answers}) == 1
     assert sorted(answer["idempotent_replay"] for answer in answers) == [False] + [True] * 19
-    assert output["result"]["read"]["text"].count("the one prompt") == 1
+    assert taken == ["the one prompt", "a later prompt"]
+
+
+def test_prompts_sent_together_reach_the_agent_one_by_one(world: tuple[Path, SimulatorThread, Path]) -> None:
+    """Herdr types a prompt at once and presses Enter 300 ms later (src/app/api/agents.rs): a second
+    prompt typed into the pane before that Enter would join the first, and the agent would take
+    both as one prompt. The simulator runs at Herdr's own timing here."""
+    tmp, sim, _ = world
+    texts = ["first of three", "second of three", "third of three"]
+
+    async def body() -> tuple[list[Any], list[str]]:
+        async with in_process_runtime(tmp / "herdr.sock", tmp / "config") as runtime:
+            answers = await asyncio.gather(
+                *(
+                    runtime.call(
+                        "herdr_prompt",
+                        {"target": "repo-agent", "text": text, "idempotency_key": f"{KEY}-{n}"},
+                    )
+                    for n, text in enumerate(texts)
+                )
+            )
+
+            def all_taken() -> list[str] | None:
+                taken = sim.prompts("repo-agent")
+                return taken if sum(len(prompt) for prompt in taken) >= sum(map(len, texts)) else None
+
+            return list(answers), await wait_until_async(all_taken, "the agent taking every prompt's text")
+
+    answers, taken = _run(body())
+    assert all("error" not in answer for answer in answers), answers
+    assert sorted(taken) == sorted(texts), taken
 
 
 def test_same_key_other_request_is_a_conflict_and_runs_nothing(

@@ -1,6 +1,7 @@
 """The per-command bookkeeping of exec sessions made cheap: the process table read after a command
-leaves out processes known to be older than its shell, and the spool of a session replaced at
-the limit is removed off the event loop. Real processes, real files."""
+leaves out processes known to be older than its shell and the shells of other sessions (without
+losing what left them), the last pid handed out proves a quiet shell left nothing, and the spool
+of a session replaced at the limit is removed off the event loop. Real processes, real files."""
 
 from __future__ import annotations
 
@@ -15,7 +16,16 @@ from pathlib import Path
 import pytest
 
 from herdr_mcp.runtime.exec_sessions import ExecSessions
-from herdr_mcp.runtime.exec_sessions.processes import SESSION_ENV, ProcessTable, process_identity, start_ticks
+from herdr_mcp.runtime.exec_sessions.processes import (
+    SESSION_ENV,
+    ProcessTable,
+    last_pid,
+    own_shells,
+    process_identity,
+    reap_shell,
+    shell_started,
+    start_ticks,
+)
 from tests.support.waiting import wait_until, wait_until_async
 
 
@@ -142,8 +152,9 @@ def test_a_session_replaced_at_the_limit_has_its_files_removed(tmp_path: Path) -
     async def main() -> None:
         sessions = ExecSessions(spool, max_sessions=1)
         try:
-            first = await sessions.run(tmp_path, "echo first", 30_000)
-            second = await sessions.run(tmp_path, "echo second", 30_000)
+            # Durable sessions (a keyed herdr_exec's, herdr_exec_start's) have files to remove.
+            first = await sessions.run(tmp_path, "echo first", 30_000, durable=True)
+            second = await sessions.run(tmp_path, "echo second", 30_000, durable=True)
             assert second["stdout"] == "second\n"
             gone = spool / first["session_id"]
             await wait_until_async(lambda: not gone.exists(), "the replaced session's files to go")
@@ -152,3 +163,50 @@ def test_a_session_replaced_at_the_limit_has_its_files_removed(tmp_path: Path) -
             await sessions.shutdown(grace_ms=200)
 
     asyncio.run(main())
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="/proc")
+def test_other_shells_are_left_out_but_what_escaped_them_is_found(
+    processes: list[subprocess.Popen[bytes]],
+) -> None:
+    # Two shells of ours (leaders of their own POSIX sessions) and a process that carries the
+    # first one's variable but made a POSIX session of its own (setsid): a look at the first
+    # session reads neither shell, and still finds the escaped process by its variable.
+    first, other = _sleeper("xfirst-shell"), _sleeper("xother-shell")
+    escaped = _sleeper_after(first, "xfirst-shell", processes)
+    processes.extend([first, other])
+    for shell in (first, other):
+        shell_started(shell.pid)
+    try:
+        shells = own_shells()
+        table = ProcessTable.read(_ticks(first.pid), shells=shells)
+        assert table is not None
+        listed = {entry.pid for entry in table.entries}
+        assert first.pid not in listed and other.pid not in listed
+        assert escaped.pid in listed
+        assert table.own_sessions >= {first.pid, other.pid}
+        assert table.marked("xfirst-shell", _ticks(first.pid), first.pid) == {escaped.pid}
+        # A process in another shell's POSIX session is that shell's, whatever it carries.
+        assert table.marked("xother-shell", _ticks(first.pid), other.pid) == set()
+    finally:
+        for shell in (first, other):
+            shell.kill()
+            reap_shell(shell)
+    assert not own_shells() & {first.pid, other.pid}
+    # Reaped: no longer left out (its pid may name another process now).
+    table = ProcessTable.read(None, shells=frozenset({first.pid}))
+    assert table is not None
+    assert table.own_sessions == frozenset()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="/proc")
+def test_a_shell_that_created_anything_never_passes_for_one_that_left_nothing() -> None:
+    # The proof of looks.Looks.look: the last pid handed out is still the exited shell's only
+    # when nothing was created after it. A shell that forked (even a child it waited for) took
+    # a pid after its own, so it is always looked for in /proc.
+    forked = subprocess.Popen(["bash", "-c", "true & wait; true & wait"])
+    forked.wait()
+    assert last_pid() != forked.pid
+    later = subprocess.Popen(["true"])
+    later.wait()
+    assert last_pid() != forked.pid

@@ -134,7 +134,7 @@ def test_a_cut_off_stream_keeps_its_totals_after_a_restart(
     async def runtimes() -> None:
         store = StateStore.open(db_path)
         first = ExecSessions(spool, store=store, runtime_instance="rt-a", max_output_bytes=10)
-        result = await first.run(workdir, "printf '%050d' 0", 10_000)
+        result = await first.run(workdir, "printf '%050d' 0", 10_000, durable=True)
         expected = first.read(result["session_id"])
         await first.shutdown()
         second = ExecSessions(spool, store=store, runtime_instance="rt-b")

@@ -252,18 +252,23 @@ def test_finished_sessions_stay_readable_and_kill_is_not_an_error(tmp_path: Path
     drive(tmp_path / "spool", body)
 
 
-def test_output_cap_counts_and_drops(tmp_path: Path, workdir: Path) -> None:
+@pytest.mark.parametrize("durable", [True, False], ids=["durable", "in-memory"])
+def test_output_cap_counts_and_drops(tmp_path: Path, workdir: Path, durable: bool) -> None:
     spool = tmp_path / "spool"
 
     async def body(sessions: ExecSessions) -> None:
-        result = await sessions.run(workdir, "head -c 1000 /dev/zero | tr '\\0' a; echo tail >&2", 10_000)
+        command = "head -c 1000 /dev/zero | tr '\\0' a; echo tail >&2"
+        result = await sessions.run(workdir, command, 10_000, durable=durable)
         assert result["completed"] is True
         assert (result["stdout_total_bytes"], result["truncated"]) == (1000, True)
         assert result["stdout"] == "a" * 100
         answer = sessions.read(result["session_id"], stdout_offset=50)["stdout"]
         assert answer["text"] == "a" * 50
         assert (answer["total_bytes"], answer["dropped_bytes"], answer["eof"]) == (1000, 900, True)
-        assert (spool / result["session_id"] / "stdout").stat().st_size == 100
+        if durable:
+            assert (spool / result["session_id"] / "stdout").stat().st_size == 100
+        else:  # the cap (below the memory buffer) drops the same bytes; nothing is on disk
+            assert not (spool / result["session_id"]).exists()
         assert sessions.read(result["session_id"])["stderr"]["text"] == "tail\n"
 
     drive(spool, body, max_output_bytes=100)
@@ -309,7 +314,7 @@ def test_spool_is_private_and_has_metadata(tmp_path: Path, workdir: Path) -> Non
     spool = tmp_path / "spool"
 
     async def body(sessions: ExecSessions) -> None:
-        result = await sessions.run(workdir, "echo hi; exit 7", 10_000)
+        result = await sessions.run(workdir, "echo hi; exit 7", 10_000, durable=True)
         directory = spool / result["session_id"]
         assert stat.S_IMODE(directory.stat().st_mode) == 0o700
         for name in ("stdout", "stderr", "metadata.json"):

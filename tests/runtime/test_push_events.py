@@ -92,8 +92,11 @@ def test_hello_first_then_working_and_settled_with_workspace_working(tmp_short: 
                     False,
                 )
                 assert set(last.data) == {
-                    "seq", "workspace_id", "pane_id", "agent", "status", "workspace_working", "at",
+                    "seq", "workspace_id", "pane_id", "agent", "status", "workspace_working", "at", "inbox",
                 }  # fmt: skip
+                # The settle that ends the workspace's turn carries its bound scopes' inboxes (none here).
+                assert last.data["inbox"] == {}
+                assert "inbox" not in partial.data
                 assert last.data["seq"] > partial.data["seq"] > working.data["seq"]
 
                 # idle -> done is no transition: nothing is sent; the next event is the next one.

@@ -250,6 +250,18 @@ class EdgeStandIn:
         assert ws is not None and loop is not None
         asyncio.run_coroutine_threadsafe(ws.send(text), loop).result(10)
 
+    def send_together(self, *frames: dict[str, Any]) -> None:
+        """Send `frames` back to back in one turn of the stand-in's loop (a cancel right behind its
+        request may then reach the link in the same read)."""
+        ws, loop = self._current, self._loop
+        assert ws is not None and loop is not None
+
+        async def send_all() -> None:
+            for frame in frames:
+                await ws.send(json.dumps(frame))
+
+        asyncio.run_coroutine_threadsafe(send_all(), loop).result(10)
+
     def close_current(self, code: int = 1001) -> None:
         ws, loop = self._current, self._loop
         assert ws is not None and loop is not None

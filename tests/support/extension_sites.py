@@ -88,6 +88,9 @@ class ChatGPTSite:
     markdown: str | None = None
     chunk_chars: int = 24
     chunk_ms: int = 15
+    #: The host it answers for: chatgpt.com, or another (benchmarks/wake_bench.py serves the same
+    #: page on a host the extension does not run on, for its floor).
+    host: str = "chatgpt.com"
     _held: asyncio.Event | None = None
     #: Page health: each message's time in the snapshot (epoch seconds; set when first read:
     #: a test sets one earlier to make a message in progress look stalled).
@@ -115,7 +118,7 @@ class ChatGPTSite:
 
     async def route(self, route: Route) -> None:
         request = route.request
-        path = request.url.split("chatgpt.com", 1)[1].split("?", 1)[0]
+        path = request.url.split(self.host, 1)[1].split("?", 1)[0]
         if path.startswith("/backend-api/conversation/") and request.method == "GET":
             turns = self.conversations.get(path.rsplit("/", 1)[1], [])
             if "authorization" in request.headers:

@@ -33,6 +33,7 @@ from herdr_mcp.sim import (
     ScriptStep,
     SimConfig,
     Simulator,
+    SimulatorThread,
     TabConfig,
     WorkspaceConfig,
 )
@@ -55,6 +56,14 @@ def short_tmp_dir() -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def prompts_through(sim: SimulatorThread, agent: str, last: str) -> list[str] | None:
+    """The prompts the fake agent `agent` took, in order, once one of them holds `last` (else None):
+    for `wait_until` on a later prompt. Exactly-once is checked on these, never on the pane text:
+    a delivered prompt shows there twice (typed, then echoed by the agent once Enter submits it)."""
+    prompts = sim.prompts(agent)
+    return prompts if any(last in prompt for prompt in prompts) else None
 
 
 def run(coroutine: Coroutine[Any, Any, T], timeout: float = TEST_TIMEOUT_S) -> T:

@@ -45,6 +45,36 @@ export class Bindings {
     return state;
   }
 
+  /**
+   * A push event moves one agent of the live list: `agent_working` -> working, `agent_settled` ->
+   * its status, `agent_gone` -> gone. So the list a wake names is the one as of the events handled
+   * so far (the settle that ends the turn included), with no read of /push/state in its way.
+   * A workspace not in the list waits for the next refreshState.
+   */
+  follow(type, event) {
+    const live = this.workspaces.get(event?.workspace_id);
+    if (!live || typeof event.pane_id !== "string") {
+      return;
+    }
+    const agents = [...(live.agents ?? [])];
+    const index = agents.findIndex((agent) => agent.pane_id === event.pane_id);
+    if (type === "agent_gone") {
+      if (index >= 0) {
+        agents.splice(index, 1);
+      }
+    } else {
+      const status = type === "agent_working" ? "working" : event.status;
+      const agent = { pane_id: event.pane_id, agent: event.agent ?? agents[index]?.agent ?? event.pane_id, status };
+      if (index >= 0) {
+        agents[index] = agent;
+      } else {
+        agents.push(agent);
+      }
+    }
+    const working = type === "agent_working" || Boolean(event.workspace_working);
+    this.workspaces.set(live.workspace_id, { ...live, working, agents });
+  }
+
   get(scope) {
     return this.byScope.get(scope) ?? null;
   }

@@ -15,6 +15,12 @@ import { initialWake, initialWorkspace, onSettled, onWorking, reconcile, wakeFor
 import * as keys from "../lib/storage-keys.js";
 import * as store from "./store.js";
 
+/**
+ * A scope's inbox read when the settle that ends a turn arrived is what its wake lists for at most
+ * this long; a wake sent later (Auto off, then Continue; a busy page) reads it again.
+ */
+export const WAKE_INBOX_FRESH_MS = 2_000;
+
 /** Why Check Herdr sent nothing, as the HUD flashes it (catalog names). */
 const CHECK_REFUSED = {
   auto: "hudCheckRefusedAuto",
@@ -37,12 +43,17 @@ export class Continuity {
     this.pauseTimer = null;
     this.options = normalizeOptions({});
     this.notes = new Map();
+    this.prefetched = new Map(); // scope -> {at, inbox}: the inbox read as the turn's settle arrived
+    this.broadcastTimer = null;
   }
 
   // ---- push events
 
   async handle(type, data) {
     const workspaceId = data.workspace_id;
+    if (type === "agent_working" || type === "agent_settled" || type === "agent_gone") {
+      this.bindings.follow(type, data); // the agents a wake names, as of this event
+    }
     if (type === "agent_working") {
       const before = await store.get(keys.workspace(workspaceId), initialWorkspace());
       const after = onWorking(before, data.seq);
@@ -60,8 +71,12 @@ export class Continuity {
     } else if (type === "agent_settled") {
       const before = await store.get(keys.workspace(workspaceId), initialWorkspace());
       const { workspace, settledTurn } = onSettled(before, data);
-      await store.set(keys.workspace(workspaceId), workspace);
-      await this.turnEnded(workspaceId, settledTurn, data.seq);
+      if (settledTurn !== null) {
+        this.readInboxes(workspaceId, data.inbox); // side by side with recording the turn and its wake
+      }
+      // The turn's end and its wakes are written side by side (two writes in flight, not one after
+      // the other); a wake is sent only once its own record is written (turnEnded).
+      await Promise.all([store.set(keys.workspace(workspaceId), workspace), this.turnEnded(workspaceId, settledTurn, data.seq)]);
     } else if (type === "agent_gone") {
       await this.bindings.refreshState().catch(() => {});
     }
@@ -72,14 +87,19 @@ export class Continuity {
     if (turn === null) {
       return;
     }
-    for (const binding of this.bindings.scopesOf(workspaceId)) {
+    // Each bound scope's wake is recorded on its own (side by side), then pumped.
+    const scopes = this.bindings.scopesOf(workspaceId).map(async (binding) => {
       const { created } = await this.addWake(binding.scope, turn, seq);
       if (created) {
-        await store.remove(keys.outbox(binding.scope)); // progress of the ended turn is stale
+        // Progress of the ended turn is stale: gone from the store's copy at once (the pump reads
+        // none), from storage by the time this returns.
+        const removed = store.remove(keys.outbox(binding.scope));
         this.note(binding.scope, t("noteWakePending"));
         this.pumpScope(binding.scope);
+        await removed;
       }
-    }
+    });
+    await Promise.all(scopes);
   }
 
   async addWake(scope, turn, seq) {
@@ -151,6 +171,47 @@ export class Continuity {
     }
   }
 
+  // ---- a wake's inbox
+
+  /**
+   * The task inbox of each scope bound to `workspaceId`, as the settle that ends its turn arrives:
+   * the one the settle carries (`inbox`, a runtime since issue 24 sends each bound scope's
+   * inbox.read answer with it), else read now, while the turn and its wake are recorded. The pump
+   * takes it (`wakeInbox`).
+   */
+  readInboxes(workspaceId, carried) {
+    const at = this.now();
+    for (const binding of this.bindings.scopesOf(workspaceId)) {
+      const given = carried?.[binding.scope];
+      const inbox = Array.isArray(given?.items) ? Promise.resolve(given.items) : this.readInbox(binding.scope);
+      this.prefetched.set(binding.scope, { at, inbox });
+    }
+  }
+
+  /**
+   * The unacknowledged task outcomes the wake being sent to `scope` lists (a promise that never
+   * rejects): the read started when the settle arrived if at most WAKE_INBOX_FRESH_MS old, else
+   * one made now.
+   */
+  wakeInbox(scope) {
+    const kept = this.prefetched.get(scope);
+    this.prefetched.delete(scope);
+    if (kept && this.now() - kept.at <= WAKE_INBOX_FRESH_MS) {
+      return kept.inbox;
+    }
+    return this.readInbox(scope);
+  }
+
+  readInbox(scope) {
+    return this.native.call("/browser/inbox.read", { scope }).then(
+      ({ items }) => items,
+      (error) => {
+        this.log.warn("herdr-mcp: inbox.read failed", error.message);
+        return [];
+      },
+    );
+  }
+
   // ---- progress
 
   setOptions(raw) {
@@ -218,7 +279,20 @@ export class Continuity {
     if (this.holds?.(convKey)) {
       return "handoff"; // the source of a handoff in flight waits (background/handoff.js)
     }
-    const paused = await this.rateLimit.remaining(tab.page?.site);
+    const scope = tab.page.scope;
+    // Everything the pump may need, read at once (one round trip each, side by side, instead of
+    // one after the other): nothing below awaits anything else before it has decided.
+    const [paused, stored] = await Promise.all([
+      this.rateLimit.remaining(tab.page.site),
+      store.getMany({
+        [keys.uncertain(convKey)]: false,
+        [keys.prime(convKey)]: false,
+        [keys.queue(convKey)]: [],
+        [keys.auto(scope)]: false,
+        [keys.wake(scope)]: initialWake(),
+        [keys.outbox(scope)]: null,
+      }),
+    ]);
     if (paused > 0) {
       clearTimeout(this.pauseTimer);
       this.pauseTimer = setTimeout(() => this.pumpAll(), paused + 50);
@@ -228,10 +302,10 @@ export class Continuity {
     if (!tab.idle) {
       return "busy";
     }
-    if (!manual && (await store.get(keys.uncertain(convKey), false))) {
+    if (!manual && stored[keys.uncertain(convKey)]) {
       return "uncertain";
     }
-    if (tab.page.site !== "chatgpt" && (await store.get(keys.prime(convKey), false)) && this.primer) {
+    if (tab.page.site !== "chatgpt" && stored[keys.prime(convKey)] && this.primer) {
       // A handoff's new z.ai or DeepSeek conversation: the bridge's protocol prompt first.
       const sent = await this.send(tab, convKey, await this.primer());
       if (sent) {
@@ -241,8 +315,7 @@ export class Continuity {
       this.broadcast();
       return sent ? "prime" : "failed";
     }
-    const queue = await store.get(keys.queue(convKey), []);
-    const batch = nextBatch(queue);
+    const batch = nextBatch(stored[keys.queue(convKey)]);
     if (batch) {
       const sent = await this.send(tab, convKey, batch.text);
       if (sent) {
@@ -252,7 +325,6 @@ export class Continuity {
       this.broadcast();
       return sent ? "queue" : "failed";
     }
-    const scope = tab.page.scope;
     const bridged = tab.page.site !== "chatgpt";
     const binding = this.bindings.get(scope);
     if (!binding || wakeTarget(scope, binding) !== convKey) {
@@ -262,17 +334,13 @@ export class Continuity {
       }
       return "unbound";
     }
-    const auto = (await store.get(keys.auto(scope), false)) === true;
+    const auto = stored[keys.auto(scope)] === true;
     const names = { label: binding.label, workspaceId: binding.workspace_id };
-    const wake = await store.get(keys.wake(scope), initialWake());
+    const wake = stored[keys.wake(scope)];
     if (wake.pending && (auto || manual)) {
-      let inbox = [];
-      try {
-        inbox = (await this.native.call("/browser/inbox.read", { scope })).items;
-      } catch (error) {
-        this.log.warn("herdr-mcp: inbox.read failed", error.message);
-      }
-      await this.bindings.refreshState().catch(() => {}); // the agents' statuses as of now
+      // The scope's task inbox, read when the settle arrived (while the wake was being recorded)
+      // or now; the agents as the push events left them (bindings.follow).
+      const inbox = await this.wakeInbox(scope);
       const agents = this.bindings.workspaces.get(binding.workspace_id)?.agents ?? [];
       const sent = await this.send(tab, convKey, wakeText({ ...names, agents, inbox, bridged }));
       if (!sent) {
@@ -288,7 +356,7 @@ export class Continuity {
       this.broadcast();
       return "wake";
     }
-    const outbox = await store.get(keys.outbox(scope), null);
+    const outbox = stored[keys.outbox(scope)];
     if (outbox && auto) {
       const sent = await this.send(tab, convKey, outbox.text);
       if (sent) {
@@ -435,9 +503,19 @@ export class Continuity {
     };
   }
 
+  /**
+   * Every tab's HUD state, once the current task is done: the changes of one event (or one pump)
+   * make one update, and a wake's send is never queued behind HUD updates on its port.
+   */
   broadcast() {
-    for (const tab of this.tabs.all()) {
-      this.hudState(tab).then((state) => this.tabs.post(tab, { type: "hud", state }), () => {});
+    if (this.broadcastTimer) {
+      return;
     }
+    this.broadcastTimer = setTimeout(() => {
+      this.broadcastTimer = null;
+      for (const tab of this.tabs.all()) {
+        this.hudState(tab).then((state) => this.tabs.post(tab, { type: "hud", state }), () => {});
+      }
+    }, 0);
   }
 }

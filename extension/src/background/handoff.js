@@ -398,6 +398,11 @@ export class Handoff {
     const target = record.targetConvKey;
     const binding = this.bindings.get(record.scope);
     let targetScope = record.scope;
+    if (record.continuityId) {
+      // First, before the target is bound: the journal takes a bound conversation's turns at
+      // once, and they must land in the source's chain, never start one of their own.
+      await store.set(keys.chain(target), record.continuityId);
+    }
     if (record.kind === "project") {
       if (binding) {
         await this.bindings.set(record.scope, binding.workspace_id, { label: binding.label, active_conv_key: target });
@@ -424,9 +429,6 @@ export class Handoff {
         await store.set(keys.wake(targetScope), wake);
       }
       await store.remove(keys.wake(record.scope));
-    }
-    if (record.continuityId) {
-      await store.set(keys.chain(target), record.continuityId);
     }
     const source = await store.get(keys.queue(record.sourceConvKey), []);
     if (source.length > 0) {

@@ -7,6 +7,7 @@
 // restart the worker used to hold two, and every progress line came twice).
 
 import * as keys from "../lib/storage-keys.js";
+import { mark } from "../lib/trace.js";
 import * as store from "./store.js";
 
 const RETRY_STEPS_MS = [1_000, 2_000, 5_000, 10_000, 30_000];
@@ -24,6 +25,9 @@ export class PushFollower {
     this.running = false;
     this.opening = false;
     this.opened = 0; // streams opened, for tests and the console
+    // The persisted seq as this follower (its only writer) last read or wrote it: an event is
+    // checked against it without a storage round trip first.
+    this.lastSeq = null;
   }
 
   async start() {
@@ -43,6 +47,7 @@ export class PushFollower {
     this.opening = true;
     try {
       const lastSeq = await store.get(keys.PUSH_LAST_SEQ, null);
+      this.lastSeq = lastSeq;
       let ended = false;
       const cancel = this.native.stream(
         "/push/events",
@@ -64,6 +69,9 @@ export class PushFollower {
   }
 
   enqueue(type, data) {
+    if (type !== "agent_output") {
+      mark("herdr:push", { type, seq: data?.seq ?? null }); // its arrival (benchmarks/wake_bench.py)
+    }
     // Events are handled one at a time, in order, each to the end before the next.
     this.chain = this.chain.then(() => this.dispatch(type, data)).catch((error) => {
       this.log.error("herdr-mcp: handling a push event failed", type, error);
@@ -74,15 +82,17 @@ export class PushFollower {
     if (type === "hello") {
       this.retries = 0;
       const lastSeq = await store.get(keys.PUSH_LAST_SEQ, null);
+      this.lastSeq = lastSeq;
       if (lastSeq === null) {
         // A first start: live from now on, no history replayed.
         await store.set(keys.PUSH_LAST_SEQ, data.seq);
+        this.lastSeq = data.seq;
       }
       await this.onHello(data, lastSeq);
       return;
     }
     const seq = data?.seq;
-    const lastSeq = await store.get(keys.PUSH_LAST_SEQ, 0);
+    const lastSeq = this.lastSeq ?? 0;
     // agent_output is not in the durable log (its seq may equal the last durable one): never
     // skipped by seq, never recorded as handled.
     if (type !== "agent_output" && typeof seq === "number" && seq <= lastSeq) {
@@ -91,6 +101,7 @@ export class PushFollower {
     await this.handle(type, data);
     if (typeof seq === "number" && type !== "agent_output") {
       await store.set(keys.PUSH_LAST_SEQ, seq);
+      this.lastSeq = seq;
     }
   }
 

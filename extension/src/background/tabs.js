@@ -5,6 +5,7 @@
 // pump look across both registries (a z.ai or DeepSeek conversation is woken like ChatGPT's).
 
 import { pageScope } from "../lib/scope.js";
+import { mark } from "../lib/trace.js";
 
 export const SEND_TIMEOUT_MS = 30_000;
 
@@ -108,6 +109,7 @@ export class Tabs {
       tab.sends.set(id, { resolve, timer });
       tab.idle = false;
       try {
+        mark(`herdr:send:${tab.tabId}`, { id }); // benchmarks/wake_bench.py: the send leaving the worker
         tab.port.postMessage({ type: "send", id, text });
       } catch (error) {
         clearTimeout(timer);

@@ -51,8 +51,9 @@ const control = new ControlCenter(native);
 const follower = new PushFollower(
   native,
   (type, data) => {
-    control.onEvent(type, data);
-    return continuity.handle(type, data);
+    const handled = continuity.handle(type, data);
+    setTimeout(() => control.onEvent(type, data), 0); // open panels re-read after the wake's own work
+    return handled;
   },
   {
     onHello: (hello, lastSeq) => {

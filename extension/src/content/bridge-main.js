@@ -114,6 +114,9 @@ export async function start() {
   connectPage();
   let pending = false;
   new MutationObserver(() => {
+    // The rest report follows the page as it changes; the bridge's own check runs at most every
+    // CHECK_DELAY_MS (it reads every message).
+    reportRest();
     if (!pending) {
       pending = true;
       setTimeout(() => {

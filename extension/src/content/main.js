@@ -9,8 +9,11 @@ import { PageHealth } from "./page-health.js";
 import { classifyCard } from "../lib/tool-card.js";
 import { cutCodePoints } from "../lib/text.js";
 import { t } from "../lib/i18n.js";
+import { mark } from "../lib/trace.js";
 
 const URL_POLL_MS = 300;
+/** Cards and the journal's turns are checked at most this often while the page changes. */
+const CHECK_DELAY_MS = 100;
 const RECONNECT_MS = 1_000;
 
 let port = null;
@@ -43,7 +46,12 @@ export function start() {
   health = new PageHealth({ hud, post, busy: () => sending });
   health.start();
   connect();
-  new MutationObserver(() => scheduleCheck()).observe(document.documentElement, {
+  // The rest report follows the page as it changes (a reply ending, a draft cleared); the rest of
+  // the check (cards, the journal's turns) runs at most every CHECK_DELAY_MS.
+  new MutationObserver(() => {
+    reportRest();
+    scheduleCheck();
+  }).observe(document.documentElement, {
     childList: true,
     subtree: true,
     characterData: true,
@@ -94,11 +102,20 @@ function scheduleCheck() {
   setTimeout(() => {
     checkPending = false;
     check();
-  }, 100);
+  }, CHECK_DELAY_MS);
 }
 
 function check() {
   checkCards();
+  if (sending) {
+    return;
+  }
+  reportRest();
+  reportTurns();
+}
+
+/** Tell the worker when the page's rest (chatgpt-dom.js isIdle) changed; nothing while we type. */
+function reportRest() {
   if (sending) {
     return;
   }
@@ -108,7 +125,6 @@ function check() {
     post({ type: "composer", idle, focused: document.hasFocus() });
     showRest(idle);
   }
-  reportTurns();
 }
 
 /**
@@ -184,6 +200,7 @@ async function received(message) {
     cardPolicy = { connector: message.connector, tools: message.tools };
     check();
   } else if (message.type === "send") {
+    mark("herdr:send-received", { id: message.id }); // benchmarks/wake_bench.py
     sending = true;
     let result;
     try {

@@ -20,7 +20,7 @@ from herdr_mcp.cli.arguments import CommandParser, dir_path, existing_dir, port,
 from herdr_mcp.contract import contract_identity
 from herdr_mcp.errors import UsageFault
 from herdr_mcp.layout import DEFAULT_PORT, Layout
-from herdr_mcp.loopback import stop_signals
+from herdr_mcp.loopback import full_collections_held, stop_signals
 from herdr_mcp.state import STATE_SCHEMA
 from herdr_mcp.tokens import load_or_create_token
 
@@ -63,15 +63,17 @@ def _cmd_token(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from herdr_mcp.cli.serve import serve
+    with full_collections_held():  # until the runtime is built and its heap frozen
+        from herdr_mcp.cli.serve import serve
 
-    return serve(args)
+        return serve(args)
 
 
 def _cmd_stdio(args: argparse.Namespace) -> int:
-    from herdr_mcp.cli.stdio import stdio
+    with full_collections_held():  # until the runtime is composed and its heap frozen
+        from herdr_mcp.cli.stdio import stdio
 
-    return stdio(args)
+        return stdio(args)
 
 
 def _add_connect(commands: argparse._SubParsersAction[Any]) -> None:
@@ -118,14 +120,27 @@ def subcommand_parser(name: str) -> argparse.ArgumentParser:
     return chosen
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with `only` (one of `_OWN`), the top level and that one
+    subcommand: argparse builds a help formatter for every option it adds, which cost a
+    `serve` or `stdio` start 10-20 ms for subcommands it never reads."""
     parser = CommandParser(prog="herdr-mcp", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="version", version=f"herdr-mcp {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
+    for name, add in _OWN.items():
+        if only is None or name == only:
+            add(commands)
+    if only is None:
+        _add_listed(commands)
+    return with_json(parser)
 
+
+def _add_version(commands: argparse._SubParsersAction[Any]) -> None:
     version = commands.add_parser("version", help="print version, contract identity and state schema")
     version.set_defaults(run=_cmd_version)
 
+
+def _add_token(commands: argparse._SubParsersAction[Any]) -> None:
     token = commands.add_parser("token", help="print the local bearer token (created on first use)")
     token.add_argument("--path", action="store_true", help="print the token file's path instead")
     token.add_argument(
@@ -133,6 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     token.set_defaults(run=_cmd_token)
 
+
+def _add_serve(commands: argparse._SubParsersAction[Any]) -> None:
     serve = commands.add_parser("serve", help="run the runtime (Streamable HTTP MCP on loopback)")
     serve.add_argument("--host", default="127.0.0.1", help="loopback address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=port, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}; 0 picks one")
@@ -148,6 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
     _state_db_option(serve)
     serve.set_defaults(run=_cmd_serve)
 
+
+def _add_stdio(commands: argparse._SubParsersAction[Any]) -> None:
     stdio = commands.add_parser(
         "stdio", help="run the runtime for one local MCP client over stdin/stdout (logs on stderr)"
     )
@@ -155,9 +174,10 @@ def build_parser() -> argparse.ArgumentParser:
     _state_db_option(stdio)
     stdio.set_defaults(run=_cmd_stdio)
 
-    _add_connect(commands)
 
-    # Listed for --help only: main() hands these to their own parsers (see _DELEGATED).
+def _add_listed(commands: argparse._SubParsersAction[Any]) -> None:
+    """The delegated subcommands, listed for --help only: main() hands these to their own
+    parsers (see DELEGATED)."""
     commands.add_parser("sim", help="run the Herdr simulator (see `herdr-mcp sim --help`)", add_help=False)
     commands.add_parser(
         "handoff", help="build a handoff document from a continuity chain (see --help)", add_help=False
@@ -199,7 +219,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="deploy: the public Edge on your Cloudflare account (create or reconcile)",
         add_help=False,
     )
-    return with_json(parser)
+
+
+#: The subcommands this module parses itself, in the order `--help` lists them.
+_OWN: dict[str, Callable[[argparse._SubParsersAction[Any]], None]] = {
+    "version": _add_version,
+    "token": _add_token,
+    "serve": _add_serve,
+    "stdio": _add_stdio,
+    "connect": _add_connect,
+}
 
 
 def _state_db_option(parser: argparse.ArgumentParser) -> None:
@@ -280,6 +309,9 @@ def _dispatch(arguments: list[str]) -> int:
     if arguments and arguments[0] in DELEGATED:
         code: int = _delegated(arguments[0], 1)(arguments[1:])
         return code
-    args = build_parser().parse_args(arguments)
+    # `serve` and `stdio` are started by programs, and their start is timed: only their own
+    # subcommand is built (the same options, errors and --help).
+    only = arguments[0] if arguments and arguments[0] in {"serve", "stdio"} else None
+    args = build_parser(only).parse_args(arguments)
     code = args.run(args)
     return code

@@ -1,9 +1,8 @@
 """`herdr-mcp serve`: run one runtime generation on loopback.
 
-Herdr selection: `--sim` always embeds the simulator, `--no-sim` never does, and the default
-embeds it only when no Herdr answers a ping on the configured socket, so a new user can try
-everything without Herdr installed. The embedded simulator's socket lives in a private 0700
-directory and disappears with the process.
+Herdr selection (`cli/herdr_selection.py`, shared with `stdio`): `--sim` always embeds the
+simulator, `--no-sim` never does, and the default embeds it only when no Herdr answers a ping on
+the configured socket, so a new user can try everything without Herdr installed.
 
 The listening socket is bound before uvicorn starts, so `--port 0` works and the first line on
 stdout (`herdr-mcp serving http://127.0.0.1:<port>/mcp`) names the real port.
@@ -25,15 +24,14 @@ import logging
 import os
 import socket
 import sys
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import uvicorn
 from starlette.types import ASGIApp
 
+from herdr_mcp.cli.herdr_selection import herdr_connection
 from herdr_mcp.errors import LocalFault
-from herdr_mcp.herdr import HerdrClient, HerdrError, default_socket_path
 from herdr_mcp.layout import GENERATION_TAG_ENV, IPC_SOCKET_ENV, LOOPBACK_HOSTS, Layout
 from herdr_mcp.loopback import StopSignals, bind_loopback, freeze_startup_heap, stop_signals
 from herdr_mcp.runtime.app import build_app
@@ -44,8 +42,6 @@ from herdr_mcp.runtime.ipc import IpcError, IpcSocket, bind_ipc_socket
 from herdr_mcp.runtime.services import Services
 from herdr_mcp.tokens import load_or_create_token
 
-#: How long `serve` waits for an existing Herdr to answer before embedding the simulator.
-PROBE_TIMEOUT_SECONDS = 1.0
 #: Calls in flight at SIGTERM get this long to finish on their own; then the commands and
 #: searches they wait on are stopped, so they answer (a killed command, `runtime_stopping`).
 CALLS_GRACE_S = 2.0
@@ -69,37 +65,6 @@ def serve(args: argparse.Namespace) -> int:
         return asyncio.run(_serve(args, stop))
     finally:
         stop.exiting()
-
-
-async def _herdr_answers(path: Path) -> bool:
-    try:
-        await HerdrClient(path, timeout=PROBE_TIMEOUT_SECONDS).call("ping", {})
-    except HerdrError:
-        return False
-    return True
-
-
-@contextlib.asynccontextmanager
-async def herdr_connection(args: argparse.Namespace) -> AsyncIterator[tuple[Path, str]]:
-    """Yield the Herdr socket to use and a description of where it came from."""
-    path: Path = args.herdr_socket or default_socket_path()
-    if args.sim == "off" or (args.sim == "auto" and await _herdr_answers(path)):
-        yield path, f"Herdr at {path}"
-        return
-    from herdr_mcp.sim import SimConfig, Simulator, SimulatorError
-
-    roots = [root.resolve() for root in (args.sim_root or [Path.cwd()])]
-    with tempfile.TemporaryDirectory(prefix="herdr-sim-", dir="/tmp") as private:
-        sim_socket = Path(private) / "herdr.sock"
-        try:
-            simulator = Simulator(SimConfig.for_roots(roots), sim_socket)
-            await simulator.start()
-        except SimulatorError as exc:
-            raise LocalFault("simulator_unavailable", f"{exc}; or pass --no-sim to use Herdr") from None
-        try:
-            yield sim_socket, f"embedded Herdr simulator rooted at {', '.join(map(str, roots))}"
-        finally:
-            await simulator.stop()
 
 
 async def _serve(args: argparse.Namespace, stop: StopSignals) -> int:

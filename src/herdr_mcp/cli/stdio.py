@@ -5,6 +5,15 @@ selection as `serve` (`--sim`, `--no-sim`, `--sim-root`, `--herdr-socket`, `--re
 `--write-root`); no bearer, since only the process that started us holds the pipes. stdout
 carries JSON-RPC and nothing else; logs go to stderr. It ends when stdin closes or on SIGTERM
 or SIGINT (exit 0 either way): calls in flight get the same grace as under `serve`.
+
+Start-up, in order: the wire is claimed, Herdr is selected, the state database is opened (and
+migrated) and the frozen catalog read; what fails there fails before anything is served (one
+error line, or one JSON object under `--json`, and nothing on the wire). Then the session
+answers the client at once (initialize, server/discover and tools/list need only the catalog),
+while a worker thread composes the rest of the runtime (the services and the dispatcher, with
+the modules of every tool); a tools/call waits for that, and the runtime's background work
+(`runtime.background.running`) starts as soon as it is there. Nothing of the HTTP stack or of
+the `mcp` SDK is imported on this path (tests/runtime/test_stdio_imports.py).
 """
 
 from __future__ import annotations
@@ -13,17 +22,20 @@ import argparse
 import asyncio
 import logging
 import sys
+from typing import TYPE_CHECKING
 
-from herdr_mcp.cli.serve import herdr_connection
+from herdr_mcp.cli.herdr_selection import herdr_connection
+from herdr_mcp.contract import load_catalog
 from herdr_mcp.layout import Layout
 from herdr_mcp.loopback import StopSignals, freeze_startup_heap, stop_signals
-from herdr_mcp.runtime.app import running
+from herdr_mcp.runtime.background import running
 from herdr_mcp.runtime.config import RuntimeConfig
-from herdr_mcp.runtime.dispatcher import ToolDispatcher
 from herdr_mcp.runtime.grep.children import stop_searches
-from herdr_mcp.runtime.server import build_mcp_server
-from herdr_mcp.runtime.services import Services
 from herdr_mcp.runtime.stdio import StdioSession, claimed_stdio
+from herdr_mcp.state.store import StateStore
+
+if TYPE_CHECKING:
+    from herdr_mcp.runtime.dispatcher import ToolDispatcher
 
 
 def stdio(args: argparse.Namespace) -> int:
@@ -38,6 +50,14 @@ def stdio(args: argparse.Namespace) -> int:
         return asyncio.run(_stdio(args, stop))
     finally:
         stop.exiting()
+
+
+def _compose(config: RuntimeConfig, state: StateStore) -> ToolDispatcher:
+    """The runtime's services and its dispatcher (run in a worker thread: module docstring)."""
+    from herdr_mcp.runtime.dispatcher import ToolDispatcher
+    from herdr_mcp.runtime.services import Services
+
+    return ToolDispatcher(Services.create(config, state))
 
 
 async def _stdio(args: argparse.Namespace, stop: StopSignals) -> int:
@@ -55,10 +75,22 @@ async def _stdio(args: argparse.Namespace, stop: StopSignals) -> int:
             allow_herdr_classes=frozenset(args.allow_herdr_class or ()),
             state_db=args.state_db,
         )
-        services = Services.create(config)
-        dispatcher = ToolDispatcher(services)
-        session = StdioSession(dispatcher, build_mcp_server(dispatcher), wire)
+        state = StateStore.open(config.state_file)
+        catalog = load_catalog()
         print(f"herdr-mcp stdio: herdr: {herdr_source}", file=sys.stderr, flush=True)
+        composing = asyncio.ensure_future(asyncio.to_thread(_compose, config, state))
+        session = StdioSession(catalog, composing, wire)
+        reading = asyncio.create_task(session.serve(), name="stdio-reader")
+        stopping = asyncio.create_task(stop.wait_async(), name="stdio-stop")
+        try:
+            # A thread cannot be stopped: a stop or the end of stdin meanwhile waits for it too.
+            dispatcher = await composing
+        except BaseException:
+            for task in (reading, stopping):
+                task.cancel()
+            await asyncio.gather(reading, stopping, return_exceptions=True)
+            raise
+        services = dispatcher.services
 
         async def stop_work() -> None:
             stop_searches()
@@ -66,8 +98,6 @@ async def _stdio(args: argparse.Namespace, stop: StopSignals) -> int:
 
         async with running(services):
             freeze_startup_heap()
-            reading = asyncio.create_task(session.serve(), name="stdio-reader")
-            stopping = asyncio.create_task(stop.wait_async(), name="stdio-stop")
             await asyncio.wait({reading, stopping}, return_when=asyncio.FIRST_COMPLETED)
             for task in (reading, stopping):
                 task.cancel()

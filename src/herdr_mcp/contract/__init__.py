@@ -17,8 +17,6 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-import rfc8785
-
 from herdr_mcp.errors import LocalFault
 from herdr_mcp.strict_json import PACKAGED_LIMITS, loads_bounded
 
@@ -110,6 +108,8 @@ def identity_of(tools: list[dict[str, Any]], epoch: int) -> ContractIdentity:
         raise ContractError("every tool needs a string name")
     if len(set(names)) != len(names):
         raise ContractError("duplicate tool names in catalog")
+    import rfc8785  # here: reading a catalog (every start) does not need it
+
     ordered = sorted(tools, key=lambda tool: str(tool["name"]))
     digest = hashlib.sha256(rfc8785.dumps(ordered)).hexdigest()
     return ContractIdentity(epoch=epoch, hash=f"sha256:{digest}", tool_count=len(tools))

@@ -27,12 +27,13 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from types import MappingProxyType
-from typing import Any
-
-from jsonschema import Draft202012Validator
+from typing import TYPE_CHECKING, Any
 
 from herdr_mcp.errors import InternalFault
 from herdr_mcp.strict_json import PACKAGED_LIMITS, loads_bounded
+
+if TYPE_CHECKING:
+    from jsonschema import Draft202012Validator
 
 METHOD_CLASSES: tuple[str, ...] = ("read", "mutating", "streaming", "client_ui", "server_control", "install")
 UNCLASSIFIED = "unclassified"
@@ -167,6 +168,10 @@ class ProtocolReference:
     def _validator(self, key: Any, schema: Any) -> Draft202012Validator:
         cached = self._cache.get(key)
         if cached is None:
+            # jsonschema is imported with the first validator: a process that never checks a
+            # line against the reference (the runtime serving) does not load it for this.
+            from jsonschema import Draft202012Validator
+
             cached = Draft202012Validator(schema())
             self._cache[key] = cached
         return cached

@@ -120,10 +120,13 @@ class Drain:
                 self._draining = None
         return self._draining
 
-    def admit(self, generation: str, body: bytes) -> bool:
+    def admit(self, generation: str, body: bytes, mutation: bool | None = None) -> bool:
         """Whether a request to `generation` may be sent; counts it as an in-flight mutation when
-        it may mutate (then `finished` must follow). False: refuse it, nothing was counted."""
-        mutation = may_mutate(body, self.reads)
+        it may mutate (then `finished` must follow). False: refuse it, nothing was counted.
+        `mutation`: whether it may mutate when the caller knows (it built `body` from one tool
+        name); by default it is read from `body`."""
+        if mutation is None:
+            mutation = may_mutate(body, self.reads)
         with self._lock:
             draining = self._poll()
             if mutation and draining is not None and draining[0] == generation:
@@ -133,9 +136,10 @@ class Drain:
                 self._mutations[generation] = self._mutations.get(generation, 0) + 1
         return True
 
-    def finished(self, generation: str, body: bytes) -> None:
-        """A request `admit` let through ended (answered, failed or abandoned)."""
-        if not may_mutate(body, self.reads):
+    def finished(self, generation: str, body: bytes, mutation: bool | None = None) -> None:
+        """A request `admit` let through ended (answered, failed or abandoned); `mutation` as
+        `admit` was given it."""
+        if not (may_mutate(body, self.reads) if mutation is None else mutation):
             self.check()
             return
         with self._lock:

@@ -16,7 +16,9 @@ local path never waits on it.
 4. `tool_request`: a 2026-07-28 MCP `tools/call` through the router (`McpForwarder.exchange`):
    the active generation, a lease held until its answer is read, sent exactly once, never
    retried. Its answer goes back as `tool_result` (or `tool_result_chunk` frames past the frame
-   cap), a failure as `tool_error` with the delivery state the router knows.
+   cap), a failure as `tool_error` with the delivery state the router knows. The exchange with the
+   generation runs on this thread's loop too (`UpstreamPool.request_async`): a frame in, a request
+   out, an answer in, a frame out, with no hand-over to another thread on the way.
 5. `cancel`: the call in flight is abandoned by closing its connection to the generation, which
    is how the 2026-07-28 protocol cancels (it drops `notifications/cancelled` sent over
    HTTP); the answer is one `cancel_ack` (`not_delivered` when the call had not been handed to
@@ -53,8 +55,8 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-import websockets
 from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 
 from herdr_mcp import __version__
 from herdr_mcp.contract import FROZEN_EPOCHS, ContractError, contract_identity
@@ -79,16 +81,12 @@ from herdr_mcp.link.edge_frames import (
 )
 from herdr_mcp.link.pointer import Pointer
 from herdr_mcp.link.router import LinkRefusal, McpForwarder, UpstreamBroken
-from herdr_mcp.link.upstream import ClientGone, ClientWatch
 from herdr_mcp.proxies import proxy_for
 
 log = logging.getLogger("herdr_mcp.link.edge")
 
 #: The MCP revision whose requests carry no session (one POST, one answer; cancel = close).
 MCP_PROTOCOL = "2026-07-28"
-#: Calls in flight from the Edge at once (each holds a worker thread while the generation works);
-#: the upstream pool's own cap.
-MAX_CALLS = 256
 #: Ids of answered calls kept per connection, to tell a late `cancel` it came after the answer.
 FINISHED_IDS = 1024
 #: A control request (connector consent and grants) the Edge does not answer within this fails.
@@ -115,7 +113,11 @@ class Reconnect:
 
 
 def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return _iso(time.time())
+
+
+def _iso(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def runtime_identity(pointer: Pointer) -> dict[str, Any]:
@@ -155,25 +157,44 @@ def _control_failed(code: str, message: str) -> LinkRefusal:
 
 @dataclass
 class _Call:
-    """A `tool_request` in flight."""
+    """A `tool_request` in flight (all of it lives on the link's loop)."""
 
     id: str
     deadline: float
-    clock: Callable[[], float]
-    cancelled: threading.Event = field(default_factory=threading.Event)
+    cancelled: bool = False
     #: The connection it came on is gone: nothing more is sent for it.
     orphaned: bool = False
+    #: Handed to the router: from here on it may reach the generation.
+    handed: bool = False
+    #: The task serving it, cancelled to give the exchange up (a cancel, a dropped connection).
+    task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    def give_up(self) -> None:
+        """Abandon the exchange of a call handed to the router (its connection to the generation
+        closes); one not handed yet sees `cancelled`/`orphaned` when its task first runs."""
+        if self.handed and self.task is not None:
+            self.task.cancel()
 
 
-class _CallWatch(ClientWatch):
-    """Gives up the exchange with the generation when the call is cancelled or its deadline passed."""
+class _Finished:
+    """The ids of the last `size` calls answered on a connection; `in` is a set lookup (a deque's
+    is a scan of all of them, which every tool_request made)."""
 
-    def __init__(self, call: _Call) -> None:
-        super().__init__(None)
-        self.call = call
+    def __init__(self, size: int) -> None:
+        self._order: deque[str] = deque()
+        self._ids: set[str] = set()
+        self._size = size
 
-    def gone(self) -> bool:
-        return self.call.cancelled.is_set() or self.call.clock() > self.call.deadline
+    def add(self, request_id: str) -> None:
+        if request_id in self._ids:
+            return
+        self._order.append(request_id)
+        self._ids.add(request_id)
+        if len(self._order) > self._size:
+            self._ids.discard(self._order.popleft())
+
+    def __contains__(self, request_id: object) -> bool:
+        return request_id in self._ids
 
 
 class EdgeLink:
@@ -214,10 +235,11 @@ class EdgeLink:
         self._stopping = asyncio.Event()
         self._ws: ClientConnection | None = None
         self._calls: dict[str, _Call] = {}
+        #: When the last frame came (time.time()): shown by `status()`, formatted only then.
+        self._last_frame_at: float | None = None
         self._controls: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._control_seq = 0
         self._tasks: set[asyncio.Task[None]] = set()
-        self._executor = concurrent.futures.ThreadPoolExecutor(MAX_CALLS, thread_name_prefix="link-edge-call")
         self._thread = threading.Thread(target=self._run, name="link-edge", daemon=True)
         self._ready = threading.Event()
         self._draining = threading.Event()
@@ -246,12 +268,15 @@ class EdgeLink:
             with contextlib.suppress(RuntimeError):  # the loop already ended
                 loop.call_soon_threadsafe(self._stopping.set)
         self._thread.join(5)
-        self._executor.shutdown(wait=False, cancel_futures=True)
 
     def status(self) -> dict[str, Any]:
         """The Edge state for `/health` and `herdr-mcp link status` (no secret)."""
         with self._lock:
-            return {**self._state, "calls_in_flight": len(self._calls)}
+            state = {**self._state, "calls_in_flight": len(self._calls)}
+        heard = self._last_frame_at
+        if heard is not None:
+            state["last_frame_received"] = _iso(heard)
+        return state
 
     def control(
         self, method: str, params: dict[str, Any], timeout_s: float = CONTROL_TIMEOUT_S
@@ -296,7 +321,7 @@ class EdgeLink:
             refused = False
             try:
                 await self._connection()
-            except (OSError, TimeoutError, websockets.WebSocketException, FrameInvalid) as exc:
+            except (OSError, TimeoutError, WebSocketException, FrameInvalid) as exc:
                 refused = _refused_device(exc)
                 self._set(last_error=_describe(exc))
                 log.warning("Edge connection: %s", _describe(exc))
@@ -371,7 +396,7 @@ class EdgeLink:
         if not isinstance(frame, HelloAck):
             await ws.close(1008, "expected hello_ack")
             raise FrameInvalid("the Edge's first frame was not hello_ack")
-        self._set(last_frame_received=_now())
+        self._last_frame_at = time.time()
         return frame
 
     def _identity(self) -> dict[str, Any]:
@@ -387,7 +412,7 @@ class EdgeLink:
             self._set(last_heartbeat_sent=_now())
 
     async def _read(self, ws: ClientConnection, ack: HelloAck) -> None:
-        finished: deque[str] = deque(maxlen=FINISHED_IDS)
+        finished = _Finished(FINISHED_IDS)
         while True:
             try:
                 async with asyncio.timeout(ack.silence_limit_s):  # no task per frame, as wait_for makes
@@ -395,7 +420,7 @@ class EdgeLink:
             except TimeoutError:
                 await ws.close(1001, "silence")
                 raise TimeoutError(f"no frame from the Edge for {ack.silence_limit_s:g} s") from None
-            self._set(last_frame_received=_now())
+            self._last_frame_at = time.time()  # a float: formatting it per frame cost 4 % of a call
             try:
                 frame = parse_frame(text)
             except FrameInvalid as exc:
@@ -415,7 +440,7 @@ class EdgeLink:
 
     # -- tool calls ---------------------------------------------------------------------------
 
-    def _start_call(self, ws: ClientConnection, frame: ToolRequest, finished: deque[str], cap: int) -> None:
+    def _start_call(self, ws: ClientConnection, frame: ToolRequest, finished: _Finished, cap: int) -> None:
         if frame.id in self._calls or frame.id in finished:
             error = tool_error_frame(
                 frame.id, "request_id_in_use", "this id was already used on this connection", "not_delivered"
@@ -428,23 +453,29 @@ class EdgeLink:
             )
             self._spawn(_send(ws, [error]))
             return
-        call = _Call(frame.id, self._clock() + max(0, frame.deadline_ms) / 1000, self._clock)
+        call = _Call(frame.id, self._clock() + max(0, frame.deadline_ms) / 1000)
         self._calls[frame.id] = call
-        self._spawn(self._serve_call(ws, frame, call, finished, cap))
+        call.task = self._spawn(self._serve_call(ws, frame, call, finished, cap))
 
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.create_task(work)
         self._tasks.add(task)  # the loop keeps only a weak reference
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _serve_call(
-        self, ws: ClientConnection, frame: ToolRequest, call: _Call, finished: deque[str], cap: int
+        self, ws: ClientConnection, frame: ToolRequest, call: _Call, finished: _Finished, cap: int
     ) -> None:
-        loop = asyncio.get_running_loop()
         try:
-            outcome = await loop.run_in_executor(self._executor, self._call, frame, call, cap)
-        except RuntimeError:  # the executor shut down: the link is stopping
-            return
+            outcome = await self._call(frame, call, cap)
+        except asyncio.CancelledError:
+            if not call.cancelled:
+                raise  # the connection dropped or the link stops: nothing is sent for it
+            # The Edge's cancel gave the exchange up while the generation worked: acknowledged.
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            outcome = Outcome([], DELIVERY_UNKNOWN)
         except Exception:  # a bug: the Edge still gets an answer, not a wait until the deadline
             log.exception("serving tool_request %s failed", frame.id)
             outcome = error_outcome(
@@ -452,21 +483,22 @@ class EdgeLink:
             )
         finally:
             self._calls.pop(frame.id, None)
-            finished.append(frame.id)
+            finished.add(frame.id)
         if call.orphaned:
             return
-        if call.cancelled.is_set():
+        if call.cancelled:
             await _send(
                 ws, [encode({"type": "cancel_ack", "id": frame.id, "delivery_state": outcome.delivery_state})]
             )
         else:
             await _send(ws, outcome.frames)
 
-    def _call(self, frame: ToolRequest, call: _Call, cap: int) -> Outcome:
-        """In a worker thread: the tool call through the router, once."""
-        if call.cancelled.is_set() or call.orphaned:
+    async def _call(self, frame: ToolRequest, call: _Call, cap: int) -> Outcome:
+        """The tool call through the router, once; raises CancelledError when given up."""
+        if call.cancelled or call.orphaned:
             return Outcome([], "not_delivered")
-        if call.clock() > call.deadline:
+        left_s = call.deadline - self._clock()
+        if left_s < 0:
             return error_outcome(
                 frame.id, "deadline_exceeded", "the deadline passed before the call was sent", "not_delivered"
             )
@@ -498,17 +530,17 @@ class EdgeLink:
             (b"mcp-method", b"tools/call"),
             (b"mcp-name", frame.tool.encode()),
         ]
+        call.handed = True
         try:
-            _, status, data = self._forwarder.exchange(
-                headers, json.dumps(body).encode(), _CallWatch(call), MAX_RESULT_BYTES
-            )
+            async with asyncio.timeout(left_s):
+                _, status, data = await self._forwarder.exchange(
+                    headers, json.dumps(body).encode(), frame.tool, MAX_RESULT_BYTES
+                )
         except LinkRefusal as refusal:
             return _refused(frame.id, refusal)
         except UpstreamBroken as exc:
             return error_outcome(frame.id, DELIVERY_UNKNOWN, str(exc), DELIVERY_UNKNOWN)
-        except ClientGone:
-            if call.cancelled.is_set():
-                return Outcome([], DELIVERY_UNKNOWN)
+        except TimeoutError:
             return error_outcome(
                 frame.id,
                 "deadline_exceeded",
@@ -517,10 +549,11 @@ class EdgeLink:
             )
         return answer_outcome(frame.id, status, data, cap)
 
-    async def _cancel(self, ws: ClientConnection, frame: Cancel, finished: deque[str]) -> None:
+    async def _cancel(self, ws: ClientConnection, frame: Cancel, finished: _Finished) -> None:
         call = self._calls.get(frame.id)
         if call is not None:
-            call.cancelled.set()  # its task answers cancel_ack once the exchange is given up
+            call.cancelled = True  # its task answers cancel_ack once the exchange is given up
+            call.give_up()
             return
         state = "delivered" if frame.id in finished else "not_delivered"
         await _send(ws, [encode({"type": "cancel_ack", "id": frame.id, "delivery_state": state})])
@@ -528,7 +561,7 @@ class EdgeLink:
     def _orphan_all(self) -> None:
         for call in list(self._calls.values()):
             call.orphaned = True
-            call.cancelled.set()
+            call.give_up()
         for waiting in self._controls.values():
             if not waiting.done():
                 waiting.set_exception(
@@ -555,7 +588,7 @@ class EdgeLink:
             raise _control_failed(
                 "edge_timeout", f"the Edge did not answer {method} within {timeout_s:g} s"
             ) from None
-        except websockets.ConnectionClosed:
+        except ConnectionClosed:
             raise _control_failed("edge_not_connected", "the connection to the Edge dropped") from None
         finally:
             self._controls.pop(request_id, None)
@@ -563,17 +596,17 @@ class EdgeLink:
 
 def _refused_device(exc: BaseException) -> bool:
     """The Edge turned this device down (401/403 before the upgrade): asking again soon is noise."""
-    return isinstance(exc, websockets.InvalidStatus) and exc.response.status_code in (401, 403)
+    return isinstance(exc, InvalidStatus) and exc.response.status_code in (401, 403)
 
 
 def _describe(exc: BaseException) -> str:
-    if isinstance(exc, websockets.InvalidStatus):
+    if isinstance(exc, InvalidStatus):
         return f"the Edge refused the connection: HTTP {exc.response.status_code}"
     return f"{type(exc).__name__}: {exc}"[:300]
 
 
 async def _send(ws: ClientConnection, frames: list[str]) -> None:
-    with contextlib.suppress(websockets.ConnectionClosed):  # the Edge answers the pending call itself
+    with contextlib.suppress(ConnectionClosed):  # the Edge answers the pending call itself
         for text in frames:
             await ws.send(text)
 

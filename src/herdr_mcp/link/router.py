@@ -205,8 +205,8 @@ class McpForwarder:
         """Stop the drain's timer."""
         self._stop.set()
 
-    def _enter(self, spec: Generation, body: bytes) -> None:
-        if not self.drain.admit(spec.generation, body):
+    def _enter(self, spec: Generation, body: bytes, mutation: bool | None = None) -> None:
+        if not self.drain.admit(spec.generation, body, mutation):
             raise LinkRefusal(
                 503,
                 "not_delivered",
@@ -314,28 +314,32 @@ class McpForwarder:
         finally:
             response.close()
 
-    def exchange(
-        self, headers: list[tuple[bytes, bytes]], body: bytes, watch: ClientWatch, max_bytes: int
+    async def exchange(
+        self, headers: list[tuple[bytes, bytes]], body: bytes, tool: str, max_bytes: int
     ) -> tuple[str, int, bytes]:
-        """One POST to `/mcp` of the active generation (steps 3-5 for a request that did not come over
-        HTTP: the Edge's `tool_request`), read whole: (generation, status, body).
+        """One `tools/call` of `tool` POSTed to `/mcp` of the active generation (steps 3-5 for a
+        request that did not come over HTTP: the Edge's `tool_request`), on the running asyncio
+        loop, read whole: (generation, status, body). Whether it may mutate (the drain) is read from
+        `tool`: `body` is the link's own, one call of it.
 
         Raises `LinkRefusal` (`not_delivered`, `delivery_unknown`; `result_too_large` when the body
-        passes `max_bytes`, the call having run), `UpstreamBroken` when the body broke off, and
-        `ClientGone` when `watch` says the caller gave up while the generation worked.
+        passes `max_bytes`, the call having run) and `UpstreamBroken` when the body broke off. The
+        caller gives up (a cancel, a deadline) by cancelling the awaiting task: the connection to
+        the generation closes, as when a local client goes away.
         """
         spec = self._route("")
-        self._enter(spec, body)
+        mutation = tool not in self.drain.reads
+        self._enter(spec, body, mutation)
         self.leases.take(spec.generation)
         try:
-            response = self._send(spec, b"POST", b"/mcp", headers, body, watch)
+            response = await self._send_async(spec, headers, body)
             try:
                 if response.status == 401:
                     raise self._generation_unauthorized(spec)
                 received = bytearray()
                 while not response.done:
                     try:
-                        received += response.read()
+                        received += await response.read_async()
                     except AnswerBroken as exc:
                         raise UpstreamBroken(
                             f"generation {spec.generation} broke its answer ({exc.reason})"
@@ -349,7 +353,7 @@ class McpForwarder:
                 response.close()
         finally:
             self.leases.give_back(spec.generation)
-            self.drain.finished(spec.generation, body)
+            self.drain.finished(spec.generation, body, mutation)
 
     def _generation_unauthorized(self, spec: Generation) -> LinkRefusal:
         self._tokens.forget(spec)
@@ -375,21 +379,21 @@ class McpForwarder:
         try:
             return self._pool.request(spec.endpoint, method, target, headers, body, watch)
         except NotDelivered as exc:
-            raise LinkRefusal(
-                503,
-                "not_delivered",
-                f"generation {spec.generation} at {spec.endpoint} did not accept the connection; "
-                "nothing was sent, the request may be sent again",
-                exc.reason,
-            ) from exc
+            raise _not_delivered(spec, exc) from exc
         except DeliveryUnknown as exc:
-            raise LinkRefusal(
-                502,
-                "delivery_unknown",
-                f"generation {spec.generation} failed after the request was sent; it may or may not "
-                "have been carried out: check its effect before sending it again",
-                exc.reason,
-            ) from exc
+            raise _delivery_unknown(spec, exc) from exc
+
+    async def _send_async(
+        self, spec: Generation, headers: list[tuple[bytes, bytes]], body: bytes
+    ) -> Response:
+        """`_send` of a POST to `/mcp`, on the running asyncio loop."""
+        headers.append((b"authorization", self._tokens.authorization(spec)))
+        try:
+            return await self._pool.request_async(spec.endpoint, b"POST", b"/mcp", headers, body)
+        except NotDelivered as exc:
+            raise _not_delivered(spec, exc) from exc
+        except DeliveryUnknown as exc:
+            raise _delivery_unknown(spec, exc) from exc
 
     @staticmethod
     def _relay_answer(response: Response, client: ClientConnection, spec: Generation) -> None:
@@ -427,6 +431,26 @@ class McpForwarder:
             self.sessions.pin(created.decode("latin-1"), spec.generation)
         if sent and ((method == b"DELETE" and response.status < 300) or response.status == 404):
             self.sessions.forget(sent.decode("latin-1"))
+
+
+def _not_delivered(spec: Generation, exc: NotDelivered) -> LinkRefusal:
+    return LinkRefusal(
+        503,
+        "not_delivered",
+        f"generation {spec.generation} at {spec.endpoint} did not accept the connection; "
+        "nothing was sent, the request may be sent again",
+        exc.reason,
+    )
+
+
+def _delivery_unknown(spec: Generation, exc: DeliveryUnknown) -> LinkRefusal:
+    return LinkRefusal(
+        502,
+        "delivery_unknown",
+        f"generation {spec.generation} failed after the request was sent; it may or may not "
+        "have been carried out: check its effect before sending it again",
+        exc.reason,
+    )
 
 
 # -- the link ---------------------------------------------------------------------------------

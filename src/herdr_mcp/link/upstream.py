@@ -1,7 +1,11 @@
 """The link's HTTP/1.1 client to the generations: persistent loopback connections, one exchange each.
 
 Blocking sockets, used from the link's connection threads (link/server.py): a request is written
-with one `sendall`, its answer read with plain `recv` calls, nothing in between. A general HTTP
+with one `sendall`, its answer read with plain `recv` calls, nothing in between. The link's Edge
+side (link/edge.py) makes the same exchange on its asyncio loop (`request_async`, `read_async`:
+the socket non-blocking meanwhile, `loop.sock_sendall` and `loop.sock_recv`), on the same pool
+with the same delivery rules: handing each relayed call to a thread cost the Edge path two more
+thread wake-ups per call, which was more than the rest of the link's work on it. A general HTTP
 client does much more per request than the link needs (URL and header models, redirect and auth
 hooks, a protocol state machine); on a ~1.5 ms tool call that was most of what the link added.
 This one writes the request head itself and hands the answer's bytes, as they arrive, to
@@ -18,7 +22,9 @@ Delivery, which the link's failure answers depend on:
   back. Never retried: the generation may have carried it out.
 - `AnswerBroken`: the head came back but the body broke off.
 - `ClientGone`: the client the answer was for went away (seen through its `ClientWatch` while
-  waiting for the generation); the exchange is abandoned and its connection closed.
+  waiting for the generation); the exchange is abandoned and its connection closed. On the
+  asyncio path the caller gives up by cancelling the task that awaits the exchange: its connection
+  closes the same way.
 
 A pooled (idle, keep-alive) connection is checked before a request is written on it: nothing
 unread arrived, and a non-blocking `MSG_PEEK` on the socket shows no FIN or stray bytes waiting. A
@@ -30,9 +36,12 @@ generations' server) closes an idle connection (5 s).
 
 from __future__ import annotations
 
+import asyncio
+import os
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from urllib.parse import urlsplit
 
@@ -137,6 +146,14 @@ class _Connection:
         #: answer; making one costs about as much as parsing a head); None after a HEAD answer,
         #: whose parser still waits for the body the head announced.
         self.answer: _Answer | None = None
+        #: Whether the socket blocks (the threads' exchanges) or not (the asyncio loop's).
+        self.blocking = sock.getblocking()
+
+    def set_blocking(self, blocking: bool) -> None:
+        """Put the socket in the mode of the path about to use it (a syscall only on a change)."""
+        if blocking != self.blocking:
+            self.sock.setblocking(blocking)
+            self.blocking = blocking
 
     def reusable_now(self) -> bool:
         """Whether an idle connection may carry a new request: proven open, nothing pending."""
@@ -181,6 +198,23 @@ class _Connection:
             self.buffer += data
             return True
         return False
+
+    async def more_async(self) -> bool:
+        """`more` on the asyncio loop (the socket non-blocking): the wait is the loop's; the caller
+        gives up by cancelling the task awaiting it."""
+        if self.eof:
+            return False
+        try:
+            data = await asyncio.get_running_loop().sock_recv(self.sock, RECV_BYTES)
+        except OSError as exc:
+            self.eof = True
+            self.error = exc
+            return False
+        if not data:
+            self.eof = True
+            return False
+        self.buffer += data
+        return True
 
 
 # -- the answer -------------------------------------------------------------------------------
@@ -302,6 +336,38 @@ class Response:
 
     def read(self) -> bytes:
         """The next piece of the body (b"" only once `done`); `AnswerBroken` when it broke off."""
+        while True:
+            piece = self._received()
+            if piece is not None:
+                return piece
+            connection = self._connection
+            assert connection is not None
+            if not connection.more(self._watch):
+                return self._ended(connection)
+
+    async def read_async(self) -> bytes:
+        """`read` for an exchange made with `request_async`."""
+        while True:
+            piece = self._received()
+            if piece is not None:
+                return piece
+            connection = self._connection
+            assert connection is not None
+            if not await connection.more_async():
+                return self._ended(connection)
+
+    def _ended(self, connection: _Connection) -> bytes:
+        """The connection ended before the answer said it was complete."""
+        if not self._until_close:
+            raise AnswerBroken("RemoteProtocolError", "the connection closed mid-body")
+        if connection.error is not None:
+            raise AnswerBroken("ReadError", str(connection.error))
+        self._finish()
+        return b""
+
+    def _received(self) -> bytes | None:
+        """The next piece of the body from the bytes received so far (b"" once `done`), or None
+        when more must be received first."""
         if self.done:
             return b""
         connection = self._connection
@@ -310,15 +376,9 @@ class Response:
         while not answer.pieces and not answer.complete:
             if self._fault is not None:
                 raise self._fault
-            if connection.buffer:
-                self._feed(connection, answer)
-            elif not connection.more(self._watch):
-                if not self._until_close:
-                    raise AnswerBroken("RemoteProtocolError", "the connection closed mid-body")
-                if connection.error is not None:
-                    raise AnswerBroken("ReadError", str(connection.error))
-                self._finish()
-                return b""
+            if not connection.buffer:
+                return None
+            self._feed(connection, answer)
         pieces = answer.pieces
         piece = pieces[0] if len(pieces) == 1 else b"".join(pieces)
         pieces.clear()
@@ -380,6 +440,8 @@ class UpstreamPool:
         # Exchanges in flight; a Condition on `_lock` only for waiting when all slots are taken.
         self._in_use = 0
         self._slot_freed = threading.Condition(self._lock)
+        #: Exchanges on asyncio loops waiting for a slot (`_take_slot_async`), woken one per slot freed.
+        self._slot_waiters: deque[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = deque()
         self._endpoints: dict[str, tuple[tuple[str, int], bytes]] = {}
         self._clock = clock
         self._closed = False
@@ -413,65 +475,55 @@ class UpstreamPool:
         `ClientGone` (the watched client closed while the generation had not answered yet).
         """
         key, host = self._endpoint(endpoint)
-        head = bytearray(b"%s %s HTTP/1.1\r\nhost: %s\r\n" % (method, target, host))
-        for name, value in headers:
-            head += b"%s: %s\r\n" % (name, value)
-        head += b"content-length: %d\r\n\r\n" % len(body)
+        data = _request_bytes(method, target, host, headers, body)
         connection = self._acquire(key)
         try:
             # From here on the generation may have the request: never `NotDelivered` again.
             try:
-                if len(body) < 64 * 1024:
-                    head += body
-                    connection.write(bytes(head))
-                else:
-                    connection.write(bytes(head))
-                    connection.write(body)
+                for piece in data:
+                    connection.write(piece)
             except OSError as exc:
                 raise DeliveryUnknown("WriteError", str(exc)) from None
-            answer = self._read_head(connection, watch)
+            answer = _next_answer(connection)
+            while not _head_received(connection, answer):
+                if not connection.more(watch):
+                    raise _unanswered(connection)
         except BaseException:
             self.release(key, connection, reuse=False)
             raise
         return Response(self, key, connection, answer, method == b"HEAD", watch)
 
-    @staticmethod
-    def _read_head(connection: _Connection, watch: ClientWatch) -> _Answer:
-        """Parse the answer's head, past interim 1xx heads; the body stays in the buffer.
+    async def request_async(
+        self,
+        endpoint: str,
+        method: bytes,
+        target: bytes,
+        headers: Iterable[tuple[bytes, bytes]],
+        body: bytes,
+    ) -> Response:
+        """`request` on the running asyncio loop; read the body with `Response.read_async`.
 
-        The head is cut at its empty line here (so its size is checked before any parse, and a
-        HEAD answer's parser never sees the next bytes) and then parsed as a whole.
+        The same outcomes as `request`, but `ClientGone`: to give up, cancel the task awaiting
+        this (or the reads), and the connection is closed as a client's going away closes it.
         """
-        answer = connection.answer
-        if answer is None:
-            answer = connection.answer = _Answer()
-        else:
-            answer.next_exchange()
-        while True:
-            end = connection.buffer.find(b"\r\n\r\n")
-            if end > MAX_HEAD_BYTES or (end < 0 and len(connection.buffer) > MAX_HEAD_BYTES):
-                raise DeliveryUnknown("RemoteProtocolError", "answer head too large")
-            if end < 0:
-                if not connection.more(watch):
-                    cause = type(connection.error).__name__ if connection.error else "closed"
-                    raise DeliveryUnknown("RemoteProtocolError", f"the connection ended unanswered ({cause})")
-                continue
-            head = bytes(connection.buffer[: end + 4])
-            del connection.buffer[: end + 4]
+        key, host = self._endpoint(endpoint)
+        data = _request_bytes(method, target, host, headers, body)
+        connection = await self._acquire_async(key)
+        loop = asyncio.get_running_loop()
+        try:
             try:
-                answer.parser.feed_data(head)
-            except httptools.HttpParserError as exc:
-                if answer.head_done and answer.parser.get_status_code() == 101:
-                    raise DeliveryUnknown("RemoteProtocolError", "an upgrade nobody asked for") from None
-                raise DeliveryUnknown("RemoteProtocolError", f"the answer is not HTTP/1.1 ({exc})") from None
-            if not answer.head_done:
-                raise DeliveryUnknown("RemoteProtocolError", "the answer is not HTTP/1.1 (head not ended)")
-            status = answer.parser.get_status_code()
-            if status == 101:
-                raise DeliveryUnknown("RemoteProtocolError", "an upgrade nobody asked for")
-            if status >= 200:
-                return answer
-            answer.complete = False  # an interim 1xx head: the final one follows
+                for piece in data:
+                    await loop.sock_sendall(connection.sock, piece)
+            except OSError as exc:
+                raise DeliveryUnknown("WriteError", str(exc)) from None
+            answer = _next_answer(connection)
+            while not _head_received(connection, answer):
+                if not await connection.more_async():
+                    raise _unanswered(connection)
+        except BaseException:
+            self.release(key, connection, reuse=False)
+            raise
+        return Response(self, key, connection, answer, method == b"HEAD", _NOT_WATCHED)
 
     def _acquire(self, key: tuple[str, int]) -> _Connection:
         if self._closed:
@@ -483,25 +535,64 @@ class UpstreamPool:
                 raise NotDelivered("PoolTimeout", "no upstream connection freed up")
             self._in_use += 1
         try:
-            now = self._clock()
-            while True:
-                with self._lock:
-                    idle = self._idle.get(key)
-                    connection = idle.pop() if idle else None
-                if connection is None:
-                    return self._connect(key)
-                if now - connection.idle_since < KEEPALIVE_S and connection.reusable_now():
-                    return connection
-                connection.close()
+            connection = self._idle_connection(key) or self._connect(key)
+            connection.set_blocking(True)
+            return connection
         except BaseException:
             self._free_slot()
             raise
 
+    async def _acquire_async(self, key: tuple[str, int]) -> _Connection:
+        await self._take_slot_async()
+        try:
+            connection = self._idle_connection(key) or await self._connect_async(key)
+            connection.set_blocking(False)
+            return connection
+        except BaseException:
+            self._free_slot()
+            raise
+
+    async def _take_slot_async(self) -> None:
+        """A slot for one exchange, waited for on the loop (the threads wait on `_slot_freed`)."""
+        if self._closed:
+            raise NotDelivered("PoolClosed", "the link is shutting down")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + POOL_TIMEOUT_S
+        while True:
+            with self._lock:
+                if self._in_use < MAX_CONNECTIONS:
+                    self._in_use += 1
+                    return
+                freed: asyncio.Future[None] = loop.create_future()
+                self._slot_waiters.append((loop, freed))
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await freed
+            except TimeoutError:
+                raise NotDelivered("PoolTimeout", "no upstream connection freed up") from None
+            finally:
+                with self._lock:
+                    if (loop, freed) in self._slot_waiters:
+                        self._slot_waiters.remove((loop, freed))
+
+    def _idle_connection(self, key: tuple[str, int]) -> _Connection | None:
+        """A pooled connection to `key` fit to carry a request now (idle less than KEEPALIVE_S,
+        proven open), or None; the unfit ones met on the way are closed."""
+        now = self._clock()
+        while True:
+            with self._lock:
+                idle = self._idle.get(key)
+                connection = idle.pop() if idle else None
+            if connection is None:
+                return None
+            if now - connection.idle_since < KEEPALIVE_S and connection.reusable_now():
+                return connection
+            connection.close()
+
     @staticmethod
     def _connect(key: tuple[str, int]) -> _Connection:
         host, port = key
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock = _new_socket(host)
         try:
             sock.settimeout(CONNECT_TIMEOUT_S)
             try:
@@ -511,9 +602,27 @@ class UpstreamPool:
             except OSError as exc:
                 raise NotDelivered("ConnectError", f"{host}:{port}: {exc.strerror}") from None
             sock.settimeout(None)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            # A blocking recv that gives up every WATCH_EVERY_S (`more` then checks the client).
-            kernel_timeouts(sock, receive_s=WATCH_EVERY_S)
+            _tune(sock)
+        except BaseException:
+            sock.close()
+            raise
+        return _Connection(sock)
+
+    @staticmethod
+    async def _connect_async(key: tuple[str, int]) -> _Connection:
+        host, port = key
+        sock = _new_socket(host)
+        try:
+            sock.setblocking(False)
+            try:
+                async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                    await asyncio.get_running_loop().sock_connect(sock, (host, port))
+            except TimeoutError:
+                raise NotDelivered("ConnectTimeout", f"{host}:{port}") from None
+            except OSError as exc:
+                reason = os.strerror(exc.errno) if exc.errno else str(exc)
+                raise NotDelivered("ConnectError", f"{host}:{port}: {reason}") from None
+            _tune(sock)
         except BaseException:
             sock.close()
             raise
@@ -542,6 +651,9 @@ class UpstreamPool:
     def _free_slot_locked(self) -> None:
         self._in_use -= 1
         self._slot_freed.notify()
+        if self._slot_waiters:
+            loop, freed = self._slot_waiters.popleft()
+            loop.call_soon_threadsafe(_wake, freed)
 
     def idle_count(self) -> int:
         with self._lock:
@@ -555,3 +667,78 @@ class UpstreamPool:
             self._idle.clear()
         for connection in idle:
             connection.close()
+
+
+def _wake(freed: asyncio.Future[None]) -> None:
+    if not freed.done():
+        freed.set_result(None)
+
+
+def _new_socket(host: str) -> socket.socket:
+    return socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+
+
+def _tune(sock: socket.socket) -> None:
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    # A blocking recv that gives up every WATCH_EVERY_S (`more` then checks the client).
+    kernel_timeouts(sock, receive_s=WATCH_EVERY_S)
+
+
+def _request_bytes(
+    method: bytes, target: bytes, host: bytes, headers: Iterable[tuple[bytes, bytes]], body: bytes
+) -> list[bytes]:
+    """The request as written: one piece, or the head and a large body apart (no copy of it)."""
+    head = bytearray(b"%s %s HTTP/1.1\r\nhost: %s\r\n" % (method, target, host))
+    for name, value in headers:
+        head += b"%s: %s\r\n" % (name, value)
+    head += b"content-length: %d\r\n\r\n" % len(body)
+    if len(body) < 64 * 1024:
+        head += body
+        return [bytes(head)]
+    return [bytes(head), body]
+
+
+def _next_answer(connection: _Connection) -> _Answer:
+    """The parser state for the answer about to come on `connection` (its last one's, reset)."""
+    answer = connection.answer
+    if answer is None:
+        answer = connection.answer = _Answer()
+    else:
+        answer.next_exchange()
+    return answer
+
+
+def _head_received(connection: _Connection, answer: _Answer) -> bool:
+    """Parse the answer's head from the bytes received so far, past interim 1xx heads: True once
+    the final head is parsed (the body stays in the buffer), False when more must be received.
+
+    The head is cut at its empty line here (so its size is checked before any parse, and a HEAD
+    answer's parser never sees the next bytes) and then parsed as a whole.
+    """
+    while True:
+        end = connection.buffer.find(b"\r\n\r\n")
+        if end > MAX_HEAD_BYTES or (end < 0 and len(connection.buffer) > MAX_HEAD_BYTES):
+            raise DeliveryUnknown("RemoteProtocolError", "answer head too large")
+        if end < 0:
+            return False
+        head = bytes(connection.buffer[: end + 4])
+        del connection.buffer[: end + 4]
+        try:
+            answer.parser.feed_data(head)
+        except httptools.HttpParserError as exc:
+            if answer.head_done and answer.parser.get_status_code() == 101:
+                raise DeliveryUnknown("RemoteProtocolError", "an upgrade nobody asked for") from None
+            raise DeliveryUnknown("RemoteProtocolError", f"the answer is not HTTP/1.1 ({exc})") from None
+        if not answer.head_done:
+            raise DeliveryUnknown("RemoteProtocolError", "the answer is not HTTP/1.1 (head not ended)")
+        status = answer.parser.get_status_code()
+        if status == 101:
+            raise DeliveryUnknown("RemoteProtocolError", "an upgrade nobody asked for")
+        if status >= 200:
+            return True
+        answer.complete = False  # an interim 1xx head: the final one follows
+
+
+def _unanswered(connection: _Connection) -> DeliveryUnknown:
+    cause = type(connection.error).__name__ if connection.error else "closed"
+    return DeliveryUnknown("RemoteProtocolError", f"the connection ended unanswered ({cause})")

@@ -27,6 +27,7 @@ import logging
 import os
 import stat
 import sys
+import time
 from collections.abc import Callable
 from logging.handlers import RotatingFileHandler
 from pathlib import Path
@@ -301,7 +302,10 @@ class NativeHost:
                     source = httpx2.EventSource(response, max_event_size=framing.MAX_INCOMING_BYTES)
                     async for event in source:
                         events += 1
-                        await self._emit({"id": request.id, "event": event.event, "data": _body(event.data)})
+                        arrived = time.monotonic()
+                        data = _body(event.data)
+                        await self._emit({"id": request.id, "event": event.event, "data": data})
+                        self._relayed(request.id, event.event, data, arrived)
         except _ReplyTooLarge:
             error = {"code": "runtime_unavailable", "message": "the runtime's error body is too large"}
         except (RuntimeUnavailable, httpx2.TransportError) as exc:
@@ -309,6 +313,23 @@ class NativeHost:
         ending = f": {error['code']}" if error else ""
         self._log.info("%s stream ended after %d events%s", request.id, events, ending)
         await self._end_stream(request.id, error)
+
+    def _relayed(self, request_id: str, name: str, data: Any, arrived: float) -> None:
+        """One line per durable event relayed (`agent_output` is not logged: it is frequent and not
+        kept), with the CLOCK_MONOTONIC time it arrived from the runtime, so a wake's path can be
+        read from the log (benchmarks/wake_bench.py). Written after the writer has had its turn:
+        the log is never between an event and the browser."""
+        seq = data.get("seq") if isinstance(data, dict) else None
+        if name == "agent_output" or not isinstance(seq, int):
+            return
+        asyncio.get_running_loop().call_soon(
+            self._log.info,
+            "%s event %s seq %d relayed, arrived at monotonic %.6f",
+            request_id,
+            name,
+            seq,
+            arrived,
+        )
 
     async def _end_stream(self, request_id: str, error: dict[str, Any] | None) -> None:
         """The one `{id, end}` of a stream, whether the runtime ended it or the browser did."""

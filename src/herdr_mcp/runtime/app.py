@@ -8,7 +8,6 @@ way out.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
@@ -23,11 +22,11 @@ from herdr_mcp import __version__
 from herdr_mcp.contract import contract_identity
 from herdr_mcp.herdr import HerdrError
 from herdr_mcp.runtime.auth import BearerGate
+from herdr_mcp.runtime.background import running
 from herdr_mcp.runtime.body_bounds import BoundedMcpBody
 from herdr_mcp.runtime.browser import browser_routes
 from herdr_mcp.runtime.browser.http import json_response
 from herdr_mcp.runtime.dispatcher import ToolDispatcher
-from herdr_mcp.runtime.grep.children import stop_searches
 from herdr_mcp.runtime.grep.search import engine_in_use
 from herdr_mcp.runtime.native import protocol_support
 from herdr_mcp.runtime.push.routes import push_routes
@@ -37,28 +36,6 @@ from herdr_mcp.state import STATE_SCHEMA
 
 #: /health must answer fast even when Herdr hangs.
 HEALTH_PING_TIMEOUT_SECONDS = 1.0
-
-
-@contextlib.asynccontextmanager
-async def running(services: Services) -> AsyncIterator[None]:
-    """The runtime's background work for as long as a transport serves (HTTP or stdio): follow
-    Herdr events (herdr_since, task settles) and reconcile open tasks; on the way out stop the
-    searches and exec sessions still running."""
-    background = [
-        asyncio.create_task(services.events.run(), name="herdr-event-feed"),
-        asyncio.create_task(services.tasks.run_reconciler(), name="task-reconciler"),
-        asyncio.create_task(services.push.run(), name="push-plane"),
-    ]
-    try:
-        yield
-    finally:
-        for task in background:
-            task.cancel()
-        await asyncio.gather(*background, return_exceptions=True)
-        # A grep in flight holds a worker thread (waiting on its child) that the process
-        # would otherwise wait for, up to the grep's 20 s deadline.
-        stop_searches()
-        await services.sessions.shutdown()
 
 
 def build_app(services: Services, token: str, dispatcher: ToolDispatcher | None = None) -> ASGIApp:

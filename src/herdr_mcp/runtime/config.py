@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from herdr_mcp.layout import DEFAULT_PORT, Layout
-from herdr_mcp.runtime.push import PushSettings
+from herdr_mcp.runtime.push.settings import PushSettings
 
 
 @dataclass(frozen=True)

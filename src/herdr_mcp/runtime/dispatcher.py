@@ -22,6 +22,7 @@ from herdr_mcp import __version__
 from herdr_mcp.contract import CURRENT_EPOCH, load_catalog
 from herdr_mcp.errors import ToolError
 from herdr_mcp.runtime.audit import AuditLog, AuditUnavailable, describe_call
+from herdr_mcp.runtime.identity import INSTRUCTIONS as INSTRUCTIONS  # re-exported: runtime.server
 from herdr_mcp.runtime.services import Services
 from herdr_mcp.runtime.tools import HANDLERS
 from herdr_mcp.runtime.tools.agents import CALL_SCOPE, SCOPE_META_KEY
@@ -30,12 +31,6 @@ from herdr_mcp.runtime.tools.fs.image import ImageResult
 from herdr_mcp.text import clean_json, safe_json
 
 log = logging.getLogger(__name__)
-
-INSTRUCTIONS = (
-    "herdr-mcp controls a developer workstation managed by Herdr. Start with herdr_inspect, read "
-    "herdr_skill once, and re-inspect before repeating any mutation whose answer was lost. "
-    "herdr_exec is a real shell as the workstation user, not a sandbox."
-)
 
 
 class ToolDispatcher:

@@ -1,11 +1,18 @@
 """The runtime over stdio: newline-delimited JSON-RPC on the process's stdin and stdout.
 
-The same `ToolDispatcher` (frozen catalog, argument validation, audit log) as the HTTP app
-answers tools/list and tools/call; only the framing is ours. The SDK's stdio server hands every
+The same frozen catalog and `ToolDispatcher` (argument validation, audit log) as the HTTP app
+answer tools/list and tools/call; only the framing is ours. The SDK's stdio server hands every
 line read and every line written to a worker thread (`anyio.wrap_file`) and runs each message
 through several memory streams and task groups: about 1 ms per call before any tool runs
 (measured, docs/runtime.md). This loop reads and writes the pipes from the event loop itself
 and serialises the tool list once.
+
+Nothing of the `mcp` SDK (nor pydantic, nor the HTTP stack) is imported here: the protocol's
+vocabulary and checks are `runtime.protocol`, the server's identity `ServerIdentity`, each held
+equal to the SDK's by tests/runtime/test_stdio_protocol.py. The session answers initialize,
+server/discover and tools/list from those and the catalog alone; tools/call waits for the
+dispatcher, which `herdr-mcp stdio` composes in a worker thread while the handshake is
+answered (cli/stdio.py), so a client's first requests do not wait for the tool modules.
 
 What it speaks, in both eras of the protocol (a dual-era server, MCP 2026-07-28
 basic/versioning.mdx), request by request rather than locked by the first one (the revision
@@ -14,10 +21,11 @@ lets a server serve both eras on one process):
   `ping`, `tools/list`, `tools/call`;
 - 2026-07-28, stateless: a request whose `params._meta` carries
   `io.modelcontextprotocol/protocolVersion` is checked as the SDK's own server checks it
-  (`classify_inbound_request`: the envelope, then the revision; -32602, or -32022 naming every
-  revision served, both eras) and answered `server/discover`, `tools/list` or `tools/call`,
-  each result with `resultType` and the server's identity in `_meta`; `initialize` is always
-  the handshake, and `ping`, gone from 2026-07-28, is -32601 there;
+  (`protocol.check_envelope`, the ladder of the SDK's `classify_inbound_request`: the envelope,
+  then the revision; -32602, or -32022 naming every revision served, both eras) and answered
+  `server/discover`, `tools/list` or `tools/call`, each result with `resultType` and the
+  server's identity in `_meta`; `initialize` is always the handshake, and `ping`, gone from
+  2026-07-28, is -32601 there;
 - `notifications/cancelled` in both (the call's task is cancelled and, as the specification
   asks, not answered). Each call is a task, so calls run concurrently and answer in completion
   order. Anything else that expects an answer gets JSON-RPC's `-32601`.
@@ -39,22 +47,31 @@ import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import mcp_types as types
-from mcp.server.lowlevel import Server
-from mcp.shared.inbound import InboundLadderRejection, classify_inbound_request
-from mcp_types.version import (
+from herdr_mcp import __version__
+from herdr_mcp.runtime.identity import INSTRUCTIONS, SERVER_NAME
+from herdr_mcp.runtime.protocol import (
     HANDSHAKE_PROTOCOL_VERSIONS,
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
     LATEST_HANDSHAKE_VERSION,
-    LATEST_MODERN_VERSION,
+    METHOD_NOT_FOUND,
     MODERN_PROTOCOL_VERSIONS,
+    PARSE_ERROR,
+    PROTOCOL_VERSION_META_KEY,
+    SERVER_INFO_META_KEY,
+    UNSUPPORTED_PROTOCOL_VERSION,
+    EnvelopeRejection,
+    check_envelope,
+    handshake_version,
 )
-
-from herdr_mcp.runtime.dispatcher import ToolDispatcher
-from herdr_mcp.runtime.server import list_tools_result
 from herdr_mcp.strict_json import MESSAGE_LIMITS, JsonLimitExceeded, loads_bounded
 from herdr_mcp.text import dumps
+
+if TYPE_CHECKING:
+    from herdr_mcp.runtime.dispatcher import ToolDispatcher
 
 log = logging.getLogger(__name__)
 
@@ -69,12 +86,6 @@ READ_CHUNK_BYTES = 64 * 1024
 CALLS_GRACE_S = 2.0
 #: After the commands were stopped, calls get this long to answer before they are cancelled.
 CALLS_CANCEL_S = 1.0
-
-# JSON-RPC 2.0 error codes (section 5.1).
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
 
 RequestId = str | int
 
@@ -92,26 +103,33 @@ class Wire:
 
 
 class StdioSession:
-    """One MCP connection over a pair of byte streams, answered by `dispatcher`."""
+    """One MCP connection over a pair of byte streams: the tools of `catalog`, called through
+    `dispatcher` once it is there (a future: tools/call waits for it, nothing else does)."""
 
-    def __init__(self, dispatcher: ToolDispatcher, server: Server[Any], wire: Wire) -> None:
+    def __init__(
+        self,
+        catalog: list[dict[str, Any]],
+        dispatcher: asyncio.Future[ToolDispatcher],
+        wire: Wire,
+        identity: ServerIdentity | None = None,
+    ) -> None:
         self._dispatcher = dispatcher
         self._wire = wire
         self._write_lock = asyncio.Lock()
         self._calls: dict[RequestId, asyncio.Task[None]] = {}
-        options = server.create_initialization_options()
-        self._capabilities = _dump(options.capabilities)
-        self._server_info = _dump(server.server_info)
-        self._instructions = options.instructions
-        # The tool list never changes in a process: serialised once per era, as the HTTP app
-        # serves it (2026-07-28 results also carry the server's identity, `_stamp`).
-        tools = _dump(list_tools_result(dispatcher.catalog))
-        self._tools_json = _compact(tools)
-        self._stamp = {types.SERVER_INFO_META_KEY: server.server_info_stamp}
-        self._modern_tools_json = _compact({**tools, "_meta": self._stamp})
+        identity = identity if identity is not None else ServerIdentity()
+        self._capabilities = identity.capabilities()
+        self._server_info = identity.server_info()
+        self._instructions = identity.instructions
+        # The tool list never changes in a process: the frozen catalog serialised once per era,
+        # in the members and values the HTTP app's SDK server answers (2026-07-28 results also
+        # carry the server's identity, `_stamp`).
+        self._stamp = {SERVER_INFO_META_KEY: identity.server_info()}
+        self._tools_json = _compact(tools_list_result(catalog))
+        self._modern_tools_json = _compact({**tools_list_result(catalog), "_meta": self._stamp})
         self._discover = {
             "supportedVersions": list(MODERN_PROTOCOL_VERSIONS),
-            "capabilities": _dump(server.get_capabilities(protocol_version=LATEST_MODERN_VERSION)),
+            "capabilities": identity.capabilities(modern=True),
             **({"instructions": self._instructions} if self._instructions else {}),
             # The cache hints the HTTP runtime's discover carries: stale at once, this client only.
             "ttlMs": 0,
@@ -230,10 +248,10 @@ class StdioSession:
 
     async def _modern_request(self, request_id: RequestId, method: str, params: dict[str, Any]) -> None:
         """A 2026-07-28 request: its envelope checked, then answered (module docstring)."""
-        route = classify_inbound_request({"method": method, "params": params})
-        if isinstance(route, InboundLadderRejection):
+        route = check_envelope(params)
+        if isinstance(route, EnvelopeRejection):
             data = route.data
-            if route.code == types.UNSUPPORTED_PROTOCOL_VERSION and isinstance(data, dict):
+            if route.code == UNSUPPORTED_PROTOCOL_VERSION and isinstance(data, dict):
                 # Every revision served, both eras, newest first (as the Edge names them): a
                 # client without 2026-07-28 learns that initialize is there for it.
                 data = {**data, "supported": list(SUPPORTED_VERSIONS)}
@@ -247,15 +265,17 @@ class StdioSession:
         elif method == "server/discover":
             await self._send_result(request_id, self._discover)
         else:
-            message = f"method not found at {route.protocol_version}: {method}"
+            message = f"method not found at {route}: {method}"
             await self._send_error(request_id, METHOD_NOT_FOUND, message)
 
     async def _initialize(self, request_id: RequestId, params: dict[str, Any]) -> None:
-        try:
-            requested = types.InitializeRequestParams.model_validate(params).protocol_version
-        except ValueError as exc:
-            await self._send_error(request_id, INVALID_PARAMS, f"invalid initialize params: {exc}")
-            return
+        requested = handshake_version(params)
+        if requested is None:  # not a shape plainly valid: the SDK's model decides, in its words
+            try:
+                requested = _sdk_handshake_version(params)
+            except ValueError as exc:
+                await self._send_error(request_id, INVALID_PARAMS, f"invalid initialize params: {exc}")
+                return
         version = requested if requested in HANDSHAKE_PROTOCOL_VERSIONS else LATEST_HANDSHAKE_VERSION
         result: dict[str, Any] = {
             "protocolVersion": version,
@@ -299,7 +319,15 @@ class StdioSession:
         modern: bool = False,
     ) -> None:
         try:
-            result = await self._dispatcher.call(name, arguments, session=None, meta=meta)
+            # Shielded: a cancelled call must not cancel the dispatcher every call waits for.
+            dispatcher = await asyncio.shield(self._dispatcher)
+        except asyncio.CancelledError:
+            return  # cancelled by the client (not answered) or at shutdown
+        except Exception as exc:  # the runtime could not be composed: the process ends with it
+            await self._send_error(request_id, INTERNAL_ERROR, f"the runtime did not start: {exc}")
+            return
+        try:
+            result = await dispatcher.call(name, arguments, session=None, meta=meta)
         except asyncio.CancelledError:
             return  # cancelled by the client (not answered) or at shutdown
         answer = dict(result)
@@ -336,7 +364,7 @@ def _has_modern_envelope(params: Any) -> bool:
     version key, which no handshake-era request has (a bare `_meta` is not enough: those carry
     `progressToken` there). The key alone decides, so a half-built envelope is refused -32602."""
     meta = params.get("_meta") if isinstance(params, dict) else None
-    return isinstance(meta, dict) and types.PROTOCOL_VERSION_META_KEY in meta
+    return isinstance(meta, dict) and PROTOCOL_VERSION_META_KEY in meta
 
 
 def _compact(value: Any) -> str:
@@ -347,9 +375,38 @@ def _valid_id(value: Any) -> bool:
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
-def _dump(model: Any) -> dict[str, Any]:
-    dumped: dict[str, Any] = model.model_dump(by_alias=True, mode="json", exclude_none=True)
-    return dumped
+def _sdk_handshake_version(params: dict[str, Any]) -> str:
+    """The SDK's reading of `initialize` params `handshake_version` left undecided (imported
+    here, on the first such initialize only); raises ValueError (pydantic's) when invalid."""
+    from mcp_types import InitializeRequestParams
+
+    version: str = InitializeRequestParams.model_validate(params).protocol_version
+    return version
+
+
+@dataclass(frozen=True)
+class ServerIdentity:
+    """Who answers: what the HTTP app's SDK server (`runtime.server.build_mcp_server`) says of
+    itself, written down (tests/runtime/test_stdio_protocol.py holds them equal)."""
+
+    name: str = SERVER_NAME
+    version: str = __version__
+    instructions: str | None = INSTRUCTIONS
+
+    def server_info(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.version}
+
+    def capabilities(self, modern: bool = False) -> dict[str, Any]:
+        """The tools capability only (its list never changes); the handshake era's also names
+        no extensions."""
+        tools = {"tools": {"listChanged": False}}
+        return tools if modern else {**tools, "extensions": {}}
+
+
+def tools_list_result(catalog: list[dict[str, Any]]) -> dict[str, Any]:
+    """tools/list's result: the frozen catalog's tools as they are, with the members the SDK's
+    `ListToolsResult` adds (no caching, every tool in one page)."""
+    return {"ttlMs": 0, "cacheScope": "private", "tools": catalog, "resultType": "complete"}
 
 
 @contextlib.asynccontextmanager

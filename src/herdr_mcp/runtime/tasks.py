@@ -17,7 +17,7 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from herdr_mcp.errors import ToolError
@@ -36,6 +36,11 @@ RECONCILE_INTERVAL_SECONDS = 5.0
 PROMPT_EFFECT_WINDOW_SECONDS = 5.0
 #: How often a herdr_prompt wait reads the agent itself, beside the events it is woken by.
 WAIT_PROBE_INTERVAL_SECONDS = 0.1
+#: Herdr types a prompt's text at once and presses Enter 300 ms later, on a timer of its own
+#: (AGENT_PROMPT_SUBMIT_DELAY, src/app/api/agents.rs): text typed into the pane before that Enter
+#: joins the line, and the agent takes both prompts as one. So the next prompt to a pane is sent
+#: no sooner than this after the previous one's answer (the 300 ms, and a margin for a late timer).
+PROMPT_SPACING_SECONDS = 0.5
 #: Workspace ids as Herdr spells them: `w` + bijective base 32 over 123456789ABCDEFGHJKMNPQRSTVWXYZ0
 #: (src/workspace.rs PUBLIC_ID_ALPHABET: w1, wA, w11): a target of that form is resolved here, and
 #: an agent name such as `worker` never costs the extra agent.list.
@@ -110,12 +115,16 @@ class TaskTracker:
         *,
         prompt_effect_window: float = PROMPT_EFFECT_WINDOW_SECONDS,
         wait_probe_interval: float = WAIT_PROBE_INTERVAL_SECONDS,
+        prompt_spacing: float = PROMPT_SPACING_SECONDS,
     ) -> None:
         self._herdr = herdr
         self.tasks = tasks
         self._prompt_effect_window = prompt_effect_window
         self._wait_probe_interval = wait_probe_interval
+        self._prompt_spacing = prompt_spacing
         self._changed = asyncio.Event()
+        self._pane_turns: dict[str, asyncio.Lock] = {}
+        self._enter_due: dict[str, float] = {}
 
     async def submit(
         self,
@@ -141,23 +150,25 @@ class TaskTracker:
         if browser_session_ref is None and scope_for is not None:
             workspace = agent.get("workspace_id")
             browser_session_ref = scope_for(workspace if isinstance(workspace, str) else None)
-        task = self.tasks.create(
-            task_id=new_id("task"),
-            turn_id=new_id("turn"),
-            target=target,
-            agent=agent,
-            browser_session_ref=browser_session_ref,
-            op_id=op_id,
-        )
-        try:
-            await self._herdr.call("agent.prompt", {"target": herdr_target, "text": text})
-        except HerdrError as exc:
-            if isinstance(exc, HerdrRemoteError) or not exc.request_sent:
-                self.tasks.discard(task.task_id)  # Herdr refused it or never got it: nothing delivered
-                raise _not_acted(tool_error_from_herdr(exc, mutating=False)) from exc
-            error = tool_error_from_herdr(exc, mutating=True)
-            error.details["task_id"] = task.task_id
-            raise error from exc
+        pane = agent.get("pane_id")
+        async with self._pane_turn(pane if isinstance(pane, str) else herdr_target):
+            task = self.tasks.create(
+                task_id=new_id("task"),
+                turn_id=new_id("turn"),
+                target=target,
+                agent=agent,
+                browser_session_ref=browser_session_ref,
+                op_id=op_id,
+            )
+            try:
+                await self._herdr.call("agent.prompt", {"target": herdr_target, "text": text})
+            except HerdrError as exc:
+                if isinstance(exc, HerdrRemoteError) or not exc.request_sent:
+                    self.tasks.discard(task.task_id)  # Herdr refused it or never got it: nothing delivered
+                    raise _not_acted(tool_error_from_herdr(exc, mutating=False)) from exc
+                error = tool_error_from_herdr(exc, mutating=True)
+                error.details["task_id"] = task.task_id
+                raise error from exc
         submitted_at = time.monotonic()
         self.tasks.mark_submitted(task.task_id)
         answer = _submitted_answer(task, agent)
@@ -167,6 +178,20 @@ class TaskTracker:
                 task.task_id, pane if isinstance(pane, str) else herdr_target, wait, submitted_at
             )
         return answer
+
+    @contextlib.asynccontextmanager
+    async def _pane_turn(self, pane: str) -> AsyncIterator[None]:
+        """One prompt at a time per pane, each sent once the previous one's Enter is due
+        (PROMPT_SPACING_SECONDS): two prompts typed before one Enter would reach the agent as one."""
+        lock = self._pane_turns.setdefault(pane, asyncio.Lock())
+        async with lock:
+            due = self._enter_due.pop(pane, 0.0) - time.monotonic()
+            if due > 0:
+                await asyncio.sleep(due)
+            try:
+                yield
+            finally:
+                self._enter_due[pane] = time.monotonic() + self._prompt_spacing
 
     async def _herdr_target(self, target: str) -> str:
         """The target as Herdr resolves it: an agent name or an agent pane id pass unchanged; a

@@ -95,6 +95,8 @@ Behaviour worth knowing (the Herdr source each follows is named in the module th
   plugin mutations, agent views, graphics streams, client-UI gestures) answers Herdr's
   `not_implemented`; protocol 22's viewport and copy methods and integration.list are
   simulated (`methods/viewport.py`), pane.move too (`methods/layouts.py`).
+- `prompts(target)` lists the lines Enter submitted to a fake agent, in order (what it was asked,
+  once per prompt; its pane shows each prompt as typed and again as the agent echoes it).
 - Faults: `inject_fault(method, code=..., hang=False)` answers that Herdr error (or never
   answers with `hang=True`) until `clear_faults()`.
 """

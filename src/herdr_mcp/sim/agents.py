@@ -59,6 +59,7 @@ class AgentRunner:
     def submit(self, prompt: str) -> int:
         """Queue a prompt; returns its turn number (the value `agent.turn` takes when it runs)."""
         self._submitted += 1
+        self._agent.prompts.append(prompt)
         self._queue.put_nowait((self._submitted, prompt))
         return self._submitted
 

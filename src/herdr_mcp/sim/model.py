@@ -35,6 +35,9 @@ class Agent:
     interactive_ready: bool = True
     turn: int = 0
     listeners: list[StatusListener] = field(default_factory=list)
+    prompts: list[str] = field(default_factory=list)
+    """Every line an Enter submitted to the agent, in order: what it was asked, once per prompt
+    (the pane shows a prompt twice, as typed and as the agent echoes it)."""
 
 
 @dataclass

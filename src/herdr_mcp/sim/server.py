@@ -230,6 +230,11 @@ class Simulator:
         pane = self._lookup(lambda: self.world.resolve_agent(target))
         self.runner(pane).interrupt(status)
 
+    def prompts(self, target: str) -> list[str]:
+        """The prompts an agent took so far (each line an Enter submitted to it), in order."""
+        pane = self._lookup(lambda: self.world.resolve_agent(target))
+        return list(pane.agent.prompts) if pane.agent is not None else []
+
     def append_output(self, pane_id: str, text: str) -> None:
         self.world.append_output(self._lookup(lambda: self.world.pane(pane_id)), text)
 

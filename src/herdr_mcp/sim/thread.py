@@ -111,6 +111,9 @@ class SimulatorThread:
     def set_agent_status(self, target: str, status: str) -> None:
         self.call(lambda sim: sim.set_agent_status(target, status))
 
+    def prompts(self, target: str) -> list[str]:
+        return self.call(lambda sim: sim.prompts(target))
+
     def append_output(self, pane_id: str, text: str) -> None:
         self.call(lambda sim: sim.append_output(pane_id, text))
 

@@ -10,7 +10,10 @@ from herdr_mcp.runtime.boundary.atomic import FileIdentity, atomic_write, remove
 from herdr_mcp.runtime.boundary.files import (
     EntryKind,
     Offload,
+    Visit,
     WalkEntry,
+    WalkLevel,
+    WalkPrune,
     open_directory,
     open_file_in,
     open_regular,
@@ -18,6 +21,7 @@ from herdr_mcp.runtime.boundary.files import (
     small_work,
     utf8_boundary,
     walk,
+    walk_listing,
 )
 from herdr_mcp.runtime.boundary.gates import (
     Policy,
@@ -55,7 +59,10 @@ __all__ = [
     "RootCandidate",
     "RootKind",
     "RootSet",
+    "Visit",
     "WalkEntry",
+    "WalkLevel",
+    "WalkPrune",
     "atomic_write",
     "check_acknowledged",
     "check_target",
@@ -79,4 +86,5 @@ __all__ = [
     "small_work",
     "utf8_boundary",
     "walk",
+    "walk_listing",
 ]

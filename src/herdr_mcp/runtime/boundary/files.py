@@ -9,22 +9,26 @@ secret-looking directories. The fs tools and the Python grep engine (a child pro
 
 from __future__ import annotations
 
+import operator
 import os
 import posixpath
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Literal, NamedTuple
 
 from herdr_mcp.errors import ToolError
 from herdr_mcp.runtime.boundary.paths import ResolvedPath, is_git_name, open_beneath, open_error
-from herdr_mcp.runtime.boundary.secrets import is_secret_entry
+from herdr_mcp.runtime.boundary.secrets import is_secret_entry, secret_entries
 
 __all__ = [
     "EntryKind",
     "Offload",
+    "Visit",
     "WalkEntry",
+    "WalkLevel",
+    "WalkPrune",
     "open_directory",
     "open_file_in",
     "open_regular",
@@ -32,6 +36,7 @@ __all__ = [
     "small_work",
     "utf8_boundary",
     "walk",
+    "walk_listing",
 ]
 
 EntryKind = Literal["file", "dir", "symlink", "other"]
@@ -222,3 +227,183 @@ def _push_directory(
         os.close(child)
         return
     stack.append((child, relative + "/", iter(names)))
+
+
+# --- fs_list's walk ---------------------------------------------------------------------------
+
+
+class WalkLevel:
+    """One directory open during a `walk_listing`: its entries in name order and where the walk is in them.
+
+    `names` is the whole directory in name order (what a continuation glob is made from);
+    `entries` are the ones the walk visits (all of them, or those `WalkPrune` leaves), `places`
+    their indexes in `names` (None when `entries` are all of `names`). `resume` is the index in
+    `entries` the walk goes on from once back in this directory; `secrets` are the names among
+    them that look like secrets. `chain` holds the levels above
+    this one with where each goes on from, and `waiting` how many of them still hold entries to
+    visit (neither can change while this one is open).
+    """
+
+    __slots__ = (
+        "chain", "entries", "fd", "name", "names", "places", "prefix", "resume", "secrets", "waiting",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        fd: int,
+        prefix: str,
+        name: str,
+        entries: list[os.DirEntry[str]],
+        names: list[str],
+        places: list[int] | None,
+        chain: tuple[tuple[WalkLevel, int], ...],
+    ) -> None:
+        self.fd = fd
+        self.prefix = prefix  # the directory's path relative to the listed one, "" or ending in "/"
+        self.name = name
+        self.entries = entries
+        self.names = names
+        self.places = places
+        self.resume = 0
+        self.chain = chain
+        self.waiting = sum(start < len(level.entries) for level, start in chain)
+        # Ancestors are known not to be secret (the listed directory was checked and secret
+        # directories are never entered), so only a name and its parent pair can be.
+        self.secrets = secret_entries(name, names if places is None else [entry.name for entry in entries])
+
+    def place(self, index: int) -> int:
+        """The index in `names` of `entries[index]`."""
+        return index if self.places is None else self.places[index]
+
+
+class WalkPrune(NamedTuple):
+    """The part of a tree a walk visits: inside the directories whose names `component` accepts
+    at each of `depth` levels from the top (entered, not visited themselves), then the entries
+    there that `keep` accepts (its argument is the path relative to the listed directory), with
+    everything under them."""
+
+    depth: int
+    component: Callable[[int, str], bool]
+    keep: Callable[[str], bool]
+
+
+_BY_NAME = operator.attrgetter("name")
+
+
+def _scan(fd: int) -> tuple[list[os.DirEntry[str]], list[str]]:
+    with os.scandir(fd) as scanner:
+        entries = sorted(scanner, key=_BY_NAME)
+    return entries, [entry.name for entry in entries]
+
+
+def _level(
+    fd: int, prefix: str, name: str, prune: WalkPrune | None, chain: tuple[tuple[WalkLevel, int], ...]
+) -> WalkLevel | None:
+    """The level of the open directory `fd` (closed here when it cannot be read or visited)."""
+    try:
+        entries, names = _scan(fd)
+    except OSError:
+        os.close(fd)
+        return None
+    places: list[int] | None = None
+    depth = len(chain)
+    if prune is not None and depth <= prune.depth:
+        if depth < prune.depth:
+            component = prune.component
+            places = [index for index, entry in enumerate(entries) if component(depth, entry.name)]
+        else:
+            keep = prune.keep
+            places = [index for index, entry in enumerate(entries) if keep(prefix + entry.name)]
+        entries = [entries[index] for index in places]
+    return WalkLevel(fd, prefix, name, entries, names, places, chain)
+
+
+#: One visited entry: its level, its index in `level.entries`, its path relative to the listed
+#: directory, its kind, its size (files; 0 otherwise) and whether it looks like a secret.
+Visit = tuple[WalkLevel, int, str, EntryKind, int, bool]
+
+
+def walk_listing(
+    top_fd: int,
+    root_relative: str,
+    *,
+    recursive: bool,
+    prune: WalkPrune | None = None,
+) -> Generator[Visit, None, None]:
+    """fs_list's walk: `walk`'s entries in its order, by the same rules, made for speed and for
+    stopping part way (owned `top_fd`: closed when done).
+
+    Never follows symlinks and never descends into `.git` or secret-looking directories; every
+    directory is opened relative to its parent with O_NOFOLLOW. Unreadable directories and
+    entries gone before they were looked at are skipped. Types come from the directory listing
+    (d_type; lstat where the file system gives none); only regular files are stat'ed, for their
+    size. With `prune`, only the part of the tree it names is visited (the directories it passes
+    through are entered, not visited). Each visit names its level, which says where the walk
+    is (for a caller that stops part way and must say where).
+    """
+    stack: list[WalkLevel] = []
+    top = _level(top_fd, "", posixpath.basename(root_relative.rstrip("/")), prune, ())
+    if top is None:
+        return
+    stack.append(top)
+    try:
+        while stack:
+            level = stack[-1]
+            entries = level.entries
+            prefix = level.prefix
+            parent = level.name
+            passing = prune is not None and len(stack) <= prune.depth
+            secrets = level.secrets
+            descend: tuple[int, str, str] | None = None
+            for index in range(level.resume, len(entries)):
+                entry = entries[index]
+                name = entry.name
+                if passing:  # a directory on the way to the pruned part: entered, not visited
+                    if (
+                        entry.is_dir(follow_symlinks=False)
+                        and not is_secret_entry(parent, name)
+                        and not is_git_name(name)
+                    ):
+                        descend = (index, name, prefix + name)
+                        break
+                    continue
+                try:
+                    if entry.is_file(follow_symlinks=False):
+                        kind: EntryKind = "file"
+                        size = entry.stat(follow_symlinks=False).st_size
+                    elif entry.is_dir(follow_symlinks=False):
+                        kind, size = "dir", 0
+                    elif entry.is_symlink():
+                        kind, size = "symlink", 0
+                    else:
+                        kind, size = "other", 0
+                except OSError:  # gone since the directory was read
+                    continue
+                relative = prefix + name
+                secret = name in secrets if secrets else False
+                yield level, index, relative, kind, size, secret
+                if recursive and kind == "dir" and not secret and not is_git_name(name):
+                    descend = (index, name, relative)
+                    break
+            if descend is None:
+                os.close(level.fd)
+                stack.pop()
+                continue
+            index, name, relative = descend
+            level.resume = index + 1
+            child = _open_child(level.fd, name, relative + "/", prune, (*level.chain, (level, index + 1)))
+            if child is not None:
+                stack.append(child)
+    finally:
+        for level in stack:
+            os.close(level.fd)
+
+
+def _open_child(
+    parent_fd: int, name: str, prefix: str, prune: WalkPrune | None, chain: tuple[tuple[WalkLevel, int], ...]
+) -> WalkLevel | None:
+    try:
+        child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
+    except OSError:
+        return None
+    return _level(child, prefix, name, prune, chain)

@@ -26,10 +26,9 @@ a directory named `.env.d`), or when it ends in `.docker/config.json`. A compone
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 from pathlib import PurePosixPath
 
-__all__ = ["RG_SECRET_EXCLUDE_GLOBS", "is_secret_name", "is_secret_path"]
+__all__ = ["RG_SECRET_EXCLUDE_GLOBS", "is_secret_entry", "is_secret_name", "is_secret_path", "secret_entries"]
 
 _SECRET_DIRECTORIES = frozenset({".ssh", ".gnupg", ".aws"})
 _SECRET_FILES = frozenset({".netrc", ".pgpass", ".npmrc", ".pypirc", ".git-credentials"})
@@ -54,17 +53,22 @@ RG_SECRET_EXCLUDE_GLOBS: tuple[str, ...] = (
 )
 
 
-@lru_cache(maxsize=4096)
 def is_secret_name(name: str) -> bool:
-    """True when one path component (a file or directory name) looks like a secret (the same
-    names come back call after call: the answers are kept, 4,096 at most)."""
-    folded = name.casefold()
+    """True when one path component (a file or directory name) looks like a secret."""
+    return _is_secret_folded(name.casefold())
+
+
+def _is_secret_folded(folded: str) -> bool:
     if folded in _SECRET_DIRECTORIES or folded in _SECRET_FILES or folded in _PRIVATE_KEYS:
         return True
     if folded == ".env" or (folded.startswith(".env.") and folded not in _DOTENV_TEMPLATES):
         return True
     if folded.endswith(_SECRET_SUFFIXES):
         return True
+    # Every name `_SECRET_STORE` matches holds one of its words; looking for them first spares
+    # the regex for almost every name of a walk (fs_list asks once per entry).
+    if "secret" not in folded and "token" not in folded and "credential" not in folded:
+        return False
     return _SECRET_STORE.fullmatch(folded) is not None
 
 
@@ -81,9 +85,35 @@ def is_secret_path(relative: str | PurePosixPath) -> bool:
     return any(tuple(folded[i : i + 2]) == _SECRET_PAIR for i in range(len(folded) - 1))
 
 
+# Every name a rule above calls secret holds one of these, folded: the rule's exact name, `.env`,
+# its suffix or one of the store's words. A directory whose folded names hold none has no secret
+# name (`secret_entries`), which a few substring searches tell for all its names at once.
+_SECRET_WORDS = (
+    *sorted(_SECRET_DIRECTORIES | _SECRET_FILES | _PRIVATE_KEYS),
+    ".env",
+    *_SECRET_SUFFIXES,
+    "secret",
+    "token",
+    "credential",
+)
+
+
+def secret_entries(parent_name: str, names: list[str]) -> frozenset[str]:
+    """The names of a directory called `parent_name` (whose path is not secret) that
+    `is_secret_entry` calls secret; asked of each name only when the directory's names, folded
+    together, hold a word some rule needs (or the directory is the pair's `.docker`)."""
+    folded = "\0".join(names).casefold()
+    if parent_name.casefold() != _SECRET_PAIR[0] and not any(word in folded for word in _SECRET_WORDS):
+        return frozenset()
+    return frozenset(name for name in names if is_secret_entry(parent_name, name))
+
+
 def is_secret_entry(parent_name: str, name: str) -> bool:
     """`is_secret_path` for `name` in a directory called `parent_name` whose path is not secret.
 
     The cheap form for directory walks, which never enter secret directories.
     """
-    return is_secret_name(name) or (parent_name.casefold(), name.casefold()) == _SECRET_PAIR
+    folded = name.casefold()
+    if _is_secret_folded(folded):
+        return True
+    return folded == _SECRET_PAIR[1] and parent_name.casefold() == _SECRET_PAIR[0]

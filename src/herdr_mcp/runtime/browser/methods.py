@@ -22,8 +22,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from jsonschema import Draft202012Validator
-
 from herdr_mcp.errors import ToolError
 from herdr_mcp.herdr import HerdrError
 from herdr_mcp.runtime.browser.control import control_methods
@@ -43,6 +41,8 @@ from herdr_mcp.state.bindings import (
 from herdr_mcp.state.tasks import INBOX_MAX_ITEMS
 
 if TYPE_CHECKING:
+    from jsonschema import Draft202012Validator
+
     from herdr_mcp.runtime.services import Services
 
 #: Herdr's workspace list for label refreshes: a slow Herdr must not hold a binding read up.
@@ -71,7 +71,9 @@ class BrowserMethod:
 
     @functools.cached_property
     def validator(self) -> Draft202012Validator:
-        """Built once per method, not on every request."""
+        """Built once per method, on its first request (jsonschema is imported then)."""
+        from jsonschema import Draft202012Validator
+
         return Draft202012Validator(self.schema)
 
     def validate(self, params: dict[str, Any]) -> None:

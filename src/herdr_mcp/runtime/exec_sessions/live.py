@@ -31,8 +31,18 @@ left behind; answers carry `descendants_running` (null while the shell runs, the
 and, where they can be listed, `descendant_pids`. On Linux the shell stays an unreaped zombie
 until they are gone, so the group id is never someone else's when it is signalled.
 
-Each session directory also holds `metadata.json` (command, cwd, pid, times, exit status),
-replaced atomically on start and on finish, so a person can find old sessions on disk.
+Each durable session's directory also holds `metadata.json` (command, cwd, pid, times, exit
+status), replaced atomically on start and on finish, so a person can find old sessions on disk.
+
+In memory first
+---------------
+A short herdr_exec without an idempotency key starts as a session in memory (`durable` false):
+its streams go to memory buffers (`output.Spool.in_memory`), and it has no directory, no
+metadata.json and no `state.db` row. Everything else is as above: the same pipes drained on the
+loop, the same exit watch, the same process group and variable, the same look for descendants.
+It becomes durable (`sessions.ExecSessions` writes the buffers to its spool files, then its
+metadata and its row) as soon as it outlives its timeout, writes more than a buffer holds, or
+leaves processes behind when its shell exits; it is never made memory-only again.
 """
 
 from __future__ import annotations
@@ -55,20 +65,28 @@ from typing import Any
 from herdr_mcp.runtime.exec_sessions.output import Spool, StreamName, StreamView
 from herdr_mcp.runtime.exec_sessions.processes import (
     ProcessTable,
-    exit_fd,
     exited_status,
     group_alive,
+    reap_shell,
     signal_group,
     signal_marked,
     wait_keeping_zombie,
 )
+from herdr_mcp.state.exec_sessions import ExecSessionEnd, ExecSessionStart
 
 __all__ = ["LiveSession", "descendants_fields", "epoch_ms", "iso_from_ms"]
 
 _log = logging.getLogger(__name__)
 
-# One read per readiness callback; asyncio's own pipe transports use the same size.
+# One read; asyncio's own pipe transports use the same size.
 _PIPE_CHUNK = 256 * 1024
+# Reads per readiness callback at most.
+_CHUNKS_PER_TURN = 4
+# After SIGKILL the leader dies at once unless it is stuck in the kernel; do not wait forever.
+_EXIT_WAIT_SECONDS = 5.0
+# Once the process is gone, how long pipes may stay open before we close our ends.
+_DRAIN_GRACE_SECONDS = 1.0
+_POLL_SECONDS = 0.02
 
 
 def epoch_ms() -> int:
@@ -94,25 +112,48 @@ class LiveSession:
     directory: Path
     stdout: Spool
     stderr: Spool
-    started_at: str
     started_monotonic: float
     started_epoch_ms: int
     loop: asyncio.AbstractEventLoop
     on_settle: Callable[[LiveSession], None] | None = None
     on_exited: Callable[[LiveSession], None] | None = None
+    # Settled with nothing of it left running (called once).
+    on_idle: Callable[[LiveSession], None] | None = None
+    # A stream is about to outgrow its memory buffer (only while not durable).
+    on_overflow: Callable[[LiveSession], None] | None = None
     process: subprocess.Popen[bytes] | None = None
+    # Spool files, metadata.json and a state.db row (False: in memory, see module docs).
+    durable: bool = True
+    # In memory and running: not counted against the session limit (sessions' bookkeeping).
+    unkept: bool = False
+    # The disk refused the session's files once (`to_disk`): it stays in memory.
+    disk_refused: bool = False
+    # `<boot id>:<kernel start time>` of the shell (processes.process_identity).
+    pid_start: str | None = None
     # The shell's kernel start time (clock ticks): none of its processes started earlier.
     since: int | None = None
     # Set once nothing but (maybe) the shell is left: final, see check_descendants.
     descendants_gone: bool = False
     returncode: int | None = None
-    finished_at: str | None = None
     finished_monotonic: float | None = None
     finished_epoch_ms: int | None = None
     escalated: bool = False
     exited: asyncio.Event = field(default_factory=asyncio.Event)
     settled: asyncio.Event = field(default_factory=asyncio.Event)
+    # Set once the look for descendants that follows the shell's exit has been taken in.
+    checked: asyncio.Event = field(default_factory=asyncio.Event)
+    _settle_waiters: list[asyncio.Future[None]] = field(default_factory=list)
     kill_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def started_at(self) -> str:
+        """When the session started, ISO 8601 UTC."""
+        return iso_from_ms(self.started_epoch_ms)
+
+    @property
+    def finished_at(self) -> str | None:
+        """When it settled, ISO 8601 UTC."""
+        return None if self.finished_epoch_ms is None else iso_from_ms(self.finished_epoch_ms)
 
     @property
     def pid(self) -> int | None:
@@ -158,21 +199,34 @@ class LiveSession:
             "signal": self.signal_name,
         }
 
-    def attach(self, process: subprocess.Popen[bytes]) -> None:
-        """Start draining the process's pipes on the loop and watching for its exit."""
+    def attach(
+        self, process: subprocess.Popen[bytes], pidfd: int | None, returncode: int | None = None
+    ) -> None:
+        """Drain the pipes still open (`spawn` made them non-blocking) on the loop, and watch
+        for the exit through `pidfd` (`processes.exit_fd`; None: a thread waits), unless the
+        spawn thread saw the shell exit already (`returncode`)."""
         self.process = process
-        for spool, pipe in ((self.stdout, process.stdout), (self.stderr, process.stderr)):
-            assert pipe is not None  # both are PIPE in _spawn
-            spool.pipe = pipe
-            os.set_blocking(pipe.fileno(), False)
-            self.loop.add_reader(pipe.fileno(), self.on_readable, spool)
-        pidfd = exit_fd(process.pid)
-        if pidfd is None:
+        for spool in self.spools():
+            if spool.pipe is not None:
+                self.loop.add_reader(spool.pipe.fileno(), self.on_readable, spool)
+        if returncode is not None:
+            self.on_exit(returncode)
+        elif pidfd is None:
             threading.Thread(
                 target=self._wait_for_exit, args=(process,), name=f"exec-wait-{self.session_id}", daemon=True
             ).start()
         else:
             self.loop.add_reader(pidfd, self._on_exit_fd, pidfd, process.pid)
+
+    def finish(
+        self, returncode: int, finished_epoch_ms: int, finished_monotonic: float, *, left: bool
+    ) -> None:
+        """The command ran to its end in the spawn thread, which looked for what it left
+        (`left`) and, when nothing was, reaped the shell: the session is settled now."""
+        self.returncode = returncode
+        self.exited.set()
+        self.descendants_gone = not left
+        self._settle(finished_epoch_ms, finished_monotonic)
 
     def _on_exit_fd(self, pidfd: int, pid: int) -> None:
         returncode = exited_status(pid)
@@ -188,20 +242,26 @@ class LiveSession:
             self.loop.call_soon_threadsafe(self.on_exit, returncode)
 
     def on_readable(self, spool: Spool) -> None:
-        """A pipe is readable: take one chunk into its spool, or close it at end-of-file."""
-        if spool.pipe is None:
-            return
-        try:
-            data = os.read(spool.pipe.fileno(), _PIPE_CHUNK)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if data:
+        """A pipe is readable: take what it holds into its spool (a few chunks at most, then
+        the loop's other work comes first), and close it at end-of-file. Reading on until the
+        pipe is empty sees the end-of-file that usually follows a short command's output at
+        once, without another turn of the loop."""
+        for _ in range(_CHUNKS_PER_TURN):
+            if spool.pipe is None:
+                return
+            try:
+                data = os.read(spool.pipe.fileno(), _PIPE_CHUNK)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self.close_pipe(spool)
+                self.maybe_settle()
+                return
+            if self.on_overflow is not None and spool.overflows(len(data)):
+                self.on_overflow(self)
             spool.append(data)
-        else:
-            self.close_pipe(spool)
-            self.maybe_settle()
 
     def close_pipe(self, spool: Spool) -> None:
         """Stop reading a pipe and close it; its stream is final."""
@@ -232,7 +292,7 @@ class LiveSession:
         pgid = self._group_id()
         if table is None:
             return pgid is not None and group_alive(pgid), None
-        pids = table.marked(self.session_id, self.since)
+        pids = table.marked(self.session_id, self.since, self.pid)
         if pgid is not None:
             pids |= table.group(pgid)
         pids.discard(pgid if pgid is not None else -1)  # the shell itself
@@ -245,11 +305,36 @@ class LiveSession:
         if self.descendants_gone:
             return []
         running, pids = self.survivors(table)
-        if running:
-            return pids
-        self.descendants_gone = True
-        self.reap()
-        return []
+        return pids if self.take_look(running) else []
+
+    def take_look(self, running: bool) -> bool:
+        """Take in what a look after the shell's exit found (`survivors()[0]`, maybe from
+        another thread: see `sessions`); whether processes of the session are still alive."""
+        if self.descendants_gone:
+            return False
+        if not running:
+            self.descendants_gone = True
+            self.reap()
+            self._maybe_idle()
+        return running
+
+    def _maybe_idle(self) -> None:
+        if self.settled.is_set() and self.descendants_gone and self.on_idle is not None:
+            self.on_idle(self)
+
+    async def wait_settled(self, timeout_s: float) -> None:
+        """Wait until the session settles, at most `timeout_s` (no error when it does not)."""
+        if self.settled.is_set():
+            return
+        waiter = self.loop.create_future()
+        self._settle_waiters.append(waiter)
+        timer = self.loop.call_later(timeout_s, _wake, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            with contextlib.suppress(ValueError):
+                self._settle_waiters.remove(waiter)
 
     def has_processes(self) -> bool:
         """Whether anything of this session may still run: its shell or what it left behind."""
@@ -280,7 +365,7 @@ class LiveSession:
     def reap(self) -> None:
         """Collect the exited shell (kept as a zombie on Linux, see wait_keeping_zombie)."""
         if self.process is not None and self.exited.is_set():
-            self.process.poll()
+            reap_shell(self.process)
 
     def maybe_settle(self) -> None:
         """Settle once the shell exited and both pipes are closed: times, metadata, the row."""
@@ -288,13 +373,44 @@ class LiveSession:
             return
         if not (self.stdout.eof and self.stderr.eof):
             return
-        self.finished_epoch_ms = epoch_ms()
-        self.finished_at = iso_from_ms(self.finished_epoch_ms)
-        self.finished_monotonic = time.monotonic()
+        self._settle(epoch_ms(), time.monotonic())
+
+    def _settle(self, finished_epoch_ms: int, finished_monotonic: float) -> None:
+        self.finished_epoch_ms = finished_epoch_ms
+        self.finished_monotonic = finished_monotonic
         self.settled.set()
-        self.write_metadata()
+        for waiter in self._settle_waiters:
+            _wake(waiter)
+        if self.durable:
+            self.write_metadata()
         if self.on_settle is not None:
             self.on_settle(self)
+        self._maybe_idle()
+
+    def start_record(self, op_id: str | None) -> ExecSessionStart:
+        """Its `state.db` row as it starts (`op_id`: the ledger operation it carries out)."""
+        return ExecSessionStart(
+            session_id=self.session_id,
+            op_id=op_id,
+            command=self.command,
+            cwd=str(self.cwd),
+            pid=self.pid,
+            pid_start=self.pid_start,
+            started_at_ms=self.started_epoch_ms,
+        )
+
+    def end_record(self) -> ExecSessionEnd:
+        """How it ended, for its row."""
+        return ExecSessionEnd(
+            session_id=self.session_id,
+            finished_at_ms=self.finished_epoch_ms,
+            exit_code=self.exit_code,
+            signal=self.signal_name,
+            stdout_total=self.stdout.total,
+            stderr_total=self.stderr.total,
+            stdout_dropped=self.stdout.dropped,
+            stderr_dropped=self.stderr.dropped,
+        )
 
     def metadata(self) -> dict[str, Any]:
         """What metadata.json holds."""
@@ -311,6 +427,31 @@ class LiveSession:
             "stderr_total_bytes": self.stderr.total,
         }
 
+    def to_disk(self, spool_dir: Path) -> bool:
+        """Make a session in memory durable on disk: its directory, its spool files holding
+        what it wrote so far (it goes on writing there), metadata.json; True once done. A disk
+        that refuses is logged and not asked again: the session stays in memory, its streams
+        capped at the buffer (the rest counts as dropped)."""
+        if self.durable or self.disk_refused:
+            return self.durable
+        self.on_overflow = None
+        try:
+            spool_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self.directory.mkdir(mode=0o700, exist_ok=True)
+            self.directory.chmod(0o700)
+            for spool in self.spools():
+                spool.to_file()
+        except OSError as exc:
+            _log.warning("exec session %s stays in memory: %s", self.session_id, exc)
+            self.disk_refused = True
+            for spool in self.spools():
+                if spool.memory is not None:
+                    spool.write_error = f"{type(exc).__name__}: {exc} (kept in memory)"
+            return False
+        self.durable = True
+        self.write_metadata()
+        return True
+
     def write_metadata(self) -> None:
         """Replace metadata.json atomically; a failure is logged, never raised (best effort)."""
         target = self.directory / "metadata.json"
@@ -325,9 +466,56 @@ class LiveSession:
         except OSError:
             _log.warning("could not write %s", target, exc_info=True)
 
+    async def terminate(self, grace_ms: int) -> None:
+        """Stop the session if anything of it may still run: SIGTERM to its process group and
+        to its processes outside it, wait up to `grace_ms` for the session to settle and nothing
+        of it to be alive (zombies do not count: orphans are not always reaped quickly), then
+        SIGKILL to whatever is left. A process that escaped unseen and still holds a pipe is
+        cut off by closing our ends of the pipes. Then wait (bounded) for the exit, the last
+        output, and nothing of it to be alive, so that answers and shutdown are true."""
+        async with self.kill_lock:
+            if self.has_processes():
+                await self._stop(grace_ms)
+
+    async def _stop(self, grace_ms: int) -> None:
+        loop = self.loop
+        # 1. Ask politely: SIGTERM to the process group and the session's processes outside it.
+        self.send(signal.SIGTERM)
+        # 2. Wait for the session to settle and nothing of it to be alive, up to the grace period.
+        deadline = loop.time() + grace_ms / 1000
+        while not (self.settled.is_set() and not self.survivors(ProcessTable.read())[0]):
+            if loop.time() >= deadline:
+                # 3. Insist: SIGKILL to whatever is left.
+                self.escalated = True
+                self.send(signal.SIGKILL)
+                break
+            await asyncio.sleep(_POLL_SECONDS)
+        # 4. Collect the exit status and the last output.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.exited.wait(), _EXIT_WAIT_SECONDS)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.settled.wait(), _DRAIN_GRACE_SECONDS)
+        if self.running and self.exited.is_set():
+            # 5. Something unseen outside the group still holds the pipes: stop listening to it.
+            for spool in self.spools():
+                self.close_pipe(spool)
+            self.maybe_settle()
+        # 6. SIGKILL takes a moment too: wait (bounded) until nothing is left, so the answer
+        #    and the shutdown are true.
+        give_up = loop.time() + _EXIT_WAIT_SECONDS
+        while self.exited.is_set() and self.check_descendants(ProcessTable.read()) != []:
+            if loop.time() >= give_up:
+                break
+            await asyncio.sleep(_POLL_SECONDS)
+
 
 def descendants_fields(pids: list[int] | None) -> dict[str, Any]:
     """`descendants_running` and, when known, `descendant_pids`, from what a look found."""
     if pids == []:
         return {"descendants_running": False}
     return {"descendants_running": True} | ({} if pids is None else {"descendant_pids": pids})
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

@@ -141,6 +141,8 @@ class LoginEnvironment:
         self._timeout = timeout_seconds
         self._lock = threading.Lock()
         self._attempt: _Attempt | None = None
+        # The runtime's environment as last seen (os.environ's own bytes) and the base made of it.
+        self._base: tuple[dict[bytes, bytes], dict[str, str]] | None = None
         #: How many captures started (each one a login shell); for tests and diagnostics.
         self.captures = 0
 
@@ -153,6 +155,15 @@ class LoginEnvironment:
         if wait:
             attempt.done.wait(wait_s)
         return self._launch(attempt, key, wait_s if wait else None)
+
+    def ready(self, bash: str) -> ShellLaunch | None:
+        """`shell(bash, ...)` without any wait: None when a capture is due or in flight and is to
+        be waited for (then wait with `shell_async`). Called from the spawn threads."""
+        key = self._key(bash)
+        attempt, wait = self._choose(key)
+        if wait and not attempt.done.is_set():
+            return None
+        return self._launch(attempt, key, None)
 
     async def shell_async(self, bash: str, wait_s: float) -> ShellLaunch:
         """`shell`, waiting on the event loop (no thread held) for a capture in flight."""
@@ -202,8 +213,17 @@ class LoginEnvironment:
                 os.killpg(process.pid, signal.SIGKILL)
 
     def _key(self, bash: str) -> _Key:
-        # The runtime's environment without the per-command variables: what a capture starts from.
-        base = {name: value for name, value in os.environ.items() if name not in self._own}
+        # The runtime's environment without the per-command variables: what a capture starts
+        # from. Made again only when the environment changed: comparing os.environ's own bytes
+        # costs a microsecond, decoding them every call tens (it is checked on every command).
+        raw: dict[bytes, bytes] | None = getattr(os.environ, "_data", None)
+        cached = self._base
+        if raw is not None and cached is not None and cached[0] == raw:
+            base = cached[1]
+        else:
+            base = {name: value for name, value in os.environ.items() if name not in self._own}
+            if raw is not None:
+                self._base = (dict(raw), base)
         return (bash, _signature(base), base)
 
     def _choose(self, key: _Key) -> tuple[_Attempt, bool]:
@@ -300,28 +320,45 @@ def _home(base: dict[str, str]) -> Path:
     return Path("/")
 
 
-def _watched(base: dict[str, str]) -> list[str]:
-    paths = list(_SYSTEM_FILES)
-    for directory in _SYSTEM_DIRECTORIES:
-        paths.append(directory)
-        with contextlib.suppress(OSError):
-            paths.extend(os.path.join(directory, name) for name in sorted(os.listdir(directory)))
-    home = _home(base)
-    paths.extend(str(home / name) for name in _HOME_FILES)
+_Identity = tuple[int, int, int, int, int]
+# directory -> (its identity, its sorted entries) when last listed: a directory lists the same
+# names while its identity (mtime and ctime included) is unchanged.
+_LISTINGS: dict[str, tuple[_Identity, list[str]]] = {}
+
+
+def _identity(path: str) -> _Identity | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
+def _entries(directory: str, identity: _Identity | None) -> list[str]:
+    """The paths in `directory`, listed again only when its identity changed."""
+    if identity is None:
+        return []
+    listed = _LISTINGS.get(directory)
+    if listed is not None and listed[0] == identity:
+        return listed[1]
+    try:
+        paths = [os.path.join(directory, name) for name in sorted(os.listdir(directory))]
+    except OSError:
+        return []
+    _LISTINGS[directory] = (identity, paths)
     return paths
 
 
 def _signature(base: dict[str, str]) -> _Signature:
-    """(path, identity) of every watched file; identity None for a missing one."""
-    signature: list[tuple[str, tuple[int, int, int, int, int] | None]] = []
-    for path in _watched(base):
-        try:
-            info = os.stat(path)
-        except OSError:
-            signature.append((path, None))
-            continue
-        identity = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
-        signature.append((path, identity))
+    """(path, identity) of every watched file; identity None for a missing one. The watched
+    files: `_SYSTEM_FILES`, each of `_SYSTEM_DIRECTORIES` and its entries, `_HOME_FILES`."""
+    signature: list[tuple[str, _Identity | None]] = [(path, _identity(path)) for path in _SYSTEM_FILES]
+    for directory in _SYSTEM_DIRECTORIES:
+        identity = _identity(directory)
+        signature.append((directory, identity))
+        signature.extend((path, _identity(path)) for path in _entries(directory, identity))
+    home = str(_home(base))
+    signature.extend((path, _identity(path)) for path in (os.path.join(home, name) for name in _HOME_FILES))
     return tuple(signature)
 
 

@@ -1,10 +1,14 @@
 """Output capture: the spool files a session's streams go to, what a read may see of them, and
 the chunks and answers read from them.
 
-Each stream is written, as it arrives, to `<spool_dir>/<session_id>/stdout` and `.../stderr`
-(directory 0700, files 0600). The cap holds while streaming: once `max_output_bytes` of a stream
-are on disk, further bytes are counted in `total_bytes` but dropped (`dropped_bytes` says how
-many). A chunk handed to a reader never ends inside a UTF-8 sequence.
+Each stream of a durable session is written, as it arrives, to `<spool_dir>/<session_id>/stdout`
+and `.../stderr` (directory 0700, files 0600). A short herdr_exec starts in memory instead (a
+`Spool` without a file, see `sessions`): its bytes are kept in a buffer of at most
+`MEMORY_SPOOL_BYTES` until the session becomes durable (`Spool.to_file` writes what the buffer
+holds, then the stream goes on into the file). The cap holds while streaming either way: once
+`max_output_bytes` of a stream are stored, further bytes are counted in `total_bytes` but
+dropped (`dropped_bytes` says how many). A chunk handed to a reader never ends inside a UTF-8
+sequence.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from herdr_mcp.errors import ToolError
 __all__ = [
     "DEFAULT_READ_BYTES",
     "MAX_READ_BYTES",
+    "MEMORY_SPOOL_BYTES",
     "Spool",
     "StreamChoice",
     "StreamName",
@@ -38,6 +43,10 @@ __all__ = [
 DEFAULT_READ_BYTES = 65536
 # The catalog maximum of herdr_exec_read.max_bytes; run() honours the same bound.
 MAX_READ_BYTES = 262144
+#: What a stream of a session in memory holds at most: what herdr_exec answers with (its first
+#: DEFAULT_READ_BYTES). One byte more and the session becomes durable, so that the rest stays
+#: readable with herdr_exec_read.
+MEMORY_SPOOL_BYTES = DEFAULT_READ_BYTES
 # What a session directory holds.
 _SPOOL_FILES = ("stdout", "stderr", "metadata.json", ".metadata.json.tmp")
 # The longest UTF-8 sequence, minus one: how far a chunk end may have to move.
@@ -95,7 +104,8 @@ def utf8_chunk_length(data: bytes, limit: int, *, final: bool) -> int:
 
 @dataclass
 class Spool:
-    """One captured stream: the pipe we drain and the capped 0600 file it goes to."""
+    """One captured stream: the pipe we drain and where its bytes go, the capped 0600 file at
+    `path` or, while `memory` is not None, that buffer (`path` is where the file will be)."""
 
     path: Path
     cap: int
@@ -105,22 +115,37 @@ class Spool:
     stored: int = 0
     eof: bool = False
     write_error: str | None = None
+    memory: bytearray | None = None
 
     @classmethod
     def create(cls, path: Path, cap: int) -> Spool:
         """A new 0600 spool file at `path` (never an existing file or a link) holding `cap` bytes at most."""
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
-        return cls(path=path, cap=cap, fd=os.open(path, flags, 0o600))
+        return cls(path=path, cap=cap, fd=_create_file(path))
+
+    @classmethod
+    def in_memory(cls, path: Path, cap: int) -> Spool:
+        """A stream kept in memory until `to_file` (its file would be `path`)."""
+        return cls(path=path, cap=cap, fd=None, memory=bytearray())
 
     @property
     def dropped(self) -> int:
         """Bytes received past the cap (or after a write error)."""
         return self.total - self.stored
 
+    def overflows(self, size: int) -> bool:
+        """Whether storing `size` more bytes needs more than the memory buffer holds."""
+        return self.memory is not None and min(self.stored + size, self.cap) > MEMORY_SPOOL_BYTES
+
     def append(self, data: bytes) -> None:
-        """Count `data` and store what fits under the cap."""
+        """Count `data` and store what fits under the cap (in memory, up to its buffer)."""
         self.total += len(data)
         room = self.cap - self.stored
+        if self.memory is not None:
+            room = min(room, MEMORY_SPOOL_BYTES - self.stored)
+            if room > 0:
+                self.memory += data[:room]
+                self.stored += min(room, len(data))
+            return
         if room <= 0 or self.fd is None:
             return
         pending = memoryview(data)[:room]
@@ -135,6 +160,22 @@ class Spool:
             self.write_error = f"{type(exc).__name__}: {exc}"
             self.close_file()
 
+    def to_file(self) -> None:
+        """Write what memory holds to a new spool file at `path` and go on there (the file is
+        closed at once when the stream is over). Raises OSError; the stream stays in memory then."""
+        if self.memory is None:
+            return
+        fd = _create_file(self.path)
+        try:
+            _write_all(fd, self.memory)
+        except OSError:
+            os.close(fd)
+            raise
+        self.memory = None
+        self.fd = fd
+        if self.eof:
+            self.close_file()
+
     def close_file(self) -> None:
         """Close the spool file (the stream is over, or cannot be written)."""
         if self.fd is not None:
@@ -143,7 +184,26 @@ class Spool:
 
     def view(self, *, settled: bool) -> StreamView:
         """What a read may see now; `settled`: the session is over."""
-        return StreamView(self.path, self.stored, self.total, self.dropped, final=self.eof, settled=settled)
+        return StreamView(
+            self.path,
+            self.stored,
+            self.total,
+            self.dropped,
+            final=self.eof,
+            settled=settled,
+            memory=self.memory,
+        )
+
+
+def _create_file(path: Path) -> int:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
+    return os.open(path, flags, 0o600)
+
+
+def _write_all(fd: int, data: bytes | bytearray) -> None:
+    pending = memoryview(data)
+    while pending:
+        pending = pending[os.write(fd, pending) :]
 
 
 @dataclass(frozen=True)
@@ -156,11 +216,14 @@ class StreamView:
     dropped: int
     final: bool  # no byte will ever be added to the file
     settled: bool  # the session is over: reading up to `stored` reaches the end
+    memory: bytearray | None = None  # the bytes, when the stream is still in memory
 
     def read(self, offset: int, limit: int) -> bytes:
         """Up to `limit` stored bytes from `offset` (b"" past the end or when the file is gone)."""
         if offset >= self.stored:
             return b""
+        if self.memory is not None:
+            return bytes(self.memory[offset : min(offset + limit, self.stored)])
         try:
             with self.path.open("rb") as handle:
                 handle.seek(offset)

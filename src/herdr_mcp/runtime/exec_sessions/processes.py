@@ -28,6 +28,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -39,8 +40,12 @@ __all__ = [
     "exit_fd",
     "exited_status",
     "group_alive",
+    "last_pid",
     "orphan_group_status",
+    "own_shells",
     "process_identity",
+    "reap_shell",
+    "shell_started",
     "signal_group",
     "signal_marked",
     "start_ticks",
@@ -163,8 +168,32 @@ def _marker(pid: int) -> str | None:
     return None
 
 
-# pid -> (inode of /proc/<pid>, kernel start time) from the last look, for ProcessTable.read.
+# pid -> (inode of /proc/<pid>, kernel start time) from the last look, for ProcessTable.read;
+# looks are taken on the event loop and in the runtime's look thread, one at a time.
 _STARTS: dict[int, tuple[int, int]] = {}
+_STARTS_LOCK = threading.Lock()
+
+
+# The shells of this process's sessions that are not reaped yet: their pids, hence the ids of
+# their process groups and POSIX sessions (each shell leads its own), name nothing else meanwhile.
+_SHELLS: set[int] = set()
+
+
+def shell_started(pid: int) -> None:
+    """Note a session's shell (see `ProcessTable.read`'s `shells`)."""
+    _SHELLS.add(pid)
+
+
+def reap_shell(process: subprocess.Popen[bytes]) -> None:
+    """Collect an exited shell (kept as a zombie, see `wait_keeping_zombie`), forgetting it as
+    one of ours first: a look that began while it was ours knows its pid was not reused."""
+    _SHELLS.discard(process.pid)
+    process.poll()
+
+
+def own_shells() -> frozenset[int]:
+    """The shells noted and not reaped, now (any thread)."""
+    return frozenset(_SHELLS)
 
 
 @dataclass(frozen=True)
@@ -172,6 +201,7 @@ class _Entry:
     pid: int
     pgid: int
     start: int  # kernel start time, clock ticks after boot
+    sid: int = 0  # POSIX session id
 
 
 @dataclass
@@ -181,9 +211,12 @@ class ProcessTable:
 
     entries: list[_Entry]
     _markers: dict[int, str | None] = field(default_factory=dict)
+    #: Shells of ours that were ours for the whole look: the POSIX sessions they lead hold only
+    #: their own descendants (a session is inherited and never joined).
+    own_sessions: frozenset[int] = frozenset()
 
     @classmethod
-    def read(cls, since: int | None = None) -> ProcessTable | None:
+    def read(cls, since: int | None = None, *, shells: frozenset[int] = frozenset()) -> ProcessTable | None:
         """The table now; None on systems without Linux's /proc.
 
         With `since` (clock ticks), processes an earlier look found to have started before it
@@ -193,46 +226,99 @@ class ProcessTable:
         a new process under a reused pid gets a new inode (the old one dies with its process).
         After each command only the processes started since are read (measured: 0.5 ms -> 0.1
         ms for 100 processes, and less CPU for the next spawn to wait behind on a busy machine).
+
+        With `shells` (`own_shells()` taken before), the shells of other sessions of ours are
+        not read either: a shell leads its own process group and POSIX session, so it is never
+        a member of another session's group, and by the session's own look it is left out
+        anyway (it is the shell). Those still ours when the scan ends are `own_sessions`; any
+        reaped meanwhile is read after all (its pid may name another process now).
         """
         if sys.platform != "linux":
             return None
+        with _STARTS_LOCK:
+            return cls._read(since, shells)
+
+    @classmethod
+    def _read(cls, since: int | None, shells: frozenset[int]) -> ProcessTable:
         entries = []
         seen: dict[int, tuple[int, int]] = {}
         with os.scandir(_PROC) as listing:
             for item in listing:
                 if not item.name.isdigit():
                     continue
-                pid, inode = int(item.name), item.inode()
+                pid = int(item.name)
+                if pid in shells:
+                    continue
+                inode = item.inode()
                 known = _STARTS.get(pid)
                 if since is not None and known is not None and known[0] == inode and known[1] < since:
                     seen[pid] = known
                     continue
-                fields = _stat_fields(pid)
-                if fields is None or len(fields) < 20:
-                    continue
-                seen[pid] = (inode, int(fields[19]))
-                if fields[0] not in (b"Z", b"X"):
-                    entries.append(_Entry(pid, int(fields[2]), int(fields[19])))
+                entry = _entry(pid)
+                if entry is not None:
+                    seen[pid] = (inode, entry[1].start)
+                    if entry[0]:
+                        entries.append(entry[1])
         _STARTS.clear()
         _STARTS.update(seen)
-        return cls(entries)
+        stable = shells & own_shells()
+        for pid in shells - stable:  # reaped during the scan: read it like any process
+            entry = _entry(pid)
+            if entry is not None and entry[0]:
+                entries.append(entry[1])
+        return cls(entries, own_sessions=stable)
 
     def group(self, pgid: int) -> set[int]:
         """The live members of process group `pgid`."""
         return {entry.pid for entry in self.entries if entry.pgid == pgid}
 
-    def marked(self, session_id: str, since: int | None) -> set[int]:
+    def marked(self, session_id: str, since: int | None, shell: int | None = None) -> set[int]:
         """Live processes started at or after `since` (clock ticks; None: any time) whose
-        environment names session `session_id`."""
+        environment names session `session_id` (whose shell is `shell`). The environment of a
+        process in the POSIX session of another shell of ours (`own_sessions`) is not read: it
+        descends from that shell, not from this one."""
         found = set()
         for entry in self.entries:
             if since is not None and entry.start < since:
                 continue  # older than the session: not one of its processes
+            if entry.sid in self.own_sessions and entry.sid != shell:
+                continue
             if entry.pid not in self._markers:
                 self._markers[entry.pid] = _marker(entry.pid)
             if self._markers[entry.pid] == session_id:
                 found.add(entry.pid)
         return found
+
+
+def _entry(pid: int) -> tuple[bool, _Entry] | None:
+    """(alive: not a zombie, the entry) of process `pid`; None when it cannot be read."""
+    fields = _stat_fields(pid)
+    if fields is None or len(fields) < 20:
+        return None
+    entry = _Entry(pid, int(fields[2]), int(fields[19]), int(fields[3]))
+    return fields[0] not in (b"Z", b"X"), entry
+
+
+def last_pid() -> int | None:
+    """The pid the kernel handed out last in our pid namespace (the last field of
+    /proc/loadavg); None where it cannot be read. Every process and thread takes a pid when it
+    is created, and pids are handed out in turn, never again while in use: when this is still
+    the pid of a shell that has exited (a zombie, so its pid is in use), nothing at all was
+    created after that shell, so it left nothing behind. A cheap proof for the common case of a
+    quiet machine; anything else is looked for in /proc."""
+    if sys.platform != "linux":
+        return None
+    try:
+        fd = os.open("/proc/loadavg", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fields = os.read(fd, 256).split()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return int(fields[-1]) if fields and fields[-1].isdigit() else None
 
 
 def group_alive(pgid: int) -> bool:

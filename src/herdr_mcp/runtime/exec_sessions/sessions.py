@@ -9,21 +9,40 @@ is a real shell with the user's full rights; nothing here is a sandbox. The part
 (sessions of earlier runtimes, from state/exec_sessions.py), `processes` (what belongs to a
 session, signalling only it), `login_environment`.
 
-A finished session with descendants is watched every `_DESCENDANT_POLL_SECONDS` until they are
+A finished session with descendants is watched every second (`looks`) until they are
 gone, is neither pruned nor replaced meanwhile, and `kill` and `shutdown` stop them.
 
-Kill sends SIGTERM to the process group and to the session's processes outside it, waits up to
-`grace_ms` for the session to settle and nothing of it to be alive (zombies do not count:
-orphans are not always reaped quickly), then sends SIGKILL to whatever is left. A process that
-escaped unseen and still holds a pipe is cut off by closing our ends of the pipes.
+Kill: see `LiveSession.terminate` (and `stored.kill_stored` for sessions of earlier runtimes).
 
-Finished sessions stay readable for `retention_seconds`; pruning is lazy (on start, run and
-read) and removes the spool directory (and the row of sessions of earlier runtimes). At most
-`max_sessions` are kept: starting another one prunes the oldest finished session without
-descendants, and is refused with `too_many_sessions` when there is none.
+Finished sessions stay readable for `retention_seconds`, and at most `max_sessions` are kept
+(`table`: pruning, and what starting one more does).
 
 Database writes are best effort (a failure is logged; the session itself goes on) and take well
 under a millisecond, so they run on the event loop.
+
+The fast path (issue 24). A `run` without an `op_id` (herdr_exec without an idempotency key)
+starts its session in memory (see `live`): no spool directory, no metadata.json, no `state.db`
+row, and nothing of it on disk unless it becomes durable, which it does, before anybody learns
+its id, when it
+
+- outlives `timeout_ms` (it goes on as a background session exactly as before; what it wrote so
+  far is written to its spool files first, so nothing is lost),
+- writes more than `output.MEMORY_SPOOL_BYTES` to a stream (the rest stays readable with
+  herdr_exec_read, as before), or
+- leaves processes behind when its shell exits (they are owned, reported and killable as
+  before, and a later runtime finds them through the row).
+
+A session in memory that finished is kept in memory (readable with herdr_exec_read while this
+runtime runs, pruned like any other), but not across a restart: a restart forgets it. A `run`
+with an `op_id` (a keyed herdr_exec, whose recovery reads the row and the spool) and `start`
+are durable from the first byte, as before. How sessions in memory count against
+`max_sessions`: see `table`.
+
+What stays off the event loop (see `spawn`, `looks`, `workers`): `run` spawns the shell in a
+worker thread, which for a session in memory also drains a short command to its end and looks
+for what it left; the looks for exits the loop sees are taken in one look thread, one `/proc`
+scan for every shell that exited meanwhile; `run` answers once that look is in. The login
+environment's key and the `bash` on PATH are checked without rereading what did not change.
 
 Everything here runs on the runtime's event loop: `start` and `read` are plain methods that
 must be called from a coroutine on that loop (they never block on the process); `run`, `kill`,
@@ -33,23 +52,21 @@ must be called from a coroutine on that loop (they never block on the process); 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 import re
-import secrets
 import shutil
-import signal
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 from herdr_mcp.errors import ToolError
-from herdr_mcp.runtime.exec_sessions.live import LiveSession, epoch_ms, iso_from_ms
+from herdr_mcp.runtime.exec_sessions.live import LiveSession, epoch_ms
 from herdr_mcp.runtime.exec_sessions.login_environment import (
     CAPTURE_TIMEOUT_SECONDS,
     LoginEnvironment,
     ShellLaunch,
 )
+from herdr_mcp.runtime.exec_sessions.looks import Looks, LoopLooks
 from herdr_mcp.runtime.exec_sessions.output import (
     DEFAULT_READ_BYTES,
     Spool,
@@ -60,14 +77,12 @@ from herdr_mcp.runtime.exec_sessions.output import (
     read_chunk,
     remove_spool,
 )
-from herdr_mcp.runtime.exec_sessions.processes import (
-    SESSION_ENV,
-    ProcessTable,
-    process_identity,
-    start_ticks,
-)
+from herdr_mcp.runtime.exec_sessions.processes import SESSION_ENV, start_ticks
+from herdr_mcp.runtime.exec_sessions.spawn import BRIEF_SECONDS, Spawned, Spawner, check_cwd
 from herdr_mcp.runtime.exec_sessions.stored import StoredSession, kill_stored
-from herdr_mcp.state.exec_sessions import ExecSessionEnd, ExecSessionRecords, ExecSessionStart
+from herdr_mcp.runtime.exec_sessions.table import SessionIds, SessionTable
+from herdr_mcp.runtime.exec_sessions.workers import Workers
+from herdr_mcp.state.exec_sessions import ExecSessionRecords
 from herdr_mcp.state.store import StateStore, new_runtime_instance
 
 __all__ = [
@@ -86,24 +101,17 @@ DEFAULT_GRACE_MS = 2000
 DEFAULT_RETENTION_SECONDS = 3600.0
 DEFAULT_MAX_SESSIONS = 100
 
-# After SIGKILL the leader dies at once unless it is stuck in the kernel; do not wait forever.
-_EXIT_WAIT_SECONDS = 5.0
-# Once the process is gone, how long pipes may stay open before we close our ends.
-_DRAIN_GRACE_SECONDS = 1.0
-_POLL_SECONDS = 0.02
-# How often a finished session's leftover processes are looked at: they are reported and
-# killable at any moment regardless; this only bounds how long a zombie shell is kept after
-# they end (and, where shells are not kept, the window in which a group id could be reused).
-_DESCENDANT_POLL_SECONDS = 1.0
+
+# Threads that spawn shells for `run` (each mostly waits: for its child's exec, for a short
+# command's end).
+_SPAWN_THREADS = 16
+
+_log = logging.getLogger(__name__)
 
 _SESSION_ID = re.compile(r"x[0-9a-f]{16}")
 #: herdr_exec_start answers at once: it waits at most this long for a capture of the login
 #: environment in flight (herdr_exec: half its timeout_ms, at most the capture's own deadline).
 START_WAIT_SECONDS = 5.0
-
-
-def _new_session_id() -> str:
-    return "x" + secrets.token_hex(8)
 
 
 class ExecSessions:
@@ -133,16 +141,31 @@ class ExecSessions:
             raise ValueError("max_output_bytes, retention_seconds must be >= 0 and max_sessions >= 1")
         self._spool_dir = spool_dir
         self._max_output_bytes = max_output_bytes
-        self._retention_seconds = retention_seconds
-        self._max_sessions = max_sessions
-        self._sessions: dict[str, LiveSession] = {}
         self._login = login_environment if login_environment is not None else LoginEnvironment((SESSION_ENV,))
-        self._watcher: asyncio.Task[None] | None = None
         self.runtime_instance = runtime_instance if runtime_instance is not None else new_runtime_instance()
         self._records = None if store is None else ExecSessionRecords(store, self.runtime_instance)
+        self._ids = SessionIds()
+        self._looks = Looks()
+        self._spawner = Spawner(self._login, self._looks)
+        # Worker threads (started at their first job): spawns for `run`, and the one look thread.
+        self._spawn_threads = Workers(_SPAWN_THREADS, "exec-spawn")
+        self._look_thread = Workers(1, "exec-look")
+        # Jobs in a worker thread that shutdown waits for: spawns whose session is not
+        # registered yet, removals of dropped sessions' files.
+        self._in_flight: set[asyncio.Future[None]] = set()
+        self._sessions = SessionTable(
+            spool_dir,
+            self._records,
+            max_sessions=max_sessions,
+            retention_seconds=retention_seconds,
+            remove_later=self._remove_later,
+        )
+        self._loop_looks = LoopLooks(
+            self._looks, self._look_thread, self._sessions.values, self._make_durable
+        )
         if self._records is not None:
             self._records.mark_lost()
-            self._prune_records()
+            self._sessions.prune_records()
 
     def start(
         self, cwd: Path, command: str, *, op_id: str | None = None, shell: ShellLaunch | None = None
@@ -157,7 +180,16 @@ class ExecSessions:
         "started_at"}`, and `login_environment` (see `run`) when the command runs without it.
         Raises ToolError `cwd_not_found`, `too_many_sessions`, `shell_unavailable` or `exec_failed`.
         """
-        session, shell = self._spawn(cwd, command, op_id, shell)
+        session = self._new_session(cwd, command, durable=True)
+        try:
+            spawned = self._spawner.spawn(session, shell, START_WAIT_SECONDS)
+        except BaseException:
+            self._abandon(session)
+            raise
+        # A wait was allowed: there is a process.
+        assert spawned.shell is not None
+        shell = spawned.shell
+        self._started(session, spawned, op_id)
         answer: dict[str, Any] = {
             "session_id": session.session_id,
             "pid": session.pid,
@@ -176,8 +208,13 @@ class ExecSessions:
         *,
         max_bytes: int = DEFAULT_READ_BYTES,
         op_id: str | None = None,
+        durable: bool | None = None,
     ) -> dict[str, Any]:
         """Run a command and wait up to `timeout_ms` for it to finish.
+
+        `durable` (default: whether an `op_id` is given) makes the session durable from the
+        start; otherwise it starts in memory (see the module docs: it becomes durable when it
+        outlives the timeout, outgrows its buffer or leaves processes behind).
 
         Finished in time: `{"session_id", "completed": True, "exit_code", "signal", "stdout",
         "stderr", "stdout_total_bytes", "stderr_total_bytes", "truncated", "duration_ms",
@@ -199,13 +236,27 @@ class ExecSessions:
             raise ToolError("invalid_arguments", "timeout_ms must be at least 1; pass a positive timeout.")
         check_read_bytes(max_bytes)
         called = time.monotonic()
-        bash = shutil.which("bash")
-        wait_s = min(timeout_ms / 2000, CAPTURE_TIMEOUT_SECONDS)
-        shell = None if bash is None else await self._login.shell_async(bash, wait_s)
-        session, shell = self._spawn(cwd, command, op_id, shell)
+        deadline = called + timeout_ms / 1000
+        session = self._new_session(cwd, command, durable=op_id is not None if durable is None else durable)
+        shell = await self._spawn_in_thread(session, None, op_id, deadline)
+        if shell is None:
+            # A capture of the login environment is due: wait for it as long as allowed.
+            bash = self._spawner.bash()
+            assert bash is not None  # the worker found it
+            wait_s = min(timeout_ms / 2000, CAPTURE_TIMEOUT_SECONDS)
+            launch = await self._login.shell_async(bash, wait_s)
+            shell = await self._spawn_in_thread(session, launch, op_id, deadline)
+            assert shell is not None
         left_s = max(timeout_ms / 1000 - (time.monotonic() - called), 0.0)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(session.settled.wait(), left_s)
+        try:
+            await session.wait_settled(left_s)
+            if not session.running:
+                # The look at what the shell left (it makes the session durable if anything is).
+                await session.checked.wait()
+        except asyncio.CancelledError:
+            # Nobody will learn its id from this call: it goes on as any background session.
+            self._background(session)
+            raise
         end = session.finished_monotonic if session.finished_monotonic is not None else time.monotonic()
         duration_ms = round((end - session.started_monotonic) * 1000)
         if not session.running:
@@ -220,6 +271,7 @@ class ExecSessions:
                     "stopped when the runtime stops."
                 )
             return self._reported(answer, shell)
+        self._make_durable(session)
         result = output_answer(
             {"session_id": session.session_id, "completed": False, "running": True},
             session.view,
@@ -262,7 +314,7 @@ class ExecSessions:
         totals are what was stored). Raises ToolError `session_not_found`, `invalid_arguments`
         or `state_unavailable`.
         """
-        self._prune()
+        self._sessions.prune()
         session = self._lookup(session_id)
         if stream not in ("stdout", "stderr", "both"):
             raise ToolError("invalid_arguments", "stream must be stdout, stderr or both.")
@@ -298,7 +350,7 @@ class ExecSessions:
         if isinstance(session, StoredSession):
             return await kill_stored(session, grace_ms)
         already_finished = not session.has_processes()
-        await self._terminate(session, grace_ms)
+        await session.terminate(grace_ms)
         return (
             session.state()
             | {
@@ -337,7 +389,7 @@ class ExecSessions:
         event loop's back, up to `START_WAIT_SECONDS` for a capture of the login environment
         when one is due (the first one, or the profile changed); None without bash (`start`
         refuses then). See `login_environment`."""
-        bash = shutil.which("bash")
+        bash = self._spawner.bash()
         return None if bash is None else await self._login.shell_async(bash, START_WAIT_SECONDS)
 
     def login_status(self) -> dict[str, Any]:
@@ -357,164 +409,168 @@ class ExecSessions:
         of the login environment in flight is killed.
         """
         self._login.stop()
-        if self._watcher is not None:
-            self._watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watcher
-            self._watcher = None
+        # A shell being spawned for `run` is registered when its thread is done: wait for it.
+        while self._in_flight:
+            await asyncio.wait(list(self._in_flight))
+        await self._loop_looks.stop()
         sessions = list(self._sessions.values())
-        await asyncio.gather(*(self._terminate(session, grace_ms) for session in sessions))
+        await asyncio.gather(*(session.terminate(grace_ms) for session in sessions))
         for session in sessions:
             session.reap()
+        await self._loop_looks.settled()
+        while self._in_flight:
+            await asyncio.wait(list(self._in_flight))
+        self._spawn_threads.stop()
+        self._look_thread.stop()
 
-    def _spawn(
-        self, cwd: Path, command: str, op_id: str | None, shell: ShellLaunch | None = None
-    ) -> tuple[LiveSession, ShellLaunch]:
+    def _new_session(self, cwd: Path, command: str, *, durable: bool) -> LiveSession:
+        """A session about to be spawned: room made for it, its id chosen, its spool files
+        created when `durable` (after checking `cwd`; else its streams go to memory)."""
         loop = asyncio.get_running_loop()
-        self._prune()
-        self._make_room()
-        if not cwd.is_dir():
-            raise ToolError(
-                "cwd_not_found", f"The working directory {cwd} does not exist; pick an existing root."
-            )
-        # The bash `run` looked up for its capture, or looked up now.
-        bash = shell.bash if shell is not None else shutil.which("bash")
-        if bash is None:
-            raise ToolError("shell_unavailable", "bash is not installed on this workstation; install bash.")
-        self._spool_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        session_id = _new_session_id()
+        self._sessions.prune()
+        self._sessions.make_room()
+        session_id = self._ids.next()
         directory = self._spool_dir / session_id
-        directory.mkdir(mode=0o700)
-        directory.chmod(0o700)
-        started_ms = epoch_ms()
-        session = LiveSession(
+        if durable:
+            check_cwd(cwd)
+            self._spool_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            directory.mkdir(mode=0o700)
+            directory.chmod(0o700)
+            stdout = Spool.create(directory / "stdout", self._max_output_bytes)
+            stderr = Spool.create(directory / "stderr", self._max_output_bytes)
+        else:
+            stdout = Spool.in_memory(directory / "stdout", self._max_output_bytes)
+            stderr = Spool.in_memory(directory / "stderr", self._max_output_bytes)
+        return LiveSession(
             session_id=session_id,
             command=command,
             cwd=cwd,
             directory=directory,
-            stdout=Spool.create(directory / "stdout", self._max_output_bytes),
-            stderr=Spool.create(directory / "stderr", self._max_output_bytes),
-            started_at=iso_from_ms(started_ms),
+            stdout=stdout,
+            stderr=stderr,
             started_monotonic=time.monotonic(),
-            started_epoch_ms=started_ms,
+            started_epoch_ms=epoch_ms(),
             loop=loop,
             on_settle=self._on_settle,
-            on_exited=self._on_exited,
+            on_exited=self._loop_looks.look_at,
+            on_idle=self._sessions.idle,
+            on_overflow=None if durable else self._make_durable,
+            durable=durable,
         )
-        if shell is None:
-            shell = self._login.shell(bash, START_WAIT_SECONDS)
-        try:
-            process = subprocess.Popen(
-                shell.argv(command),
-                cwd=cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-                env={**shell.env, SESSION_ENV: session_id},
-                umask=-1 if shell.umask is None else shell.umask,
+
+    async def _spawn_in_thread(
+        self, session: LiveSession, shell: ShellLaunch | None, op_id: str | None, deadline: float
+    ) -> ShellLaunch | None:
+        """`Spawner.spawn` in a worker thread (for a session in memory staying with the command
+        until `deadline` at most), then `_started` on the loop; the launch used, or None when the
+        login environment must be waited for first (nothing was spawned). A caller cancelled
+        meanwhile does not stop it: the session is registered all the same and goes on as a
+        durable background session."""
+        loop = session.loop
+        answer: asyncio.Future[ShellLaunch | None] = loop.create_future()
+        job: asyncio.Future[None] = loop.create_future()
+        self._in_flight.add(job)
+
+        def done(spawned: Spawned | None, error: BaseException | None) -> None:
+            self._in_flight.discard(job)
+            job.set_result(None)
+            if spawned is None or spawned.process is None:
+                if error is not None or answer.done():  # failed, or nobody waits any more
+                    self._abandon(session)
+                if not answer.done():
+                    if error is not None:
+                        answer.set_exception(error)
+                    else:
+                        answer.set_result(None)
+                return
+            self._started(session, spawned, op_id)
+            if answer.done():
+                self._background(session)
+            else:
+                answer.set_result(spawned.shell)
+
+        until = None if session.durable else min(deadline, time.monotonic() + BRIEF_SECONDS)
+        arguments = (session, shell, None, until, self._spawn_threads.backlog)
+        self._spawn_threads.submit(loop, self._spawner.spawn, arguments, done)
+        return await answer
+
+    def _background(self, session: LiveSession) -> None:
+        """A `run` gave up waiting (its caller went away): if the session was started and still
+        runs, it goes on as a durable background session."""
+        if self._sessions.get(session.session_id) is session and session.running:
+            self._make_durable(session)
+
+    def _started(self, session: LiveSession, spawned: Spawned, op_id: str | None) -> None:
+        """The shell was spawned (and maybe has run to its end in the spawn thread): register
+        the session, drain what is left of it on the loop, record it when durable."""
+        assert spawned.process is not None
+        durable = session.durable
+        session.process = spawned.process
+        session.pid_start = spawned.pid_start
+        session.since = start_ticks(spawned.pid_start)
+        self._sessions.add(session)
+        if spawned.finished_monotonic is not None and spawned.returncode is not None:
+            assert spawned.finished_epoch_ms is not None
+            session.finish(
+                spawned.returncode, spawned.finished_epoch_ms, spawned.finished_monotonic, left=spawned.left
             )
-        except (OSError, ValueError) as exc:
-            for spool in session.spools():
-                spool.close_file()
-            shutil.rmtree(directory, ignore_errors=True)
-            raise ToolError(
-                "exec_failed", f"The command could not be started ({exc}); check the root."
-            ) from exc
-        # Before attach() starts the thread that reaps it: until then the pid cannot be reused.
-        pid_start = process_identity(process.pid)
-        session.since = start_ticks(pid_start)
-        session.attach(process)
-        self._sessions[session_id] = session
-        session.write_metadata()
+            self._loop_looks.taken_in(session, spawned.left)
+            return
+        if spawned.overflow is not None:
+            spool, data = spawned.overflow
+            self._make_durable(session)
+            spool.append(data)
+        session.attach(spawned.process, spawned.pidfd, spawned.returncode)
+        if durable:
+            session.write_metadata()
+            self._insert_row(session, op_id)
+
+    def _abandon(self, session: LiveSession) -> None:
+        """The shell could not be started: nothing of the session is kept."""
+        for spool in session.spools():
+            spool.close_file()
+        if session.durable:
+            shutil.rmtree(session.directory, ignore_errors=True)
+
+    def _insert_row(self, session: LiveSession, op_id: str | None) -> None:
         if self._records is not None:
-            self._records.insert(
-                ExecSessionStart(
-                    session_id=session_id,
-                    op_id=op_id,
-                    command=command,
-                    cwd=str(cwd),
-                    pid=session.pid,
-                    pid_start=pid_start,
-                    started_at_ms=started_ms,
+            self._records.insert(session.start_record(op_id))
+
+    def _make_durable(self, session: LiveSession) -> None:
+        """A session in memory gets its spool files (with what it wrote so far), its
+        metadata.json and its row, and from now on is like any other (`LiveSession.to_disk`)."""
+        if session.durable or not session.to_disk(self._spool_dir):
+            return
+        self._sessions.kept_now(session)
+        self._insert_row(session, None)
+        if not session.running:
+            self._on_settle(session)
+        self._sessions.trim()
+
+    def _remove_later(self, session: LiveSession) -> None:
+        """Remove a dropped session's spool files in a worker thread (shutdown waits for it)."""
+        job: asyncio.Future[None] = session.loop.create_future()
+        self._in_flight.add(job)
+
+        def removed(_result: object, error: BaseException | None) -> None:
+            self._in_flight.discard(job)
+            job.set_result(None)
+            if error is not None:
+                _log.warning(
+                    "could not remove the files of exec session %s", session.session_id, exc_info=error
                 )
-            )
-        return session, shell
+
+        self._spawn_threads.submit(session.loop, remove_spool, (session.directory,), removed)
 
     def _on_settle(self, session: LiveSession) -> None:
-        if self._records is not None:
-            self._records.finish(
-                ExecSessionEnd(
-                    session_id=session.session_id,
-                    finished_at_ms=session.finished_epoch_ms,
-                    exit_code=session.exit_code,
-                    signal=session.signal_name,
-                    stdout_total=session.stdout.total,
-                    stderr_total=session.stderr.total,
-                    stdout_dropped=session.stdout.dropped,
-                    stderr_dropped=session.stderr.dropped,
-                )
-            )
+        self._sessions.kept_now(session)
+        if session.durable and self._records is not None:
+            self._records.finish(session.end_record())
 
     def _load(self, session_id: str) -> StoredSession | None:
         """A session of an earlier runtime from its row (needs a store)."""
         row = self._records.load(session_id) if self._records is not None else None
         return None if row is None else StoredSession.from_row(row, self._spool_dir)
-
-    def _on_exited(self, session: LiveSession) -> None:
-        # Look at once (most commands leave nothing, and their shell is reaped now); watch the
-        # rest until it is gone.
-        if session.check_descendants(ProcessTable.read(session.since)) != [] and (
-            self._watcher is None or self._watcher.done()
-        ):
-            self._watcher = session.loop.create_task(self._watch_descendants(), name="exec-descendants")
-
-    async def _watch_descendants(self) -> None:
-        """Look at what exited shells left behind until none of it runs any more."""
-        while True:
-            await asyncio.sleep(_DESCENDANT_POLL_SECONDS)
-            left = [s for s in self._sessions.values() if s.exited.is_set() and not s.descendants_gone]
-            if not left:
-                return
-            table = ProcessTable.read()
-            for session in left:
-                session.check_descendants(table)
-
-    async def _terminate(self, session: LiveSession, grace_ms: int) -> None:
-        async with session.kill_lock:
-            if session.has_processes():
-                await self._stop(session, grace_ms)
-
-    async def _stop(self, session: LiveSession, grace_ms: int) -> None:
-        loop = asyncio.get_running_loop()
-        # 1. Ask politely: SIGTERM to the process group and the session's processes outside it.
-        session.send(signal.SIGTERM)
-        # 2. Wait for the session to settle and nothing of it to be alive, up to the grace period.
-        deadline = loop.time() + grace_ms / 1000
-        while not (session.settled.is_set() and not session.survivors(ProcessTable.read())[0]):
-            if loop.time() >= deadline:
-                # 3. Insist: SIGKILL to whatever is left.
-                session.escalated = True
-                session.send(signal.SIGKILL)
-                break
-            await asyncio.sleep(_POLL_SECONDS)
-        # 4. Collect the exit status and the last output.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(session.exited.wait(), _EXIT_WAIT_SECONDS)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(session.settled.wait(), _DRAIN_GRACE_SECONDS)
-        if session.running and session.exited.is_set():
-            # 5. Something unseen outside the group still holds the pipes: stop listening to it.
-            for spool in session.spools():
-                session.close_pipe(spool)
-            session.maybe_settle()
-        # 6. SIGKILL takes a moment too: wait (bounded) until nothing is left, so the answer
-        #    and the shutdown are true.
-        give_up = loop.time() + _EXIT_WAIT_SECONDS
-        while session.exited.is_set() and session.check_descendants(ProcessTable.read()) != []:
-            if loop.time() >= give_up:
-                break
-            await asyncio.sleep(_POLL_SECONDS)
 
     def _lookup(self, session_id: str) -> LiveSession | StoredSession:
         """The live session, or the row of one an earlier runtime started."""
@@ -530,47 +586,3 @@ class ExecSessions:
             f"No session {session_id!r}: it never existed or expired; start the command again.",
             session_id=session_id,
         )
-
-    def _prune(self) -> None:
-        horizon = time.monotonic() - self._retention_seconds
-        for session in list(self._sessions.values()):
-            finished = session.finished_monotonic
-            if finished is not None and finished <= horizon and session.descendants_gone:
-                self._discard(session)
-        self._prune_records()
-
-    def _prune_records(self) -> None:
-        """Forget sessions of earlier runtimes whose retention has ended: rows and spool files."""
-        if self._records is None:
-            return
-        horizon_ms = epoch_ms() - round(self._retention_seconds * 1000)
-        expired = [sid for sid in self._records.expired(horizon_ms) if sid not in self._sessions]
-        if not expired:
-            return
-        self._records.delete(expired)
-        for session_id in expired:
-            remove_spool(self._spool_dir / session_id)
-
-    def _make_room(self) -> None:
-        while len(self._sessions) >= self._max_sessions:
-            finished = [s for s in self._sessions.values() if not s.running and s.descendants_gone]
-            if not finished:
-                raise ToolError(
-                    "too_many_sessions",
-                    f"All {self._max_sessions} sessions, or processes they started, are still running; "
-                    "stop one with herdr_exec_kill or wait for one to finish.",
-                )
-            oldest = min(finished, key=lambda session: session.finished_monotonic or 0.0)
-            # The new command need not wait for the old files: under disk load their removal
-            # cost milliseconds (measured 4 ms of a 33 ms herdr_exec). The session is forgotten
-            # at once; asyncio.run and the runtime's shutdown wait for the worker thread.
-            self._discard(oldest, files_later=True)
-
-    def _discard(self, session: LiveSession, *, files_later: bool = False) -> None:
-        del self._sessions[session.session_id]
-        if files_later:
-            session.loop.run_in_executor(None, remove_spool, session.directory)
-        else:
-            remove_spool(session.directory)
-        if self._records is not None:
-            self._records.delete([session.session_id])

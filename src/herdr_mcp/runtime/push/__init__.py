@@ -5,28 +5,18 @@ recorded in state.db (`state/push.py`), watched from Herdr (`watcher`), fanned o
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from herdr_mcp.herdr import HerdrClient
-from herdr_mcp.runtime.push.hub import QUEUE_SIZE, TAIL_INTERVAL_S, PushHub
-from herdr_mcp.runtime.push.output import MAX_OUTPUT_CHARS
-from herdr_mcp.runtime.push.stream import KEEPALIVE_S, SEND_TIMEOUT_S, StreamSettings
-from herdr_mcp.runtime.push.watcher import LEASE_TTL_S, POLL_INTERVAL_S, AgentWatcher
-from herdr_mcp.state.push import AgentStates
-from herdr_mcp.state.store import StateStore
+from herdr_mcp.runtime.push.settings import PushSettings, StreamSettings
 
-
-@dataclass(frozen=True)
-class PushSettings:
-    """The push plane's timing and bounds (tests shorten them)."""
-
-    poll_interval: float = POLL_INTERVAL_S
-    lease_ttl: float = LEASE_TTL_S
-    tail_interval: float = TAIL_INTERVAL_S
-    keepalive: float = KEEPALIVE_S
-    send_timeout: float = SEND_TIMEOUT_S
-    queue_size: int = QUEUE_SIZE
-    output_chars: int = MAX_OUTPUT_CHARS
+if TYPE_CHECKING:
+    from herdr_mcp.herdr import HerdrClient
+    from herdr_mcp.runtime.push.hub import PushHub
+    from herdr_mcp.runtime.push.watcher import AgentWatcher
+    from herdr_mcp.state.push import AgentStates
+    from herdr_mcp.state.store import StateStore
 
 
 @dataclass(frozen=True)
@@ -35,9 +25,22 @@ class PushPlane:
     hub: PushHub
     watcher: AgentWatcher
     stream: StreamSettings
+    #: workspace -> {scope: inbox.read's answer} for the scopes bound to it (stream.with_inbox).
+    inboxes: Callable[[str], dict[str, Any]]
 
     @classmethod
     def create(cls, herdr: HerdrClient, store: StateStore, owner: str, settings: PushSettings) -> PushPlane:
+        from herdr_mcp.runtime.push.hub import PushHub
+        from herdr_mcp.runtime.push.watcher import AgentWatcher
+        from herdr_mcp.state.bindings import BindingStore
+        from herdr_mcp.state.push import AgentStates
+        from herdr_mcp.state.tasks import TaskStore
+
+        bindings, tasks = BindingStore(store), TaskStore(store)
+
+        def inboxes(workspace_id: str) -> dict[str, Any]:
+            return {scope: tasks.inbox(scope) for scope in bindings.scopes_for(workspace_id)}
+
         states = AgentStates(store)
         hub = PushHub(states, tail_interval=settings.tail_interval, queue_size=settings.queue_size)
         watcher = AgentWatcher(
@@ -49,7 +52,7 @@ class PushPlane:
             lease_ttl=settings.lease_ttl,
             output_chars=settings.output_chars,
         )
-        return cls(states, hub, watcher, StreamSettings(settings.keepalive, settings.send_timeout))
+        return cls(states, hub, watcher, StreamSettings(settings.keepalive, settings.send_timeout), inboxes)
 
     async def run(self) -> None:
         """Watch Herdr and tail the log until cancelled; streams end (`shutdown`) on the way out."""

@@ -22,14 +22,10 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
+from herdr_mcp.runtime.push.settings import QUEUE_SIZE, TAIL_INTERVAL_S
 from herdr_mcp.state.push import AgentStates, PushEvent
 
 log = logging.getLogger(__name__)
-
-#: How often the event log is read for transitions recorded by another runtime.
-TAIL_INTERVAL_S = 0.5
-#: Events a stream may have waiting for its client before it is ended with `overflow`.
-QUEUE_SIZE = 512
 
 
 @dataclass(frozen=True)

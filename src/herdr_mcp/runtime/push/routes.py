@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +32,7 @@ def push_routes(services: Services) -> list[Route]:
             after = parse_after(request)
         except HerdrMcpError as exc:
             return error_response(exc)
-        frames = event_frames(plane.hub, plane.states, after, runtime, plane.stream)
+        frames = event_frames(plane.hub, plane.states, after, runtime, plane.stream, plane.inboxes)
         return EventStreamResponse(frames, plane.stream.send_timeout)
 
     async def state(request: Request) -> Response:
@@ -40,8 +41,15 @@ def push_routes(services: Services) -> list[Route]:
                 raise ToolError("invalid_argument", "/push/state takes no query parameters")
             seq = plane.hub.cursor
             try:
-                workspaces = await services.herdr.call("workspace.list", {})
-                agents = await services.herdr.call("agent.list", {})
+                # Side by side: Herdr answers each request on its own connection.
+                listing = asyncio.create_task(services.herdr.call("workspace.list", {}))
+                try:
+                    agents = await services.herdr.call("agent.list", {})
+                except BaseException:
+                    listing.cancel()
+                    await asyncio.gather(listing, return_exceptions=True)
+                    raise
+                workspaces = await listing
             except HerdrError as exc:
                 raise ToolError("herdr_unavailable", f"Herdr did not answer ({exc.code}); retry") from exc
             return json_response(

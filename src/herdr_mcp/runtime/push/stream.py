@@ -15,8 +15,9 @@ client does not take within `send_timeout` ends the stream (a client that stoppe
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator
-from dataclasses import dataclass
+import logging
+import sqlite3
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -25,20 +26,14 @@ from starlette.types import Receive, Scope, Send
 
 from herdr_mcp.errors import ToolError
 from herdr_mcp.runtime.push.hub import End, PushHub
+from herdr_mcp.runtime.push.settings import StreamSettings
 from herdr_mcp.state.push import AgentStates
 from herdr_mcp.text import dumps
 
+log = logging.getLogger(__name__)
+
 PROTOCOL = 1
-KEEPALIVE_S = 15.0
-#: A client that takes nothing for this long is gone: its stream ends.
-SEND_TIMEOUT_S = 60.0
 MAX_SEQ = 2**53 - 1
-
-
-@dataclass(frozen=True)
-class StreamSettings:
-    keepalive: float = KEEPALIVE_S
-    send_timeout: float = SEND_TIMEOUT_S
 
 
 def frame(name: str, data: dict[str, Any], seq: int | None = None) -> bytes:
@@ -67,8 +62,35 @@ def parse_after(request: Request) -> int | None:
     return int(raw)
 
 
+#: What a settle that ends a workspace's turn carries: scope -> that scope's inbox.read answer.
+Inboxes = Callable[[str], dict[str, Any]]
+
+
+def with_inbox(name: str, data: dict[str, Any], inboxes: Inboxes | None) -> dict[str, Any]:
+    """An `agent_settled` with `workspace_working` false ends the workspace's turn: its frame carries
+    `inbox`, the unacknowledged task outcomes of each scope bound to the workspace as they are when
+    the frame is written (`/browser/inbox.read`'s answer per scope), so the extension's wake needs
+    no round trip to list them. Nothing of it is kept in the log: a replay reads them anew."""
+    if inboxes is None or name != "agent_settled" or data.get("workspace_working") is not False:
+        return data
+    workspace = data.get("workspace_id")
+    if not isinstance(workspace, str):
+        return data
+    try:
+        found = inboxes(workspace)
+    except sqlite3.Error:
+        log.warning("cannot read the inboxes of %s for its settle", workspace, exc_info=True)
+        return data
+    return {**data, "inbox": found}
+
+
 async def event_frames(
-    hub: PushHub, states: AgentStates, after: int | None, runtime: dict[str, Any], settings: StreamSettings
+    hub: PushHub,
+    states: AgentStates,
+    after: int | None,
+    runtime: dict[str, Any],
+    settings: StreamSettings,
+    inboxes: Inboxes | None = None,
 ) -> AsyncGenerator[bytes, None]:
     """The frames of one stream (module docstring); ends after an `end` event."""
     subscriber = hub.subscribe()
@@ -87,7 +109,7 @@ async def event_frames(
         yield frame("hello", hello, sent)
         while page is not None:
             for event in page.events:
-                yield frame(event.name, event.data, event.seq)
+                yield frame(event.name, with_inbox(event.name, event.data, inboxes), event.seq)
             if not page.more:
                 break
             page = states.read(page.upto, upto=start)
@@ -105,7 +127,9 @@ async def event_frames(
                 if item.seq <= sent:
                     continue
                 sent = item.seq
-            yield frame(item.name, item.data, item.seq if item.durable else None)
+            yield frame(
+                item.name, with_inbox(item.name, item.data, inboxes), item.seq if item.durable else None
+            )
     finally:
         hub.unsubscribe(subscriber)
 

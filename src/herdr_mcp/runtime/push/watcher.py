@@ -35,15 +35,12 @@ from herdr_mcp.herdr import HerdrClient, HerdrError
 from herdr_mcp.runtime.events import FeedEvent
 from herdr_mcp.runtime.push.hub import PushHub
 from herdr_mcp.runtime.push.output import MAX_OUTPUT_CHARS, clip, new_output
+from herdr_mcp.runtime.push.settings import LEASE_TTL_S, POLL_INTERVAL_S
 from herdr_mcp.state.event_log import iso_ms
 from herdr_mcp.state.push import AgentStates, PushEvent
 
 log = logging.getLogger(__name__)
 
-#: How often agents are listed (transitions repaired, output read).
-POLL_INTERVAL_S = 2.0
-#: How long the push lease lasts without renewal (renewed at every poll).
-LEASE_TTL_S = 10.0
 #: Lines of a pane read to find its new output.
 READ_LINES = 200
 #: Herdr events waiting to be handled at most; past it they are dropped and the next poll

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from herdr_mcp.errors import ToolError
-from herdr_mcp.runtime.boundary import Policy, RootSet, open_directory, open_regular, utf8_boundary, walk
-from herdr_mcp.runtime.grep.query import GREP_TIMEOUT_S, GrepEngine, GrepQuery, Matches, glob_match
+from herdr_mcp.runtime.boundary import Policy, RootSet, open_directory, open_regular, utf8_boundary
+from herdr_mcp.runtime.grep.query import GREP_TIMEOUT_S, GrepEngine, GrepQuery, Matches
 from herdr_mcp.runtime.grep.search import search
 from herdr_mcp.runtime.tools.fs.access import READ_CHUNK_BYTES, decode_text, not_utf8, refuse_secret
+from herdr_mcp.runtime.tools.fs.listing import list_directory
 from herdr_mcp.text import shown_answer, shown_path
 
 # fs_read counts total_lines by scanning the whole file only up to this size (a 64 MiB scan takes
@@ -193,7 +194,9 @@ def fs_list(roots: RootSet, policy: Policy, args: Mapping[str, Any]) -> dict[str
     file|dir|symlink|other, size (bytes for files, null otherwise)}. Symlinks are listed, never
     followed; `.git` (any letter case) is listed, never descended. Secret-looking entries are
     left out and counted in `hidden_secret_entries`. `truncated` is true when max_entries or
-    LIST_MAX_SCANNED stopped the listing. Raises ToolError: path codes, secret_path, not_a_directory.
+    LIST_MAX_SCANNED stopped the listing; then `next_calls` holds the arguments of the calls
+    that list the rest, each entry once (empty when the rest cannot be named by a glob; see
+    `listing`). Raises ToolError: path codes, secret_path, not_a_directory.
     """
     del policy
     recursive: bool = args["recursive"]
@@ -201,41 +204,28 @@ def fs_list(roots: RootSet, policy: Policy, args: Mapping[str, Any]) -> dict[str
     max_entries: int = args["max_entries"]
     target = roots.resolve(args["path"], for_write=False)
     refuse_secret(target)
-    entries: list[dict[str, Any]] = []
-    hidden = 0
-    scanned = 0
-    truncated = False
-    for entry in walk(open_directory(target), target.relative, recursive=recursive):
-        scanned += 1
-        if scanned > LIST_MAX_SCANNED:
-            truncated = True
-            break
-        if entry.secret:
-            hidden += 1
-            continue
-        if pattern is not None and not glob_match(pattern, entry.relative):
-            continue
-        if len(entries) == max_entries:
-            truncated = True
-            break
-        entries.append(
-            shown_path(
-                {
-                    "path": entry.relative,
-                    "type": entry.kind,
-                    "size": entry.size if entry.kind == "file" else None,
-                }
-            )
-        )
-    return shown_answer(
+    listing = list_directory(
+        open_directory(target),
+        target.relative,
+        recursive=recursive,
+        glob=pattern,
+        max_entries=max_entries,
+        max_scanned=LIST_MAX_SCANNED,
+    )
+    answer = shown_answer(
         {
             "path": str(target.path),
             "root": str(target.root.path),
-            "entries": entries,
-            "truncated": truncated,
-            "hidden_secret_entries": hidden,
+            "entries": listing.entries,
+            "truncated": listing.truncated,
+            "hidden_secret_entries": listing.hidden,
         }
     )
+    answer["next_calls"] = [
+        {"path": answer["path"], "recursive": recursive, "glob": glob, "max_entries": max_entries}
+        for glob in listing.rest
+    ]
+    return answer
 
 
 # --- fs_grep -----------------------------------------------------------------------------------
