@@ -145,7 +145,8 @@ def describe_call(
 
 def format_time(moment: dt.datetime) -> str:
     """UTC, ISO 8601, milliseconds, `Z`: `2026-12-01T09:30:00.123Z`."""
-    return moment.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    utc = moment if moment.tzinfo is dt.UTC else moment.astimezone(dt.UTC)
+    return utc.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def arguments_digest(arguments: Mapping[str, Any]) -> str | None:
