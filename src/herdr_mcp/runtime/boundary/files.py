@@ -87,13 +87,18 @@ class SmallWork:
 
 
 @contextmanager
-def open_regular(target: ResolvedPath) -> Iterator[tuple[int, os.stat_result]]:
-    """Open a regular file for reading: type checked by lstat before opening, by fstat after."""
+def open_regular(
+    target: ResolvedPath, before: os.stat_result | None = None
+) -> Iterator[tuple[int, os.stat_result]]:
+    """Open a regular file for reading: type checked by lstat before opening, by fstat after.
+    `before` is that lstat when the caller has it from just before (`target.status` right after
+    `resolve`), else it is taken here."""
     shown = target.lexical_relative
-    try:
-        before = os.lstat(target.path)
-    except OSError as exc:
-        raise open_error(exc, shown) from exc
+    if before is None:
+        try:
+            before = os.lstat(target.path)
+        except OSError as exc:
+            raise open_error(exc, shown) from exc
     refuse_non_regular(before, shown)
     bounds = _SMALL_WORK.get()
     if bounds is not None and before.st_size > bounds[0]:

@@ -161,7 +161,7 @@ def fs_read(roots: RootSet, policy: Policy, args: Mapping[str, Any]) -> dict[str
     target = roots.resolve(args["path"], for_write=False)
     refuse_secret(target)
     shown = target.lexical_relative
-    with open_regular(target) as (fd, st):
+    with open_regular(target, target.status) as (fd, st):
         scanner = _Scanner(fd, shown, st.st_size)
         buf, skipped = _skip_lines(scanner, start_line - 1, start_line)
         if skipped < start_line - 1 or (not buf and scanner.eof):
