@@ -28,6 +28,8 @@ from typing import Any
 import httpx2
 import pytest
 import rfc8785
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -38,6 +40,9 @@ from herdr_mcp.runtime.audit import (
     MAX_COMMAND_CHARS,
     AuditLog,
     Unreadable,
+    _is_plain_json,
+    _plain_jcs,
+    arguments_digest,
     audit_files,
     describe_call,
     read_records,
@@ -159,6 +164,46 @@ def test_the_digest_ignores_key_order_and_is_null_where_jcs_cannot_encode() -> N
         record_of("t", {"a": 1, "b": "x"})["args_sha256"] == record_of("t", {"b": "x", "a": 1})["args_sha256"]
     )
     assert record_of("t", {"a": 2**60})["args_sha256"] is None
+
+
+_JSON_TEXT = st.text(st.characters(codec="utf-8"), max_size=12)
+_PLAIN_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**53) + 1, max_value=2**53 - 1) | _JSON_TEXT,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.text(st.characters(max_codepoint=127), max_size=6), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.dictionaries(st.text(st.characters(max_codepoint=127), max_size=8), _PLAIN_JSON, max_size=6))
+def test_the_digest_of_plain_arguments_is_rfc8785s(arguments: dict[str, Any]) -> None:
+    # The digest takes Python's sorted, spaceless JSON for plain values (issue 24): byte for byte
+    # the JCS rfc8785 writes (control characters, quotes, backslashes, any character beyond ASCII).
+    assert _is_plain_json(arguments)
+    assert _plain_jcs(arguments) == rfc8785.dumps(arguments)
+    assert arguments_digest(arguments) == "sha256:" + hashlib.sha256(rfc8785.dumps(arguments)).hexdigest()
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"a": 1.5},
+        {"a": 1.0, "b": [1e21, 5e-7]},
+        {"é": 1, "z": 2, "\U0001f600": 3, "\uff61": 4},
+        {"a": 2**53 - 1, "b": -(2**53) + 1},
+        {"a": [True, None, {"x": "\u2028\x7f\x00\t"}]},
+    ],
+)
+def test_the_digest_of_other_arguments_is_rfc8785s_too(arguments: dict[str, Any]) -> None:
+    assert arguments_digest(arguments) == "sha256:" + hashlib.sha256(rfc8785.dumps(arguments)).hexdigest()
+
+
+def test_a_lone_surrogate_has_no_digest_either_way() -> None:
+    assert record_of("t", {"a": "\ud800"})["args_sha256"] is None
+    assert record_of("t", {"a": ["\udc80"], "b": 1.5})["args_sha256"] is None
 
 
 def test_long_values_and_many_paths_are_capped() -> None:

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 import herdr_mcp.runtime.tasks
@@ -34,7 +36,9 @@ from herdr_mcp.runtime.tools.arguments import (
     ARGUMENT_LIMITS,
     MAX_PROBLEM_CHARS,
     ArgumentLimits,
+    ToolArguments,
     check_limits,
+    plain_check,
     prepared,
     validator_for,
 )
@@ -394,6 +398,86 @@ def test_unique_items_is_checked_in_linear_time(dispatcher: tuple[ToolDispatcher
 def test_unique_items_agrees_with_jsonschemas_own(items: list[Any]) -> None:
     schema = {"type": "array", "uniqueItems": True}
     assert validator_for(schema).is_valid(items) == Draft202012Validator(schema).is_valid(items)
+
+
+# --- The plain check: the validator skipped only where it would accept ----------------------
+
+
+def _value_for(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
+    """Values around what `schema` admits: the right type near its bounds, and wrong types."""
+    near: list[st.SearchStrategy[Any]] = [
+        st.none(),
+        st.booleans(),
+        st.floats(allow_nan=False, allow_infinity=False, min_value=-10, max_value=10),
+        st.lists(st.integers(), max_size=2),
+        st.dictionaries(st.text(max_size=2), st.integers(), max_size=1),
+    ]
+    low = schema.get("minimum", -3)
+    high = schema.get("maximum", 300)
+    near.append(st.integers(min_value=low - 2, max_value=min(high + 2, low + 400)))
+    near.append(st.sampled_from([high, high + 1, 2**63]))
+    near.append(st.text(max_size=int(schema.get("maxLength", 8)) + 2))
+    if "enum" in schema:
+        near.append(st.sampled_from(schema["enum"]))
+    if schema.get("type") == "integer":
+        near.append(st.integers(min_value=low, max_value=min(high, low + 100)).map(float))
+    return st.one_of(near)
+
+
+@st.composite
+def _arguments(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
+    name = draw(st.sampled_from(sorted(CATALOG)))
+    schema = CATALOG[name]
+    properties: dict[str, Any] = schema.get("properties", {})
+    arguments = dict(MINIMAL[name])
+    for key in draw(st.lists(st.sampled_from(sorted(properties) or ["x"]), max_size=4)):
+        if key in properties:
+            arguments[key] = draw(_value_for(properties[key]))
+    if draw(st.booleans()) and arguments:
+        del arguments[draw(st.sampled_from(sorted(arguments)))]
+    if draw(st.integers(0, 9)) == 0:
+        arguments["unexpected"] = 1
+    return name, arguments
+
+
+PLAIN_CHECKS = {name: plain_check(schema) for name, schema in CATALOG.items()}
+VALIDATORS = {name: Draft202012Validator(schema) for name, schema in CATALOG.items()}
+
+
+@settings(max_examples=1500, deadline=None)
+@given(_arguments())
+def test_the_plain_check_admits_only_what_the_validator_admits(case: tuple[str, dict[str, Any]]) -> None:
+    name, arguments = case
+    check = PLAIN_CHECKS[name]
+    if check is not None and check(arguments):
+        assert VALIDATORS[name].is_valid(arguments), (name, arguments)
+
+
+def test_ordinary_arguments_skip_the_validator_and_are_prepared_as_before() -> None:
+    # Every tool's schema has a plain check, and its minimal arguments pass it; a property with
+    # more than plain keywords (herdr_prompt's wait, herdr_call's params) goes to the validator.
+    plain = {name for name, schema in CATALOG.items() if plain_check(schema) is not None}
+    assert plain == set(CATALOG)
+    prompt, call = plain_check(CATALOG["herdr_prompt"]), plain_check(CATALOG["herdr_call"])
+    assert prompt is not None and not prompt({**MINIMAL["herdr_prompt"], "wait": {"timeout_ms": 10}})
+    assert call is not None and not call({**MINIMAL["herdr_call"], "params": {}})
+    tools = ToolArguments(load_catalog())
+    by_validator = ToolArguments(load_catalog())
+    by_validator._plain = dict.fromkeys(by_validator._plain)  # the validator for every call
+    for name in sorted(plain):
+        check = plain_check(CATALOG[name])
+        assert check is not None and check(MINIMAL[name]), name
+        assert tools.prepare(name, MINIMAL[name]) == by_validator.prepare(name, MINIMAL[name])
+    read = {"path": "/r/a.txt", "start_line": 3, "end_line": 9, "max_bytes": 8192}
+    assert plain_check(CATALOG["herdr_fs_read"]) is not None
+    assert tools.prepare("herdr_fs_read", read) == {**read}
+    # What the plain check leaves to the validator is refused in the validator's words.
+    for arguments in ({"path": ""}, {"path": "a", "max_bytes": 0}, {"path": "a", "start_line": True}):
+        with pytest.raises(ToolError) as refused:
+            tools.prepare("herdr_fs_read", arguments)
+        with pytest.raises(ToolError) as expected:
+            by_validator.prepare("herdr_fs_read", arguments)
+        assert refused.value.to_dict() == expected.value.to_dict()
 
 
 # --- Over a real transport -----------------------------------------------------------------

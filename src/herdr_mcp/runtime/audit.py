@@ -151,11 +151,58 @@ def format_time(moment: dt.datetime) -> str:
 def arguments_digest(arguments: Mapping[str, Any]) -> str | None:
     """`sha256:<hex>` of the RFC 8785 JCS of the arguments; None when JCS cannot encode them
     (an integer beyond 2^53: such arguments are refused by every schema anyway)."""
+    value = dict(arguments)
     try:
-        canonical = rfc8785.dumps(dict(arguments))
+        canonical = _plain_jcs(value) if _is_plain_json(value) else rfc8785.dumps(value)
     except (rfc8785.CanonicalizationError, TypeError, ValueError):
         return None
     return "sha256:" + hashlib.sha256(canonical).hexdigest()
+
+
+#: `json.dumps(record, ensure_ascii=True, separators=(",", ":"))`, one encoder for every record.
+_line = json.JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode
+#: The same with sorted keys and without escapes beyond control characters (`_plain_jcs`).
+_sorted_json = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode
+
+#: JCS' safe integers (RFC 8785 3.2.2.3: an I-JSON number), which rfc8785 writes as `str(n)`.
+_JCS_INT_MAX = 2**53 - 1
+
+
+def _is_plain_json(value: Any) -> bool:
+    """Whether the JCS of `value` is `_plain_jcs`: only objects with ASCII keys, arrays,
+    strings, booleans, null and safe integers (no float: JCS writes numbers as ECMAScript does,
+    not as Python does; no key beyond ASCII: JCS orders keys by UTF-16 code units). Iterative:
+    the depth is bounded before (`check_limits`), but this needs no bound."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is str or kind is bool or item is None:
+            continue
+        if kind is int:
+            if -_JCS_INT_MAX <= item <= _JCS_INT_MAX:
+                continue
+            return False
+        if kind is dict:
+            for key in item:
+                if type(key) is not str or not key.isascii():
+                    return False
+            stack.extend(item.values())
+        elif kind is list:
+            stack.extend(item)
+        else:
+            return False
+    return True
+
+
+def _plain_jcs(value: Any) -> bytes:
+    """RFC 8785 JCS of a value `_is_plain_json` admits: Python's JSON with sorted keys, no
+    spaces and no `\\u` escapes beyond control characters escapes strings exactly as JCS does
+    (the same table: `\\b \\t \\n \\f \\r \\" \\\\`, other controls `\\u00xx`), and ASCII
+    keys sort alike by code point and by UTF-16 unit. A lone surrogate fails the UTF-8 encoding,
+    as rfc8785 fails on it (ValueError). tests/runtime/test_audit.py compares both on generated
+    values."""
+    return _sorted_json(value).encode("utf-8")
 
 
 def touched_paths(arguments: Mapping[str, Any], known_secrets: Sequence[str] = ()) -> list[str]:
@@ -281,7 +328,12 @@ class AuditLog:
         self._lock = threading.Lock()
         self._synced = threading.Condition(self._lock)
         self._fd: int | None = None
+        #: Where our last write to `_fd` ended: while the file's size is still that, its last
+        #: byte is our record's newline (-1: not known).
+        self._end = -1
         self._lock_fd: int | None = None
+        self._spelled_for: tuple[str, ...] | None = None
+        self._spelled: tuple[str, ...] = ()
         # Counts of records: written (write(2) done), sync attempted, and known durable.
         self._written = self._attempted = self._durable = 0
         self._syncer: threading.Thread | None = None
@@ -297,11 +349,14 @@ class AuditLog:
         # the raw file. `safe_json` first (docs/runtime.md "Text"): no `\u` escape in the file
         # spells a lone surrogate (a byte of a path is `\xNN`, anything else U+FFFD), so a reader
         # never gets text it cannot print.
-        text = json.dumps(safe_json(record), ensure_ascii=True, separators=(",", ":"))
+        # (The record is dumped as it is, and again after `safe_json` only when the text spells
+        # a surrogate, as `text.dumps` does: the same line, without walking every record.)
+        text = _line(record)
+        if "\\ud" in text:
+            text = _line(safe_json(record))
         # The backstop: a known secret reaches no field of the file, whatever built the record.
-        for secret in self.known_secrets.values():
-            spelled = json.dumps(secret, ensure_ascii=True)[1:-1]
-            if len(secret) >= MIN_KNOWN_SECRET_CHARS and spelled in text:
+        for spelled in self._spelled_secrets():
+            if spelled in text:
                 text = text.replace(spelled, REDACTED)
         line = text.encode("ascii")
         with self._lock:
@@ -317,6 +372,18 @@ class AuditLog:
                 self._syncer = threading.Thread(target=self._sync_loop, name="audit-sync", daemon=True)
                 self._syncer.start()
             self._synced.notify_all()
+
+    def _spelled_secrets(self) -> tuple[str, ...]:
+        """The known secrets long enough to redact, as the ASCII JSON of a record spells them."""
+        secrets = self.known_secrets.values()
+        if secrets != self._spelled_for:
+            self._spelled = tuple(
+                json.dumps(secret, ensure_ascii=True)[1:-1]
+                for secret in secrets
+                if len(secret) >= MIN_KNOWN_SECRET_CHARS
+            )
+            self._spelled_for = secrets
+        return self._spelled
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every record appended so far has been synced; False on a failed sync or
@@ -384,16 +451,15 @@ class AuditLog:
         lock_fd = self._lock_file()
         fcntl.flock(lock_fd, fcntl.LOCK_EX)
         try:
-            fd = self._current()
-            size = os.fstat(fd).st_size
+            fd, size = self._current()
             if size and size + len(data) > self.max_file_bytes:
                 self._rotate(fd)
-                fd = self._current()
-                size = 0
-            if size and os.pread(fd, 1, size - 1) != b"\n":
+                fd, size = self._current()
+            if size and size != self._end and os.pread(fd, 1, size - 1) != b"\n":
                 # The last writer died mid-record: end its torn line so ours stays whole.
                 data = b"\n" + data
             _write_all(fd, data)
+            self._end = size + len(data)
         except OSError:
             self._forget_current()
             raise
@@ -406,8 +472,9 @@ class AuditLog:
             self._lock_fd = _open_private(self.directory / LOCK_FILE_NAME, os.O_RDWR)
         return self._lock_fd
 
-    def _current(self) -> int:
-        """The fd of the file at `self.path` now (another process may have rotated it)."""
+    def _current(self) -> tuple[int, int]:
+        """The fd of the file at `self.path` now (another process may have rotated it), and its
+        size (under the flock: no other writer changes it meanwhile)."""
         if self._fd is not None:
             try:
                 on_disk = os.stat(self.path, follow_symlinks=False)
@@ -415,14 +482,15 @@ class AuditLog:
                 on_disk = None
             held = os.fstat(self._fd)
             if on_disk is not None and (on_disk.st_dev, on_disk.st_ino) == (held.st_dev, held.st_ino):
-                return self._fd
+                return self._fd, held.st_size
             # Rotated away by another process, which synced it before renaming it.
             self._forget_current()
         self._fd = _open_private(self.path, os.O_RDWR | os.O_APPEND)
         _fsync_directory(self.directory)
-        return self._fd
+        return self._fd, os.fstat(self._fd).st_size
 
     def _forget_current(self) -> None:
+        self._end = -1
         if self._fd is not None:
             with contextlib.suppress(OSError):
                 os.close(self._fd)

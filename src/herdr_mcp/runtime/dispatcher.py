@@ -148,8 +148,23 @@ def _ok_result(output: dict[str, Any] | ImageResult) -> dict[str, Any]:
             info,
             is_error=False,
         )
+    text = _json(output)
+    if text.isascii() or _encodes(text):
+        # Nothing to make safe (what `safe_json` would answer, as the same object): the text
+        # is made once and the answer not walked.
+        return _result([{"type": "text", "text": text}], output, is_error=False)
     structured = safe_json(output)
     return _result([{"type": "text", "text": _json(structured)}], structured, is_error=False)
+
+
+def _encodes(text: str) -> bool:
+    """Whether `text` encodes as UTF-8: JSON dumped with `ensure_ascii=False` holds a lone
+    surrogate of the value as itself, so this is "no string of the value holds one"."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _result(content: list[dict[str, Any]], structured: dict[str, Any], *, is_error: bool) -> dict[str, Any]:
@@ -162,8 +177,9 @@ def _result(content: list[dict[str, Any]], structured: dict[str, Any], *, is_err
     }
 
 
-def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+#: `json.dumps(value, ensure_ascii=False, separators=(",", ":"))` without building an encoder
+#: for each answer.
+_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 def _error_result(exc: ToolError) -> dict[str, Any]:

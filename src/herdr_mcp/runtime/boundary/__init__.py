@@ -9,6 +9,7 @@ without following one.
 from herdr_mcp.runtime.boundary.atomic import FileIdentity, atomic_write, remove_directories, remove_file
 from herdr_mcp.runtime.boundary.files import (
     EntryKind,
+    Offload,
     Visit,
     WalkEntry,
     WalkLevel,
@@ -17,6 +18,7 @@ from herdr_mcp.runtime.boundary.files import (
     open_file_in,
     open_regular,
     refuse_non_regular,
+    small_work,
     utf8_boundary,
     walk,
     walk_listing,
@@ -50,6 +52,7 @@ __all__ = [
     "EntryKind",
     "ExcludedRoot",
     "FileIdentity",
+    "Offload",
     "Policy",
     "ResolvedPath",
     "Root",
@@ -80,6 +83,7 @@ __all__ = [
     "remove_directories",
     "remove_file",
     "root_mutations",
+    "small_work",
     "utf8_boundary",
     "walk",
     "walk_listing",

@@ -15,6 +15,7 @@ import posixpath
 import stat
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Literal, NamedTuple
 
 from herdr_mcp.errors import ToolError
@@ -23,6 +24,7 @@ from herdr_mcp.runtime.boundary.secrets import is_secret_entry, secret_entries
 
 __all__ = [
     "EntryKind",
+    "Offload",
     "Visit",
     "WalkEntry",
     "WalkLevel",
@@ -31,6 +33,7 @@ __all__ = [
     "open_file_in",
     "open_regular",
     "refuse_non_regular",
+    "small_work",
     "utf8_boundary",
     "walk",
     "walk_listing",
@@ -55,6 +58,28 @@ def refuse_non_regular(st: os.stat_result, shown: str) -> None:
         )
 
 
+class Offload(Exception):
+    """Raised by `open_regular` or `open_directory` inside `small_work` when the file or the
+    directory is larger than its bound, before it is opened: the caller runs the whole call
+    again in a worker thread (`runtime.tools.fs.placement`)."""
+
+
+#: (largest file, largest directory) in `st_size` bytes, while `small_work` holds.
+_SMALL_WORK: ContextVar[tuple[int, int] | None] = ContextVar("small_work", default=None)
+
+
+@contextmanager
+def small_work(file_bytes: int, directory_bytes: int) -> Iterator[None]:
+    """Within this block (one call run on the event loop), `open_regular` refuses a file larger
+    than `file_bytes` and `open_directory` a directory larger than `directory_bytes` with
+    `Offload`. Outside it (and in a worker thread started outside it) neither is bounded."""
+    token = _SMALL_WORK.set((file_bytes, directory_bytes))
+    try:
+        yield
+    finally:
+        _SMALL_WORK.reset(token)
+
+
 @contextmanager
 def open_regular(target: ResolvedPath) -> Iterator[tuple[int, os.stat_result]]:
     """Open a regular file for reading: type checked by lstat before opening, by fstat after."""
@@ -64,6 +89,9 @@ def open_regular(target: ResolvedPath) -> Iterator[tuple[int, os.stat_result]]:
     except OSError as exc:
         raise open_error(exc, shown) from exc
     refuse_non_regular(before, shown)
+    bounds = _SMALL_WORK.get()
+    if bounds is not None and before.st_size > bounds[0]:
+        raise Offload(shown)
     fd = open_beneath(target.root, target.relative, os.O_RDONLY | os.O_NONBLOCK)
     try:
         after = os.fstat(fd)
@@ -86,6 +114,9 @@ def open_directory(target: ResolvedPath) -> int:
         raise ToolError(
             "not_a_directory", f"{shown} is not a directory; read files with herdr_fs_read.", path=shown
         )
+    bounds = _SMALL_WORK.get()
+    if bounds is not None and st.st_size > bounds[1]:
+        raise Offload(shown)
     return open_beneath(target.root, target.relative, os.O_RDONLY | os.O_DIRECTORY)
 
 

@@ -26,11 +26,14 @@ __all__ = [
     "directory_prefixes",
     "is_git_name",
     "is_within",
+    "lexical_text",
     "names_directory",
     "normalize_lexical",
     "open_beneath",
     "open_error",
     "relative_parts",
+    "relative_text",
+    "within",
 ]
 
 # O_PATH (Linux) opens a directory only to use as an anchor, without needing read permission.
@@ -66,13 +69,20 @@ class ResolvedPath:
     @property
     def lexical_relative(self) -> str:
         """The root-relative form of what the caller named (differs from `relative` via symlinks)."""
-        return _relative_to(self.lexical, self.root.path)
+        return relative_text(str(self.lexical), str(self.root.path))
 
 
-def _relative_to(path: Path, base: Path) -> str:
+def relative_text(path: str, base: str) -> str:
+    """`path` relative to `base` as POSIX text ("." for `base` itself); both are normalized
+    absolute paths and `path` lies within `base` (`within`)."""
     if path == base:
         return "."
-    return path.relative_to(base).as_posix()
+    return path[len(base) + 1 :] if base != "/" else path[1:]
+
+
+def within(path: str, directory: str) -> bool:
+    """`is_within` of normalized absolute paths as text (no `.`, `..`, doubled or trailing `/`)."""
+    return path == directory or directory == "/" or path.startswith(directory + "/")
 
 
 def normalize_lexical(path: str, *, base: Path | None) -> Path:
@@ -81,21 +91,7 @@ def normalize_lexical(path: str, *, base: Path | None) -> Path:
     Absolute paths ignore `base`; relative ones are joined to it (`base` must then be given).
     `..` above `/` stays at `/`, as the kernel does.
     """
-    if path.startswith("/"):
-        parts: list[str] = []
-    elif base is None:
-        raise ValueError("a relative path needs a base")
-    else:
-        parts = list(base.parts[1:])
-    for segment in path.split("/"):
-        if segment in ("", "."):
-            continue
-        if segment == "..":
-            if parts:
-                parts.pop()
-            continue
-        parts.append(segment)
-    return Path("/", *parts)
+    return Path(lexical_text(path, None if base is None else str(base))[0])
 
 
 def directory_prefixes(path: str, *, base: Path | None) -> list[Path]:
@@ -105,25 +101,33 @@ def directory_prefixes(path: str, *, base: Path | None) -> list[Path]:
     for both when `a` is a file. So the component before each `..`, and the whole path when it
     ends in `/` or `/.`, must be directories (checked by the resolver when they exist).
     """
+    return [Path(prefix) for prefix in lexical_text(path, None if base is None else str(base))[1]]
+
+
+def lexical_text(path: str, base: str | None) -> tuple[str, list[str]]:
+    """`normalize_lexical` and `directory_prefixes` of `path` at once, as normalized text.
+
+    `base` is a normalized absolute path (a root's), needed when `path` is relative."""
     if path.startswith("/"):
         parts: list[str] = []
     elif base is None:
         raise ValueError("a relative path needs a base")
     else:
-        parts = list(base.parts[1:])
-    required: list[Path] = []
+        parts = [part for part in base.split("/") if part not in ("", ".")]
+    required: list[str] = []
     for segment in path.split("/"):
         if segment in ("", "."):
             continue
         if segment == "..":
             if parts:
-                required.append(Path("/", *parts))
+                required.append("/" + "/".join(parts))
                 parts.pop()
             continue
         parts.append(segment)
+    lexical = "/" + "/".join(parts)
     if names_directory(path):
-        required.append(Path("/", *parts))
-    return required
+        required.append(lexical)
+    return lexical, required
 
 
 def names_directory(path: str) -> bool:
@@ -194,7 +198,9 @@ def is_within(path: Path, directory: Path) -> bool:
 
 def relative_parts(relative: str) -> list[str]:
     """The components of a root-relative path ("." has none)."""
-    return [part for part in PurePosixPath(relative).parts if part != "."]
+    if relative.startswith("/"):
+        return [part for part in PurePosixPath(relative).parts if part != "."]
+    return [part for part in relative.split("/") if part not in ("", ".")]
 
 
 def open_error(exc: OSError, relative: str) -> ToolError:

@@ -20,10 +20,10 @@ from herdr_mcp.errors import ToolError
 from herdr_mcp.runtime.boundary.paths import (
     ResolvedPath,
     check_lengths,
-    directory_prefixes,
-    is_within,
+    lexical_text,
     names_directory,
-    normalize_lexical,
+    relative_text,
+    within,
 )
 from herdr_mcp.runtime.boundary.secrets import is_secret_path
 from herdr_mcp.text import parse_name
@@ -167,39 +167,40 @@ class RootSet:
         """
         # The fs tools show a byte of a name that is not UTF-8 as `\\xNN`; it is taken back here
         # (docs/runtime.md "Text"), so whatever herdr_fs_list showed can be named.
+        # The checks work on normalized absolute paths as text (`paths.within`): `Path` objects
+        # cost more than the lstat calls (most of a 4 KiB fs_read, measured for issue 24).
         path = parse_name(path)
         if not path or "\0" in path:
             raise ToolError("path_invalid", "The path is empty or contains a NUL byte; pass a real path.")
         if path.startswith("/"):
-            lexical = normalize_lexical(path, base=None)
-            prefixes = directory_prefixes(path, base=None)
+            lexical, prefixes = lexical_text(path, None)
             base = root
         else:
             base = root if root is not None else self._default_root()
-            lexical = normalize_lexical(path, base=base.path)
-            prefixes = directory_prefixes(path, base=base.path)
+            lexical, prefixes = lexical_text(path, str(base.path))
         owner = self._owner(lexical, path, base)
-        real, missing = _realpath(lexical, owner, path)
-        if not is_within(real, owner.path):
+        owner_path = str(owner.path)
+        real, missing, found = _realpath(lexical, owner_path, path)
+        if not within(real, owner_path):
             raise ToolError(
                 "path_outside_root",
                 f"{path} leads outside its root {owner.path} through a symlink; use a path inside the root.",
                 path=path,
             )
-        _refuse_files_used_as_directories(prefixes, owner, path)
+        _refuse_files_used_as_directories(prefixes, owner_path, path)
         if for_write:
-            check_lengths(real, owner.path, path)
-        exists = missing == 0 and os.path.exists(real)
+            check_lengths(Path(real), owner.path, path)
+        exists = missing == 0 and (found or os.path.exists(real))
         if not exists and not for_write:
             raise ToolError(
                 "not_found", f"{path} does not exist; check the path with herdr_fs_list.", path=path
             )
-        relative = "." if real == owner.path else real.relative_to(owner.path).as_posix()
+        real_path = Path(real)
         return ResolvedPath(
             root=owner,
-            path=real,
-            relative=relative,
-            lexical=lexical,
+            path=real_path,
+            relative=relative_text(real, owner_path),
+            lexical=real_path if lexical == real else Path(lexical),
             symlinked=real != lexical,
             exists=exists,
             missing_parents=max(missing - 1, 0),
@@ -221,10 +222,10 @@ class RootSet:
             "A relative path needs exactly one managed root; pass an absolute path from herdr_inspect.",
         )
 
-    def _owner(self, lexical: Path, shown: str, base: Root | None) -> Root:
-        containing = [root for root in self.roots if is_within(lexical, root.path)]
+    def _owner(self, lexical: str, shown: str, base: Root | None) -> Root:
+        containing = [root for root in self.roots if within(lexical, str(root.path))]
         if base is not None:
-            containing = [root for root in containing if is_within(root.path, base.path)]
+            containing = [root for root in containing if within(str(root.path), str(base.path))]
         if not containing:
             where = f"root {base.path}" if base is not None else "any root from herdr_inspect"
             raise ToolError(
@@ -232,7 +233,8 @@ class RootSet:
                 f"{shown} is outside {where}; use a path inside a root.",
                 path=shown,
             )
-        return max(containing, key=lambda root: len(root.path.parts))
+        # The roots that contain a path lie within one another: the deepest is the longest.
+        return max(containing, key=lambda root: len(str(root.path)))
 
 
 def _refusal(raw: str, forbidden: frozenset[tuple[int, int]]) -> tuple[_ExclusionCode, str] | None:
@@ -252,44 +254,47 @@ def _refusal(raw: str, forbidden: frozenset[tuple[int, int]]) -> tuple[_Exclusio
     return None
 
 
-def _refuse_files_used_as_directories(prefixes: list[Path], owner: Root, shown: str) -> None:
+def _refuse_files_used_as_directories(prefixes: list[str], owner: str, shown: str) -> None:
     """Step 5. Only prefixes that lie inside the owner root, by name and by realpath, are looked
     at: probing anything else (`link_out/x/..`) would tell a caller what exists outside the roots."""
     for prefix in prefixes:
-        inside = is_within(prefix, owner.path) and is_within(Path(os.path.realpath(prefix)), owner.path)
+        inside = within(prefix, owner) and within(os.path.realpath(prefix), owner)
         if inside and os.path.lexists(prefix) and not os.path.isdir(prefix):
             raise ToolError(
                 "not_a_directory",
-                f"{shown}: {_relative_or_self(prefix, owner.path)} is not a directory, yet the path "
+                f"{shown}: {relative_text(prefix, owner)} is not a directory, yet the path "
                 "uses it as one; name the file without a trailing '/', '/.' or '/..'.",
                 path=shown,
             )
 
 
-def _relative_or_self(path: Path, base: Path) -> str:
-    return "." if path == base else path.relative_to(base).as_posix()
-
-
-def _realpath(lexical: Path, owner: Root, shown: str) -> tuple[Path, int]:
+def _realpath(lexical: str, owner: str, shown: str) -> tuple[str, int, bool]:
     """Realpath of `lexical`, or of its deepest existing ancestor plus the missing components.
 
-    Returns (path, number of missing components). Never follows a symlink out of the check: the
-    caller compares the result against the owner root.
+    Returns (path, number of missing components, whether the path was seen to exist). Never
+    follows a symlink out of the check: the caller compares the result against the owner root.
     """
+    try:
+        # Where every component exists (and no symlink loops) the strict realpath is the same
+        # path, found with one lstat per component and no more.
+        return os.path.realpath(lexical, strict=True), 0, True
+    except OSError:
+        pass
     if os.path.lexists(lexical):
-        return Path(os.path.realpath(lexical)), 0
+        return os.path.realpath(lexical), 0, False
     missing: list[str] = []
     ancestor = lexical
     while not os.path.lexists(ancestor):
-        if ancestor == owner.path or ancestor == ancestor.parent:
-            raise ToolError("not_found", f"The root {owner.path} no longer exists; call herdr_inspect again.")
-        missing.insert(0, ancestor.name)
-        ancestor = ancestor.parent
-    real_ancestor = Path(os.path.realpath(ancestor))
+        parent = os.path.dirname(ancestor)
+        if ancestor in (owner, parent):
+            raise ToolError("not_found", f"The root {owner} no longer exists; call herdr_inspect again.")
+        missing.insert(0, os.path.basename(ancestor))
+        ancestor = parent
+    real_ancestor = os.path.realpath(ancestor)
     if not os.path.isdir(real_ancestor):
         raise ToolError(
             "not_a_directory",
             f"{shown}: {ancestor} exists but is not a directory; check the path.",
             path=shown,
         )
-    return real_ancestor.joinpath(*missing), len(missing)
+    return os.path.join(real_ancestor, *missing), len(missing), False

@@ -77,7 +77,8 @@ _SECRET_PAIR = (".docker", "config.json")
 
 def is_secret_path(relative: str | PurePosixPath) -> bool:
     """True when a root-relative path is, or lies under, something secret-looking."""
-    parts = [part for part in PurePosixPath(relative).parts if part not in ("", ".", "/")]
+    # The components as PurePosixPath splits them (`.` and empty ones dropped), without its cost.
+    parts = [part for part in str(relative).split("/") if part not in ("", ".")]
     if any(is_secret_name(part) for part in parts):
         return True
     folded = [part.casefold() for part in parts]

@@ -3,7 +3,8 @@
 A handler takes the runtime `Services` and the schema-validated arguments and returns the
 structured result (a dict) or an `ImageResult` (herdr_fs_image); refusals raise `ToolError`.
 File and Git work is blocking and runs in a worker thread so one slow disk never stalls the
-event loop.
+event loop, except a small herdr_fs_read or herdr_fs_list on a local disk, which runs on the
+event loop (`tools.fs.placement`: the hand-off cost more than such a read).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from herdr_mcp.errors import ToolError
 from herdr_mcp.runtime.tools.fs.editing import fs_edit, fs_write
 from herdr_mcp.runtime.tools.fs.image import ImageResult, fs_image
 from herdr_mcp.runtime.tools.fs.patching import fs_patch
+from herdr_mcp.runtime.tools.fs.placement import Placement
 from herdr_mcp.runtime.tools.fs.reading import fs_grep, fs_list, fs_read
 from herdr_mcp.runtime.tools.git import git_facts
 
@@ -32,6 +34,20 @@ def _fs(function: Callable[..., dict[str, Any] | ImageResult]) -> Handler:
         return await asyncio.to_thread(function, roots, svc.policy, args)
 
     return handler
+
+
+_PLACEMENT = Placement()
+
+
+async def _fs_read(svc: Services, args: dict[str, Any]) -> dict[str, Any]:
+    return await _PLACEMENT.run(fs_read, await svc.topology.roots(), svc.policy, args)
+
+
+async def _fs_list(svc: Services, args: dict[str, Any]) -> dict[str, Any]:
+    roots = await svc.topology.roots()
+    if args["recursive"]:  # a tree: unbounded work, never on the event loop
+        return await asyncio.to_thread(fs_list, roots, svc.policy, args)
+    return await _PLACEMENT.run(fs_list, roots, svc.policy, args)
 
 
 async def _git(svc: Services, args: dict[str, Any]) -> dict[str, Any]:
@@ -60,8 +76,10 @@ def _handlers() -> dict[str, Handler]:
         "herdr_exec_kill": execution.exec_kill,
         "herdr_prompt": agents.prompt,
     }
-    for function in (fs_read, fs_list, fs_grep, fs_image, fs_edit, fs_write, fs_patch):
+    for function in (fs_grep, fs_image, fs_edit, fs_write, fs_patch):
         table[f"herdr_{function.__name__}"] = _fs(function)
+    table["herdr_fs_read"] = _fs_read
+    table["herdr_fs_list"] = _fs_list
     return table
 
 

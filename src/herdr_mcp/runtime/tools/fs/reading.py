@@ -36,9 +36,14 @@ LIST_MAX_SCANNED = 50_000
 
 
 class _Scanner:
-    """Reads a file once, front to back, in chunks: counts newlines and validates UTF-8."""
+    """Reads a file once, front to back, in chunks: counts newlines and validates UTF-8.
 
-    def __init__(self, fd: int, shown: str) -> None:
+    `size` is the file's size when opened: the first read asks for that much and one byte more,
+    so a small file costs one read and one read at its end, without a READ_CHUNK_BYTES buffer
+    each (`os.read` allocates what it is asked for). A file that grew meanwhile is read on in
+    READ_CHUNK_BYTES chunks."""
+
+    def __init__(self, fd: int, shown: str, size: int = READ_CHUNK_BYTES) -> None:
         self.fd = fd
         self.shown = shown
         self.offset = 0
@@ -46,9 +51,14 @@ class _Scanner:
         self.eof = False
         self.ends_with_newline = True
         self._decoder = codecs.getincrementaldecoder("utf-8")("strict")
+        self._request = max(1, min(READ_CHUNK_BYTES, size + 1))
 
     def read(self) -> bytes:
-        chunk = os.read(self.fd, READ_CHUNK_BYTES)
+        request = self._request
+        chunk = os.read(self.fd, request)
+        # A short read of a regular file is its end as it stands: the next read only confirms
+        # that (or finds what was appended since, then in whole chunks).
+        self._request = READ_CHUNK_BYTES if len(chunk) == request else 1
         pending = len(self._decoder.getstate()[0])
         try:
             self._decoder.decode(chunk, final=not chunk)
@@ -108,14 +118,13 @@ def _take_page(scanner: _Scanner, buf: bytes, want: int | None, max_bytes: int) 
             break
         buf += scanner.read()
     window = buf[:max_bytes]
-    taken = 0
-    position = -1
-    while want is None or taken < want:
-        found = window.find(b"\n", position + 1)
-        if found == -1:
-            break
-        position = found
-        taken += 1
+    # The whole lines in the window, up to `want` of them, and where the last one taken ends.
+    taken = window.count(b"\n")
+    if want is None or taken <= want:
+        position = window.rfind(b"\n")
+    else:
+        taken = want
+        position = len(window) - len(window.split(b"\n", want)[want]) - 1
     if want is not None and taken == want:
         return _Page(buf[: position + 1], taken, truncated=False, line_clipped=False)
     if len(buf) <= max_bytes and scanner.eof:
@@ -146,7 +155,7 @@ def fs_read(roots: RootSet, policy: Policy, args: Mapping[str, Any]) -> dict[str
     refuse_secret(target)
     shown = target.lexical_relative
     with open_regular(target) as (fd, st):
-        scanner = _Scanner(fd, shown)
+        scanner = _Scanner(fd, shown, st.st_size)
         buf, skipped = _skip_lines(scanner, start_line - 1, start_line)
         if skipped < start_line - 1 or (not buf and scanner.eof):
             page = _Page(b"", 0, truncated=False, line_clipped=False)
