@@ -6,8 +6,8 @@ spawned directly from Python the way the runtime spawns it (`subprocess.Popen`, 
 /dev/null, stdout and stderr captured through pipes, a new session) and read to its end.
 
 - Serially: herdr_exec (raw client), the floor, herdr_exec through the `mcp` SDK's client, and
-  (for the split, no target) herdr_exec_read of a finished session, what a call costs without a
-  spawn; interleaved call by call so that drift in load hits all alike; p50 of each.
+  (for the split, no target) herdr_exec_read of an unknown session (session_not_found), what a
+  call costs without a spawn; interleaved call by call so that drift in load hits all alike; p50 of each.
 - Throughput at 1, 8, 32 and 128 clients: N raw clients, each its own keep-alive connection and
   MCP session, calling in a loop; against N threads, each spawning in a loop. Threads are the
   floor because they are the fastest way this Python spawns concurrently: `asyncio`'s own
@@ -58,6 +58,7 @@ from benchmarks.results import Row, record
 from herdr_mcp.sim import SimConfig, SimulatorThread
 
 _ARGS = {"workspace": "w1", "command": "echo ok"}
+_NO_SESSION = {"session_id": "no-such-session", "max_bytes": 1}  # not an id: no state.db lookup
 _WARMUP_CALLS = 10
 _WARMUP_S = 0.5
 _SERIAL_TARGET = 1.5
@@ -166,12 +167,13 @@ async def one_round(
                 if result.is_error or structured["stdout"] != "ok\n":
                     raise RawError(f"herdr_exec (SDK) answered {structured}")
 
-            finished = (await raw.call_tool("herdr_exec", _ARGS))["structuredContent"]["session_id"]
-
             async def base() -> None:
                 # What every call costs without a spawn: the HTTP exchange, the MCP SDK's server,
-                # the dispatcher and the audit record, around a read of a finished session.
-                await raw.call_tool("herdr_exec_read", {"session_id": finished, "max_bytes": 1})
+                # the dispatcher and the audit record, around a lookup that finds nothing (a
+                # finished session would be replaced at the session limit during the rounds).
+                answer = await raw.rpc("tools/call", {"name": "herdr_exec_read", "arguments": _NO_SESSION})
+                if answer["structuredContent"]["error"]["code"] != "session_not_found":
+                    raise RawError(f"herdr_exec_read answered {answer}")
 
             raw_ms, floor_ms, sdk_ms, base_ms = await interleaved(
                 [via_raw, floor, via_sdk, base], calls, _WARMUP_CALLS
@@ -195,7 +197,7 @@ def _print_round(index: int, figures: Round) -> None:
     print(
         f"serial p50: herdr_exec raw {figures.serial_raw:.2f} ms, bash -c direct "
         f"{figures.serial_floor:.2f} ms, herdr_exec SDK {figures.serial_sdk:.2f} ms, herdr_exec_read "
-        f"(no spawn) raw {figures.serial_base:.2f} ms; ratio raw/floor {ratio:.2f}"
+        f"(no spawn, not found) raw {figures.serial_base:.2f} ms; ratio raw/floor {ratio:.2f}"
     )
     for count, mine in figures.exec_tp.items():
         floor = figures.floor_tp[count]
