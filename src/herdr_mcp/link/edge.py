@@ -36,10 +36,6 @@ local path never waits on it.
 The connection goes through the proxy the environment names for the Edge's host (`proxies.py`:
 `HTTPS_PROXY`/`ALL_PROXY` for wss, `NO_PROXY`; never for a loopback Edge), as an HTTP CONNECT
 tunnel (or SOCKS, when python-socks is installed) with TLS end to end to the Edge.
-
-Why one module of over 600 lines: the connection's life (dial, hello, reconnect with backoff),
-its frames in both directions and the relay of a call share one loop's state (the calls in flight,
-the ids answered); split, each part would reach into the others' state on every frame.
 """
 
 from __future__ import annotations

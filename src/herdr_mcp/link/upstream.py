@@ -32,10 +32,6 @@ close that is still in flight when the request is written cannot be told from a 
 generation read it, so such a failure is `DeliveryUnknown`. To make that window practically
 unreachable, idle connections are dropped after `KEEPALIVE_S`, well before uvicorn (the
 generations' server) closes an idle connection (5 s).
-
-Why one module of over 600 lines: the blocking exchange (the link's connection threads) and the
-asyncio one (its Edge side) share the pool, the response parser and the delivery rules above; a
-split would put those rules on both sides of a seam that every exchange crosses.
 """
 
 from __future__ import annotations
