@@ -393,9 +393,10 @@ def _rows(
     direct = p50s("runtime A directly: tools/call")
     rows = []
     where = {
-        WORKERD: "at the Worker's own workerd socket (what a deployed Worker has: no proxy in front)",
-        WRANGLER: "under `wrangler dev`, through its proxy worker (local development only; it adds "
-        "its own forwarding to the client's POST and to both WebSocket frames of the relay)",
+        WORKERD: "at the Worker's own workerd socket, the entry the 3 ms target is judged at "
+        "(a deployed Worker has no proxy in front of it)",
+        WRANGLER: "under `wrangler dev`, through its proxy worker: local development only, not the "
+        "deployed Edge (the proxy forwards the client's POST and both WebSocket frames of the relay)",
     }
     for name in (WORKERD, WRANGLER):
         added = spread([r.added(name) for r in rounds])

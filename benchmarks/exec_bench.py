@@ -5,8 +5,9 @@ driven by the raw keep-alive client of `benchmarks/raw_client.py`. The floor is 
 spawned directly from Python the way the runtime spawns it (`subprocess.Popen`, stdin from
 /dev/null, stdout and stderr captured through pipes, a new session) and read to its end.
 
-- Serially: herdr_exec (raw client), the floor, and herdr_exec through the `mcp` SDK's client,
-  interleaved call by call so that drift in load hits all three alike; p50 of each.
+- Serially: herdr_exec (raw client), the floor, herdr_exec through the `mcp` SDK's client, and
+  (for the split, no target) herdr_exec_read of an unknown session (session_not_found), what a
+  call costs without a spawn; interleaved call by call so that drift in load hits all alike; p50 of each.
 - Throughput at 1, 8, 32 and 128 clients: N raw clients, each its own keep-alive connection and
   MCP session, calling in a loop; against N threads, each spawning in a loop. Threads are the
   floor because they are the fastest way this Python spawns concurrently: `asyncio`'s own
@@ -57,6 +58,7 @@ from benchmarks.results import Row, record
 from herdr_mcp.sim import SimConfig, SimulatorThread
 
 _ARGS = {"workspace": "w1", "command": "echo ok"}
+_NO_SESSION = {"session_id": "no-such-session", "max_bytes": 1}  # not an id: no state.db lookup
 _WARMUP_CALLS = 10
 _WARMUP_S = 0.5
 _SERIAL_TARGET = 1.5
@@ -139,6 +141,7 @@ class Round:
     serial_raw: float = 0.0
     serial_floor: float = 0.0
     serial_sdk: float = 0.0
+    serial_base: float = 0.0
     exec_tp: dict[int, Throughput] = field(default_factory=dict)
     floor_tp: dict[int, Throughput] = field(default_factory=dict)
     load: str = ""
@@ -164,12 +167,23 @@ async def one_round(
                 if result.is_error or structured["stdout"] != "ok\n":
                     raise RawError(f"herdr_exec (SDK) answered {structured}")
 
-            raw_ms, floor_ms, sdk_ms = await interleaved([via_raw, floor, via_sdk], calls, _WARMUP_CALLS)
+            async def base() -> None:
+                # What every call costs without a spawn: the HTTP exchange, the MCP SDK's server,
+                # the dispatcher and the audit record, around a lookup that finds nothing (a
+                # finished session would be replaced at the session limit during the rounds).
+                answer = await raw.rpc("tools/call", {"name": "herdr_exec_read", "arguments": _NO_SESSION})
+                if answer["structuredContent"]["error"]["code"] != "session_not_found":
+                    raise RawError(f"herdr_exec_read answered {answer}")
+
+            raw_ms, floor_ms, sdk_ms, base_ms = await interleaved(
+                [via_raw, floor, via_sdk, base], calls, _WARMUP_CALLS
+            )
     finally:
         await raw.close()
     figures.serial_raw = percentile(raw_ms, 0.5)
     figures.serial_floor = percentile(floor_ms, 0.5)
     figures.serial_sdk = percentile(sdk_ms, 0.5)
+    figures.serial_base = percentile(base_ms, 0.5)
     for count in clients:
         figures.exec_tp[count] = await exec_throughput(runtime, count, seconds)
         figures.floor_tp[count] = spawn_throughput(bash, count, seconds)
@@ -182,8 +196,8 @@ def _print_round(index: int, figures: Round) -> None:
     ratio = figures.serial_raw / figures.serial_floor
     print(
         f"serial p50: herdr_exec raw {figures.serial_raw:.2f} ms, bash -c direct "
-        f"{figures.serial_floor:.2f} ms, herdr_exec SDK {figures.serial_sdk:.2f} ms; "
-        f"ratio raw/floor {ratio:.2f}"
+        f"{figures.serial_floor:.2f} ms, herdr_exec SDK {figures.serial_sdk:.2f} ms, herdr_exec_read "
+        f"(no spawn, not found) raw {figures.serial_base:.2f} ms; ratio raw/floor {ratio:.2f}"
     )
     for count, mine in figures.exec_tp.items():
         floor = figures.floor_tp[count]
@@ -201,12 +215,14 @@ def summarize(rounds: list[Round], clients: list[int]) -> tuple[list[Row], dict[
     raw = spread([r.serial_raw for r in rounds])
     floor = spread([r.serial_floor for r in rounds])
     sdk = spread([r.serial_sdk for r in rounds])
+    base = spread([r.serial_base for r in rounds])
     serial_ratio = spread([r.serial_raw / r.serial_floor for r in rounds])
     sdk_ratio = spread([r.serial_sdk / r.serial_floor for r in rounds])
     print(f"\n== herdr_exec 'echo ok' over {len(rounds)} rounds (min/median/max; {load_text()})")
     print(f"serial p50 herdr_exec, raw client    {raw.text(2, ' ms')}")
     print(f"serial p50 bash -c spawned directly  {floor.text(2, ' ms')}")
     print(f"serial p50 herdr_exec, mcp SDK client {sdk.text(2, ' ms')}")
+    print(f"serial p50 herdr_exec_read, no spawn {base.text(2, ' ms')}")
     print(f"ratio raw / floor                    {serial_ratio.text()}   target <= {_SERIAL_TARGET}")
     print(f"ratio SDK / floor                    {sdk_ratio.text()}")
     rows = [
@@ -221,6 +237,7 @@ def summarize(rounds: list[Round], clients: list[int]) -> tuple[list[Row], dict[
     ]
     details: dict[str, Any] = {
         "serial_p50_ms": {
+            "herdr_exec_read_no_spawn_raw": base.to_json(),
             "herdr_exec_raw": raw.to_json(),
             "bash_direct": floor.to_json(),
             "herdr_exec_sdk": sdk.to_json(),

@@ -86,6 +86,9 @@ async def _serve(args: argparse.Namespace, stop: StopSignals) -> int:
         )
         services = Services.create(config)
         app = build_app(services, token)
+        if stop.is_set():  # the runtime's modules load while it is composed: a stop then ends here
+            services.state.close()
+            return 0
         sock = _bind(config.host, config.port)
         ipc = _bind_ipc(args, layout)
         port = sock.getsockname()[1]

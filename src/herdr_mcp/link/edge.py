@@ -59,7 +59,6 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 
 from herdr_mcp import __version__
-from herdr_mcp.contract import FROZEN_EPOCHS, ContractError, contract_identity
 from herdr_mcp.errors import DELIVERY_UNKNOWN
 from herdr_mcp.link.edge_device import EdgeDevice
 from herdr_mcp.link.edge_frames import (
@@ -79,7 +78,7 @@ from herdr_mcp.link.edge_frames import (
     parse_frame,
     tool_error_frame,
 )
-from herdr_mcp.link.pointer import Pointer
+from herdr_mcp.link.pointer import runtime_identity
 from herdr_mcp.link.router import LinkRefusal, McpForwarder, UpstreamBroken
 from herdr_mcp.proxies import proxy_for
 
@@ -118,36 +117,6 @@ def _now() -> str:
 
 def _iso(at: float) -> str:
     return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def runtime_identity(pointer: Pointer) -> dict[str, Any]:
-    """The active generation's identity as the link knows it (docs/edge-protocol.md, `runtime`).
-
-    Version, contract hash and tool count are what the gate validated (the status file); the
-    epoch is the registered expected contract's when the hashes agree, else the frozen catalog's
-    of this installation with that hash. With no active (or no validated) generation, the link's
-    own package's identity stands in, with `generation: null`: calls are then `not_delivered`.
-    """
-    active = pointer.status.active
-    validation = pointer.status.status_of(active).validation if active is not None else None
-    if (
-        active is None
-        or validation is None
-        or validation.contract_hash is None
-        or validation.runtime_version is None
-    ):
-        return {"generation": active, "version": __version__, "contract": contract_identity().to_dict()}
-    epoch: int | None = None
-    with contextlib.suppress(Exception):
-        expected = pointer.control.find(active).expected_contract
-        if expected is not None and expected.hash == validation.contract_hash:
-            epoch = expected.epoch
-    for frozen in FROZEN_EPOCHS:
-        with contextlib.suppress(ContractError):
-            if epoch is None and contract_identity(frozen).hash == validation.contract_hash:
-                epoch = frozen
-    contract = {"epoch": epoch, "hash": validation.contract_hash, "tool_count": validation.tool_count}
-    return {"generation": active, "version": validation.runtime_version, "contract": contract}
 
 
 def _control_failed(code: str, message: str) -> LinkRefusal:

@@ -4,11 +4,13 @@ The link's connection threads (link/server.py) and its Edge side (link/edge.py) 
 behind its own lock: `ActivePointer` follows `runtime-status.json` (which generation is active)
 and `runtime-control.json` (their endpoints); `Leases` count the requests in flight per
 generation (a request that entered A finishes on A); `SessionPins` keep a legacy MCP session on
-the generation that created it. The routing rules themselves: link/router.py.
+the generation that created it. `runtime_identity` is the active generation's identity as the
+link announces it to the Edge. The routing rules themselves: link/router.py.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -17,7 +19,10 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from herdr_mcp import __version__
+from herdr_mcp.contract import FROZEN_EPOCHS, ContractError, contract_identity
 from herdr_mcp.generations import ControlFile, GenerationError, GenerationStore, StatusFile
 from herdr_mcp.generations.gate import OBSERVING, recover_abandoned
 
@@ -39,6 +44,36 @@ class Pointer:
     control: ControlFile
     status: StatusFile
     error: str | None = None
+
+
+def runtime_identity(pointer: Pointer) -> dict[str, Any]:
+    """The active generation's identity as the link knows it (docs/edge-protocol.md, `runtime`).
+
+    Version, contract hash and tool count are what the gate validated (the status file); the
+    epoch is the registered expected contract's when the hashes agree, else the frozen catalog's
+    of this installation with that hash. With no active (or no validated) generation, the link's
+    own package's identity stands in, with `generation: null`: calls are then `not_delivered`.
+    """
+    active = pointer.status.active
+    validation = pointer.status.status_of(active).validation if active is not None else None
+    if (
+        active is None
+        or validation is None
+        or validation.contract_hash is None
+        or validation.runtime_version is None
+    ):
+        return {"generation": active, "version": __version__, "contract": contract_identity().to_dict()}
+    epoch: int | None = None
+    with contextlib.suppress(Exception):
+        expected = pointer.control.find(active).expected_contract
+        if expected is not None and expected.hash == validation.contract_hash:
+            epoch = expected.epoch
+    for frozen in FROZEN_EPOCHS:
+        with contextlib.suppress(ContractError):
+            if epoch is None and contract_identity(frozen).hash == validation.contract_hash:
+                epoch = frozen
+    contract = {"epoch": epoch, "hash": validation.contract_hash, "tool_count": validation.tool_count}
+    return {"generation": active, "version": validation.runtime_version, "contract": contract}
 
 
 def _file_identity(path: Path) -> tuple[int, int, int] | None:

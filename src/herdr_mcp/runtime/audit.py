@@ -25,6 +25,11 @@ processes (A/B generations share the config dir) serialise on `flock` of `audit.
 a record never interleaves with another, whatever its size, and rotation is done by one
 process at a time. A record torn by a crash is ended with a newline by the next writer, so it
 spoils only its own line (the reader skips it and says so).
+
+Why one module of over 600 lines: the record's description (what a call is logged as, the
+argument digest, redaction) and its append (the file, rotation, the health the dispatcher
+checks) keep one promise together: every call recorded before its answer leaves, never a
+secret; it is read top to bottom as that promise.
 """
 
 from __future__ import annotations
