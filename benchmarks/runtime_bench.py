@@ -8,7 +8,8 @@
    read by its Content-Length), so the ratio is the servers' and not a client's. Figures: p50 at
    1 client (the three calls interleaved, so drift in load hits all alike); calls/s and p50 with
    32 clients (and 128, for information), each client its own connection and MCP session, calling
-   in a loop for `--seconds`. Targets: fs_read and fs_list <= 1.3x the echo at 1 and 32 clients,
+   in a loop for `--seconds` in all, in slices taken in turn with the echo's (load drift hits
+   both alike). Targets: fs_read and fs_list <= 1.3x the echo at 1 and 32 clients,
    p50 and throughput (the throughput ratio is the echo's calls/s over ours). The p50 with the
    `mcp` SDK's client on both sides is printed beside it (the figure the benchmark used to give).
 2. herdr_fs_grep over a generated tree of `--files` files against `rg` run directly with the
@@ -167,14 +168,31 @@ async def _serial_sdk(targets: Sequence[Target], calls: int, figures: Sequence[F
         figure.sdk_p50_1.append(statistics.median(bucket))
 
 
+#: Each throughput figure is measured in this many slices, the targets' slices in turn (echo,
+#: fs_read, fs_list, echo, ...), so drift in the machine's load hits all three alike.
+SLICES = 3
+
+
 async def _loaded(
     targets: Sequence[Target], clients: int, seconds: float, figures: Sequence[Figures]
 ) -> None:
-    for target, figure in zip(targets, figures, strict=True):
-        async with raw_clients(target, clients) as connections:
-            result = await throughput([_caller(c, target) for c in connections], seconds)
-        figure.per_second.setdefault(clients, []).append(result.per_second)
-        figure.p50_n.setdefault(clients, []).append(result.p50_ms)
+    """calls/s and p50 of each target with `clients` connections calling in a loop: `seconds`
+    in all, in SLICES slices taken in turn; the first calls of each slice are warm-up."""
+    calls = [0] * len(targets)
+    spent = [0.0] * len(targets)
+    latencies: list[list[float]] = [[] for _ in targets]
+    async with contextlib.AsyncExitStack() as stack:
+        pools = [await stack.enter_async_context(raw_clients(target, clients)) for target in targets]
+        for _ in range(SLICES):
+            for index, (target, pool) in enumerate(zip(targets, pools, strict=True)):
+                result = await throughput([_caller(c, target) for c in pool], seconds / SLICES, warmup_s=0.2)
+                calls[index] += result.calls
+                spent[index] += result.seconds
+                latencies[index].append(result.p50_ms)
+    for index, figure in enumerate(figures):
+        figure.per_second.setdefault(clients, []).append(calls[index] / spent[index])
+        # The slices are of equal length: the p50 of the figure is the median of theirs.
+        figure.p50_n.setdefault(clients, []).append(statistics.median(latencies[index]))
 
 
 def _rg_direct_command(repo: Path, tree: Path, max_matches: int) -> list[str]:

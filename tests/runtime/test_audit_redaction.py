@@ -28,6 +28,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from herdr_mcp.runtime import redaction
 from herdr_mcp.runtime.audit import AuditLog, KnownSecrets, describe_call, read_records, recorded_command
 from herdr_mcp.runtime.shell_words import CLOSE, HEREDOC, OPEN, WORD, scan
 from herdr_mcp.sim import SimConfig, SimulatorThread
@@ -199,6 +200,60 @@ def test_a_changed_token_file_is_read_again(tmp_path: Path) -> None:
     while BEARER not in known.values():
         assert time.monotonic() < deadline, "the new token file was never read"
         time.sleep(0.05)  # polling the recheck interval (KnownSecrets.RECHECK_S), the subject
+
+
+#: One token of each shape `_KNOWN_TOKENS` knows, in its order (fake values).
+TOKEN_SHAPES = [
+    "ghp_" + "a1" * 12,
+    "github_pat_" + "B2_" * 8,
+    "glpat-" + "c3-" * 8,
+    "xoxb-" + "4d" * 6,
+    "sk-" + "e5_" * 8,
+    "AKIA" + "F6G7" * 4,
+    "AIza" + "h8" * 17 + "h",
+    "npm_" + "i9" * 18,
+    "pypi-" + "j0" * 26,
+    "rk_live_" + "k1" * 8,
+    "eyJ" + "l2m3n" + ".o4p5q" + ".r6s7t",
+]
+
+
+def _alternatives(pattern: str) -> list[str]:
+    """The alternatives of the one `(?:...)` group a pattern ends with (after its lookbehind)."""
+    body = pattern[pattern.index("(?:", pattern.index(")")) + 3 : -1]
+    parts, depth, start, index = [], 0, 0, 0
+    while index < len(body):
+        char = body[index]
+        if char == "\\":
+            index += 1
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif char == "|" and depth == 0:
+            parts.append(body[start:index])
+            start = index + 1
+        index += 1
+    return [*parts, body[start:]]
+
+
+def test_the_token_scan_is_left_out_only_where_no_shape_can_match() -> None:
+    # `_known_edits` runs `_KNOWN_TOKENS` only on text holding one of `_TOKEN_ANCHORS` (issue 24:
+    # the scan was most of a path's redaction): every alternative holds one literally.
+    assert len(_alternatives(redaction._KNOWN_TOKENS.pattern)) == len(TOKEN_SHAPES)
+    for token in TOKEN_SHAPES:
+        assert redaction.redact_known(f"/repo/{token}/x") == f"/repo/{redaction.REDACTED}/x", token
+        assert any(anchor in token for anchor in redaction._TOKEN_ANCHORS), token
+    assert redaction.redact_known("ASIA" + "Z" * 16) == redaction.REDACTED
+    assert redaction.redact_known("sk_test_" + "q" * 16) == redaction.REDACTED
+    assert redaction.redact_known("/home/user/project/src/main.py") == "/home/user/project/src/main.py"
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet="ghitpsk_-AKIAzSxoylnJe.0123456789/", max_size=80))
+def test_text_without_an_anchor_has_no_token(text: str) -> None:
+    if not any(anchor in text for anchor in redaction._TOKEN_ANCHORS):
+        assert redaction._KNOWN_TOKENS.search(text) is None
 
 
 # --- nothing that follows is ever hidden -----------------------------------------------------

@@ -10,6 +10,7 @@ import os
 import posixpath
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -34,6 +35,8 @@ from herdr_mcp.runtime.boundary import (
     remove_file,
     root_mutations,
 )
+from herdr_mcp.runtime.boundary.paths import directory_prefixes
+from herdr_mcp.text import parse_name
 from tests.support.git_trees import git, make_repo, snapshot
 
 # --- Secret rules -------------------------------------------------------------------------------
@@ -373,6 +376,112 @@ def test_resolved_paths_never_leave_their_root(
     if not set(segments) & set(_SYMLINKS):
         assert resolved.path == lexical
         assert not resolved.symlinked
+
+
+def _reference_resolve(roots: RootSet, path: str, *, for_write: bool) -> tuple[Any, ...]:
+    """RootSet.resolve as it was written with pathlib before issue 24 (the oracle of the text
+    version): what it answers, as a tuple, or the refusal's code and message."""
+    try:
+        path = parse_name(path)
+        if not path or "\0" in path:
+            raise ToolError("path_invalid", "The path is empty or contains a NUL byte; pass a real path.")
+        if path.startswith("/"):
+            lexical = normalize_lexical(path, base=None)
+            prefixes = directory_prefixes(path, base=None)
+            base = None
+        else:
+            base = roots._default_root()
+            lexical = normalize_lexical(path, base=base.path)
+            prefixes = directory_prefixes(path, base=base.path)
+        containing = [root for root in roots.roots if is_within(lexical, root.path)]
+        if base is not None:
+            containing = [root for root in containing if is_within(root.path, base.path)]
+        if not containing:
+            where = f"root {base.path}" if base is not None else "any root from herdr_inspect"
+            raise ToolError(
+                "path_outside_root", f"{path} is outside {where}; use a path inside a root.", path=path
+            )
+        owner = max(containing, key=lambda root: len(root.path.parts))
+        if os.path.lexists(lexical):
+            real, missing = Path(os.path.realpath(lexical)), 0
+        else:
+            names: list[str] = []
+            ancestor = lexical
+            while not os.path.lexists(ancestor):
+                if ancestor == owner.path or ancestor == ancestor.parent:
+                    raise ToolError(
+                        "not_found", f"The root {owner.path} no longer exists; call herdr_inspect again."
+                    )
+                names.insert(0, ancestor.name)
+                ancestor = ancestor.parent
+            real_ancestor = Path(os.path.realpath(ancestor))
+            if not os.path.isdir(real_ancestor):
+                raise ToolError(
+                    "not_a_directory",
+                    f"{path}: {ancestor} exists but is not a directory; check the path.",
+                    path=path,
+                )
+            real, missing = real_ancestor.joinpath(*names), len(names)
+        if not is_within(real, owner.path):
+            raise ToolError(
+                "path_outside_root",
+                f"{path} leads outside its root {owner.path} through a symlink; use a path inside the root.",
+                path=path,
+            )
+        for prefix in prefixes:
+            inside = is_within(prefix, owner.path) and is_within(Path(os.path.realpath(prefix)), owner.path)
+            if inside and os.path.lexists(prefix) and not os.path.isdir(prefix):
+                shown = "." if prefix == owner.path else prefix.relative_to(owner.path).as_posix()
+                raise ToolError(
+                    "not_a_directory",
+                    f"{path}: {shown} is not a directory, yet the path "
+                    "uses it as one; name the file without a trailing '/', '/.' or '/..'.",
+                    path=path,
+                )
+        exists = missing == 0 and os.path.exists(real)
+        if not exists and not for_write:
+            raise ToolError(
+                "not_found", f"{path} does not exist; check the path with herdr_fs_list.", path=path
+            )
+        relative = "." if real == owner.path else real.relative_to(owner.path).as_posix()
+        return (owner, real, relative, lexical, real != lexical, exists, max(missing - 1, 0))
+    except ToolError as exc:
+        return (exc.code, exc.message)
+
+
+@settings(max_examples=600, deadline=None)
+@given(segments=st.lists(_SEGMENT, max_size=7), anchor=st.sampled_from(["relative", "root", "base"]))
+def test_resolution_on_text_answers_as_the_pathlib_one_did(
+    maze: tuple[RootSet, Path], segments: list[str], anchor: str
+) -> None:
+    roots, root = maze
+    tail = "/".join(segments)
+    path = {"relative": tail, "root": f"{root}/{tail}", "base": f"{root.parent}/{tail}"}[anchor]
+    for write in (False, True):
+        expected = _reference_resolve(roots, path, for_write=write)
+        refusal: tuple[str, str] | None = None
+        try:
+            got = roots.resolve(path, for_write=write)
+        except ToolError as exc:
+            refusal = (exc.code, exc.message)
+        if refusal is not None:
+            assert refusal == expected, path
+            continue
+        if not write:
+            answer = (
+                got.root,
+                got.path,
+                got.relative,
+                got.lexical,
+                got.symlinked,
+                got.exists,
+                got.missing_parents,
+            )
+            assert answer == expected, path
+        # The lstat the resolver keeps is the target's own, taken when no symlink was on the way.
+        if got.status is not None:
+            assert not got.symlinked
+            assert got.status.st_ino == os.lstat(got.path).st_ino
 
 
 # --- Gates --------------------------------------------------------------------------------------

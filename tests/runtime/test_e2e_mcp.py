@@ -16,8 +16,14 @@ from typing import Any
 
 import httpx2
 import pytest
+from mcp_types import CallToolResult
+from mcp_types.methods import serialize_server_result
+from mcp_types.version import SUPPORTED_PROTOCOL_VERSIONS
 
 from herdr_mcp.contract import contract_identity, identity_of
+from herdr_mcp.errors import ToolError
+from herdr_mcp.runtime import dispatcher
+from herdr_mcp.runtime.tools.fs.image import ImageResult
 from herdr_mcp.sim import SimConfig, SimulatorThread
 from tests.support.runtime_harness import (
     RunningRuntime,
@@ -310,3 +316,23 @@ def test_exec_timeout_becomes_a_readable_background_session(
     assert final["exit_code"] == 0
     assert final["stdout"]["text"] == "early\n"
     assert final["stderr"]["text"] == "late\n"
+
+
+@pytest.mark.parametrize("version", sorted(SUPPORTED_PROTOCOL_VERSIONS))
+def test_the_dispatchers_answer_goes_out_as_a_validated_call_tool_result_did(version: str) -> None:
+    """runtime/server.py hands the dispatcher's plain answer to the SDK's runner, which validates
+    a handler's dict into the version's CallToolResult (issue 24: a model built first was
+    validated, dumped and validated again). Every kind of answer goes out as the model's did."""
+    answers = [
+        dispatcher._ok_result({"path": "a\udcff.txt", "entries": [{"size": 1, "type": "file"}], "n": None}),
+        dispatcher._ok_result({"text": "ascii", "nested": {"list": [1, 2.5, True]}}),
+        dispatcher._ok_result(ImageResult(b"\x89PNG....", "image/png", {"width": 1, "height": 1})),
+        dispatcher._error_result(ToolError("not_found", "a.txt does not exist", path="a.txt")),
+    ]
+    for answer in answers:
+        as_model = CallToolResult.model_validate(answer).model_dump(
+            by_alias=True, mode="json", exclude_none=True
+        )
+        assert serialize_server_result("tools/call", version, answer) == serialize_server_result(
+            "tools/call", version, as_model
+        )

@@ -7,6 +7,7 @@ symlinks, real FIFOs, /dev/zero and /dev/null, a real 2 GiB sparse file.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import resource
@@ -22,10 +23,10 @@ from typing import Any, TypeVar
 import pytest
 
 from herdr_mcp.errors import ToolError
-from herdr_mcp.runtime.boundary import Policy, RootCandidate, RootSet
+from herdr_mcp.runtime.boundary import Offload, Policy, Root, RootCandidate, RootSet, SmallWork
 from herdr_mcp.runtime.grep.query import GREP_LINE_MAX_BYTES, GrepEngine, glob_match
 from herdr_mcp.runtime.tools.arguments import catalog_arguments, prepared
-from herdr_mcp.runtime.tools.fs import access, editing, image, patching, reading
+from herdr_mcp.runtime.tools.fs import access, editing, image, patching, placement, reading
 from tests.support.git_trees import git, make_repo, snapshot
 
 Result = TypeVar("Result")
@@ -1053,3 +1054,107 @@ def test_patch_on_a_dirty_file_needs_confirmation(world: World) -> None:
     assert caught.value.code == "dirty_file_unconfirmed"
     fs_patch(world.roots, world.policy, {**args, "confirm_dirty": True})
     assert (world.repo / "dirty.txt").read_text() == "confirmed\n"
+
+
+# --- Where a read runs: on the event loop when small and on a local disk (tools/fs/placement) --
+
+MOUNTINFO = (
+    "27 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n"
+    "22 27 0:21 / /proc rw,relatime - proc proc rw\n"
+    "36 35 98:0 /mnt1 /mnt/parent rw,noatime master:1 - ext3 /dev/root rw,errors=continue\n"
+    "40 27 0:50 / /home/u/my\\040repo rw shared:7 - nfs4 server:/x rw\n"
+    "not a mountinfo line\n"
+)
+
+
+def test_the_mount_table_is_read_with_its_escapes() -> None:
+    assert placement.read_mounts(MOUNTINFO) == [
+        ("/", "ext4"),
+        ("/proc", "proc"),
+        ("/mnt/parent", "ext3"),
+        ("/home/u/my repo", "nfs4"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("mounts", "local"),
+    [
+        ([("/", "ext4")], True),
+        ([("/", "ext4"), ("/work/repo/cache", "tmpfs")], True),
+        ([("/", "nfs"), ("/work", "xfs")], True),  # the root is on the deepest mount holding it
+        ([("/", "ext4"), ("/work/repo2", "nfs")], True),  # a sibling, not inside
+        ([("/", "ext4"), ("/work/repo/vendor", "nfs")], False),  # something else mounted inside
+        ([("/", "ext4"), ("/work", "fuse.sshfs")], False),
+        ([("/", "ext4"), ("/work", "zfs")], False),  # a directory's size there counts entries
+        ([("/", "ext4"), ("/work", "ext4"), ("/work", "nfs")], False),  # the later mount covers it
+        ([], False),
+    ],
+)
+def test_roots_are_local_only_on_local_disk_filesystems(mounts: list[tuple[str, str]], local: bool) -> None:
+    roots = RootSet((Root(Path("/work/repo"), "managed"), Root(Path("/srv/ops"), "operational")))
+    assert placement.roots_on_local_disks(roots, [*mounts, ("/srv", "ext4")] if mounts else []) is local
+
+
+def test_the_verdict_is_kept_for_a_root_set_and_read_again_later(tmp_path: Path) -> None:
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text("1 0 1:1 / / rw - ext4 /dev/x rw\n")
+    now = [0.0]
+    where = placement.Placement(mountinfo, clock=lambda: now[0])
+    roots = RootSet((Root(Path("/work/repo"), "managed"),))
+    assert where.local(roots)
+    mountinfo.write_text("1 0 1:1 / / rw - nfs server:/ rw\n")
+    assert where.local(roots)  # the same roots, within MOUNTS_RECHECK_S
+    assert not where.local(RootSet((Root(Path("/work/repo"), "managed"),)))  # another root set
+    mountinfo.write_text("1 0 1:1 / / rw - xfs /dev/x rw\n")
+    now[0] += placement.MOUNTS_RECHECK_S
+    assert where.local(roots)
+    mountinfo.unlink()
+    now[0] += placement.MOUNTS_RECHECK_S
+    assert not where.local(roots)  # no mount table (macOS): every read in a worker thread
+
+
+def test_small_work_refuses_larger_files_and_directories_before_opening_them(
+    listing: tuple[RootSet, Path],
+) -> None:
+    roots, root = listing
+    (root / "big.txt").write_text("y\n" * 600)
+    with SmallWork(1000, 1 << 20):
+        assert _read(roots, "a.py")["content"] == "x"
+        with pytest.raises(Offload):
+            _read(roots, "big.txt")
+        assert _list(roots)["entries"]
+    with SmallWork(1 << 20, 0), pytest.raises(Offload):
+        _list(roots)
+    # Outside the block nothing is bounded.
+    assert _read(roots, "big.txt")["total_lines"] == 600
+
+
+def test_small_reads_run_on_the_event_loop_and_larger_ones_in_a_thread(
+    text_root: tuple[RootSet, Path],
+) -> None:
+    roots, root = text_root
+    (root / "small.txt").write_text("s\n" * 100)
+    (root / "large.txt").write_text("l\n" * (placement.INLINE_READ_MAX_BYTES // 2 + 1))
+    threads: list[int] = []
+
+    def traced(roots: RootSet, policy: Policy, args: dict[str, Any]) -> dict[str, Any]:
+        threads.append(threading.get_ident())
+        return fs_read(roots, policy, args)
+
+    async def read(where: placement.Placement, name: str) -> dict[str, Any]:
+        return await where.run(traced, roots, Policy(), {"path": name})
+
+    loop_thread = threading.get_ident()
+    local = placement.Placement(clock=lambda: 0.0)
+    local._roots, local._checked, local._local = roots, 0.0, True  # as on a local disk
+    assert asyncio.run(read(local, "small.txt")) == _read(roots, "small.txt")
+    assert threads == [loop_thread]
+    threads.clear()
+    # Larger than the bound: refused before it was opened, then read whole in a worker thread.
+    assert asyncio.run(read(local, "large.txt")) == _read(roots, "large.txt")
+    assert threads[0] == loop_thread and len(threads) == 2 and threads[1] != loop_thread
+    threads.clear()
+    remote = placement.Placement(clock=lambda: 0.0)
+    remote._roots, remote._checked, remote._local = roots, 0.0, False  # as on NFS
+    assert asyncio.run(read(remote, "small.txt")) == _read(roots, "small.txt")
+    assert len(threads) == 1 and threads[0] != loop_thread

@@ -15,7 +15,7 @@ from herdr_mcp.state.store import StateStore
 from tests.support.clocks import ManualClock
 from tests.support.runtime_harness import make_repo
 from tests.support.sim_helpers import run, running_sim, short_tmp_dir
-from tests.support.waiting import wait_until_async
+from tests.support.waiting import DEADLINE_S, wait_until_async
 
 
 def _config(tmp: Path) -> tuple[SimConfig, Path, Path, Path]:
@@ -112,6 +112,38 @@ def test_the_view_is_reused_for_its_ttl_on_the_topologys_clock() -> None:
                 degraded = await topology.view()
                 assert degraded.source == "lists"
                 assert degraded.warnings[0]["code"] == "snapshot_failed"
+
+        run(body())
+
+
+def test_a_fresh_view_is_answered_without_waiting_for_the_lock() -> None:
+    """Calls that find the view fresh do not queue on the refresh lock (under load they formed a
+    convoy behind it: issue 24); an expired or invalidated view is still refreshed under it, so
+    no call answers from a view older than the TTL."""
+    with short_tmp_dir() as tmp:
+        config, repo, _, home = _config(tmp)
+
+        async def body() -> None:
+            async with running_sim(tmp, config) as (_, client):
+                clock = ManualClock()
+                topology = Topology(client, home=home, ttl=2.0, clock=clock)
+                first = await topology.roots()
+                async with topology._lock:  # a refresh under way elsewhere
+                    assert await asyncio.wait_for(topology.roots(), DEADLINE_S) is first
+                    clock.advance(2.1)
+                    waiting = asyncio.create_task(topology.roots())
+                    for _ in range(20):
+                        await asyncio.sleep(0)
+                    assert not waiting.done()  # expired: it waits for the lock, then refreshes
+                refreshed = await waiting
+                assert refreshed is not first and refreshed.roots == first.roots
+                topology.invalidate()
+                async with topology._lock:
+                    waiting = asyncio.create_task(topology.roots())
+                    for _ in range(20):
+                        await asyncio.sleep(0)
+                    assert not waiting.done()
+                assert repo in [root.path for root in (await waiting).roots]
 
         run(body())
 

@@ -87,6 +87,7 @@ def build_app(services: Services, token: str, dispatcher: ToolDispatcher | None 
         *push_routes(services),
         *browser_routes(services, dispatcher.audit),
     ]
-    app = Starlette(routes=[*routes, *sdk_app.routes], lifespan=lifespan)
+    # /mcp first: it is matched on every tool call, the other routes' paths never overlap it.
+    app = Starlette(routes=[*sdk_app.routes, *routes], lifespan=lifespan)
     # The bearer first: nothing of an unauthenticated body is read.
     return BearerGate(BoundedMcpBody(app), token, protected_prefixes=("/mcp", "/push", "/browser"))

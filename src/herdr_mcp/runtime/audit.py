@@ -150,7 +150,8 @@ def describe_call(
 
 def format_time(moment: dt.datetime) -> str:
     """UTC, ISO 8601, milliseconds, `Z`: `2026-12-01T09:30:00.123Z`."""
-    return moment.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    utc = moment if moment.tzinfo is dt.UTC else moment.astimezone(dt.UTC)
+    return utc.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def arguments_digest(arguments: Mapping[str, Any]) -> str | None:
@@ -336,6 +337,7 @@ class AuditLog:
         #: Where our last write to `_fd` ended: while the file's size is still that, its last
         #: byte is our record's newline (-1: not known).
         self._end = -1
+        self._held: tuple[int, int] | None = None
         self._lock_fd: int | None = None
         self._spelled_for: tuple[str, ...] | None = None
         self._spelled: tuple[str, ...] = ()
@@ -485,14 +487,17 @@ class AuditLog:
                 on_disk = os.stat(self.path, follow_symlinks=False)
             except FileNotFoundError:
                 on_disk = None
-            held = os.fstat(self._fd)
-            if on_disk is not None and (on_disk.st_dev, on_disk.st_ino) == (held.st_dev, held.st_ino):
-                return self._fd, held.st_size
+            # The path still names the file we hold (an fd's device and inode never change, so
+            # they are kept from its open): then the path's size is that file's.
+            if on_disk is not None and (on_disk.st_dev, on_disk.st_ino) == self._held:
+                return self._fd, on_disk.st_size
             # Rotated away by another process, which synced it before renaming it.
             self._forget_current()
         self._fd = _open_private(self.path, os.O_RDWR | os.O_APPEND)
         _fsync_directory(self.directory)
-        return self._fd, os.fstat(self._fd).st_size
+        held = os.fstat(self._fd)
+        self._held = (held.st_dev, held.st_ino)
+        return self._fd, held.st_size
 
     def _forget_current(self) -> None:
         self._end = -1

@@ -66,6 +66,12 @@ _KNOWN_TOKENS = re.compile(
     r"|AIza[0-9A-Za-z_-]{35}|npm_[A-Za-z0-9]{36}|pypi-[A-Za-z0-9_-]{50,}|[rs]k_(?:live|test)_[A-Za-z0-9]{16,}"
     r"|eyJ[A-Za-z0-9_-]{5,4096}\.[A-Za-z0-9_-]{5,4096}\.[A-Za-z0-9_-]{5,4096})"
 )
+#: A literal part of each alternative of `_KNOWN_TOKENS` (`gh[pousr]_` holds `gh`, `[rs]k_live_`
+#: `k_live_`, ...); tests/runtime/test_audit_redaction.py checks every alternative holds one.
+_TOKEN_ANCHORS = (
+    "gh", "github_pat_", "glpat-", "xox", "sk-", "AKIA", "ASIA", "AIza", "npm_", "pypi-", "k_live_",
+    "k_test_", "eyJ",
+)  # fmt: skip
 # Inside one word (group 1 is kept, the rest of the match is the value).
 _AUTH_HEADER = re.compile(
     r"(?i)(?<![\w-])((?:proxy-)?authorization[ \t]*:[ \t]*(?:(?:bearer|basic|token|digest)[ \t]+)?)[^\s'\"]+"
@@ -188,8 +194,11 @@ def _known_edits(text: str, known: Sequence[str]) -> Iterable[Edit]:
         while at >= 0:
             yield at, at + len(secret), REDACTED
             at = text.find(secret, at + len(secret))
-    for match in _KNOWN_TOKENS.finditer(text):
-        yield match.start(), match.end(), REDACTED
+    # Every shape `_KNOWN_TOKENS` knows holds one of these literally: text with none of them
+    # (most paths and identifiers) has no match, and the scan is left out.
+    if any(anchor in text for anchor in _TOKEN_ANCHORS):
+        for match in _KNOWN_TOKENS.finditer(text):
+            yield match.start(), match.end(), REDACTED
 
 
 def _in_word(text: str, start: int, end: int) -> list[Edit]:

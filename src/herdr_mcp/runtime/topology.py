@@ -107,6 +107,13 @@ class Topology:
         return roots
 
     async def _current(self) -> tuple[SessionView, RootSet]:
+        # A fresh view is answered without the lock: under load, taking it for every call made
+        # a convoy (each release wakes one waiter a loop iteration later, and a caller that
+        # finds waiters queues behind them), so after one refresh every fs call waited for the
+        # ones before it: herdr_fs_read at 32 clients spent a median 26 ms here (issue 24).
+        view, roots = self._view, self._roots
+        if view is not None and roots is not None and self._clock() - self._fetched_at < self._ttl:
+            return view, roots
         async with self._lock:
             fresh = self._clock() - self._fetched_at < self._ttl
             if self._view is not None and self._roots is not None and fresh:

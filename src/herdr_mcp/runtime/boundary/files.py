@@ -25,6 +25,7 @@ from herdr_mcp.runtime.boundary.secrets import is_secret_entry, secret_entries
 __all__ = [
     "EntryKind",
     "Offload",
+    "SmallWork",
     "Visit",
     "WalkEntry",
     "WalkLevel",
@@ -33,7 +34,6 @@ __all__ = [
     "open_file_in",
     "open_regular",
     "refuse_non_regular",
-    "small_work",
     "utf8_boundary",
     "walk",
     "walk_listing",
@@ -59,35 +59,46 @@ def refuse_non_regular(st: os.stat_result, shown: str) -> None:
 
 
 class Offload(Exception):
-    """Raised by `open_regular` or `open_directory` inside `small_work` when the file or the
+    """Raised by `open_regular` or `open_directory` inside `SmallWork` when the file or the
     directory is larger than its bound, before it is opened: the caller runs the whole call
     again in a worker thread (`runtime.tools.fs.placement`)."""
 
 
-#: (largest file, largest directory) in `st_size` bytes, while `small_work` holds.
+#: (largest file, largest directory) in `st_size` bytes, while `SmallWork` holds.
 _SMALL_WORK: ContextVar[tuple[int, int] | None] = ContextVar("small_work", default=None)
 
 
-@contextmanager
-def small_work(file_bytes: int, directory_bytes: int) -> Iterator[None]:
+class SmallWork:
     """Within this block (one call run on the event loop), `open_regular` refuses a file larger
     than `file_bytes` and `open_directory` a directory larger than `directory_bytes` with
-    `Offload`. Outside it (and in a worker thread started outside it) neither is bounded."""
-    token = _SMALL_WORK.set((file_bytes, directory_bytes))
-    try:
-        yield
-    finally:
-        _SMALL_WORK.reset(token)
+    `Offload`. Outside it (and in a worker thread started outside it) neither is bounded. (A
+    class, not a generator: it wraps every small fs call.)"""
+
+    __slots__ = ("_bounds", "_token")
+
+    def __init__(self, file_bytes: int, directory_bytes: int) -> None:
+        self._bounds = (file_bytes, directory_bytes)
+
+    def __enter__(self) -> None:
+        self._token = _SMALL_WORK.set(self._bounds)
+
+    def __exit__(self, *exc_info: object) -> None:
+        _SMALL_WORK.reset(self._token)
 
 
 @contextmanager
-def open_regular(target: ResolvedPath) -> Iterator[tuple[int, os.stat_result]]:
-    """Open a regular file for reading: type checked by lstat before opening, by fstat after."""
+def open_regular(
+    target: ResolvedPath, before: os.stat_result | None = None
+) -> Iterator[tuple[int, os.stat_result]]:
+    """Open a regular file for reading: type checked by lstat before opening, by fstat after.
+    `before` is that lstat when the caller has it from just before (`target.status` right after
+    `resolve`), else it is taken here."""
     shown = target.lexical_relative
-    try:
-        before = os.lstat(target.path)
-    except OSError as exc:
-        raise open_error(exc, shown) from exc
+    if before is None:
+        try:
+            before = os.lstat(target.path)
+        except OSError as exc:
+            raise open_error(exc, shown) from exc
     refuse_non_regular(before, shown)
     bounds = _SMALL_WORK.get()
     if bounds is not None and before.st_size > bounds[0]:

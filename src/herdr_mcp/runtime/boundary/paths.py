@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
@@ -65,6 +65,9 @@ class ResolvedPath:
     exists: bool
     missing_parents: int = 0
     names_directory: bool = False
+    #: The lstat of `path` as the resolver saw it (None when it was not taken alone: through a
+    #: symlink, or missing); `open_regular(target, target.status)` takes it as its lstat.
+    status: os.stat_result | None = field(default=None, compare=False, repr=False)
 
     @property
     def lexical_relative(self) -> str:

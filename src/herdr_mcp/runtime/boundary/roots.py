@@ -181,6 +181,7 @@ class RootSet:
         owner = self._owner(lexical, path, base)
         owner_path = str(owner.path)
         real, missing, found = _realpath(lexical, owner_path, path)
+        status = found if isinstance(found, os.stat_result) else None
         if not within(real, owner_path):
             raise ToolError(
                 "path_outside_root",
@@ -190,7 +191,7 @@ class RootSet:
         _refuse_files_used_as_directories(prefixes, owner_path, path)
         if for_write:
             check_lengths(Path(real), owner.path, path)
-        exists = missing == 0 and (found or os.path.exists(real))
+        exists = missing == 0 and (found is not False or os.path.exists(real))
         if not exists and not for_write:
             raise ToolError(
                 "not_found", f"{path} does not exist; check the path with herdr_fs_list.", path=path
@@ -205,6 +206,7 @@ class RootSet:
             exists=exists,
             missing_parents=max(missing - 1, 0),
             names_directory=names_directory(path),
+            status=status,
         )
 
     def _default_root(self) -> Root:
@@ -268,12 +270,33 @@ def _refuse_files_used_as_directories(prefixes: list[str], owner: str, shown: st
             )
 
 
-def _realpath(lexical: str, owner: str, shown: str) -> tuple[str, int, bool]:
+def _plain(lexical: str) -> os.stat_result | None:
+    """The lstat of `lexical` (normalized, absolute) when every component exists and none is a
+    symlink: then it is its own realpath, found with the lstat per component realpath makes, and
+    its lstat is known. None otherwise (realpath decides)."""
+    try:
+        end = 0
+        while True:
+            end = lexical.find("/", end + 1)
+            info = os.lstat(lexical if end < 0 else lexical[:end])
+            if stat.S_ISLNK(info.st_mode):
+                return None
+            if end < 0:
+                return info
+    except OSError:
+        return None
+
+
+def _realpath(lexical: str, owner: str, shown: str) -> tuple[str, int, os.stat_result | bool]:
     """Realpath of `lexical`, or of its deepest existing ancestor plus the missing components.
 
-    Returns (path, number of missing components, whether the path was seen to exist). Never
+    Returns (path, number of missing components, and whether the path was seen to exist: its
+    lstat when no symlink was on the way, True when found through one, else False). Never
     follows a symlink out of the check: the caller compares the result against the owner root.
     """
+    status = _plain(lexical)
+    if status is not None:
+        return lexical, 0, status
     try:
         # Where every component exists (and no symlink loops) the strict realpath is the same
         # path, found with one lstat per component and no more.

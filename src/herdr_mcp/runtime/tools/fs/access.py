@@ -18,7 +18,8 @@ EDIT_MAX_BYTES = 8 << 20
 
 def refuse_secret(target: ResolvedPath) -> None:
     """Refuse (`secret_path`) a target whose lexical or resolved path looks like a secret."""
-    for shown in (target.lexical_relative, target.relative):
+    lexical = target.lexical_relative
+    for shown in (lexical,) if lexical == target.relative else (lexical, target.relative):
         if is_secret_path(shown):
             raise ToolError(
                 "secret_path", f"{shown} looks like a secret; fs tools never touch it.", path=shown

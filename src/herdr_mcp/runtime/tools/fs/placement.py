@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from herdr_mcp.runtime.boundary import Offload, Policy, RootSet, small_work
+from herdr_mcp.runtime.boundary import Offload, Policy, RootSet, SmallWork
 from herdr_mcp.runtime.boundary.paths import within
 
 #: Local disk filesystems whose directory size (`st_size`) grows with its entries' bytes.
@@ -116,12 +116,12 @@ class Placement:
         policy: Policy,
         args: dict[str, Any],
     ) -> dict[str, Any]:
-        """`function(roots, policy, args)` on the event loop within `small_work`'s bounds when
+        """`function(roots, policy, args)` on the event loop within `SmallWork`'s bounds when
         the roots are local (`local`), else (or when it meets a larger file or directory:
         `Offload`, raised before that is opened) in a worker thread."""
         if self.local(roots):
             try:
-                with small_work(INLINE_READ_MAX_BYTES, INLINE_DIRECTORY_MAX_BYTES):
+                with SmallWork(INLINE_READ_MAX_BYTES, INLINE_DIRECTORY_MAX_BYTES):
                     return function(roots, policy, args)
             except Offload:
                 pass  # larger than the bounds: the whole call again, in a worker thread

@@ -39,9 +39,9 @@ class _Scanner:
     """Reads a file once, front to back, in chunks: counts newlines and validates UTF-8.
 
     `size` is the file's size when opened: the first read asks for that much and one byte more,
-    so a small file costs one read and one read at its end, without a READ_CHUNK_BYTES buffer
-    each (`os.read` allocates what it is asked for). A file that grew meanwhile is read on in
-    READ_CHUNK_BYTES chunks."""
+    so a small file costs one read, without a READ_CHUNK_BYTES buffer (`os.read` allocates what
+    it is asked for); coming back short at that size, it is the whole file. A file that grew
+    meanwhile is read on in READ_CHUNK_BYTES chunks."""
 
     def __init__(self, fd: int, shown: str, size: int = READ_CHUNK_BYTES) -> None:
         self.fd = fd
@@ -51,14 +51,21 @@ class _Scanner:
         self.eof = False
         self.ends_with_newline = True
         self._decoder = codecs.getincrementaldecoder("utf-8")("strict")
+        self._size = size
         self._request = max(1, min(READ_CHUNK_BYTES, size + 1))
+        self._ended = False
 
     def read(self) -> bytes:
-        request = self._request
-        chunk = os.read(self.fd, request)
-        # A short read of a regular file is its end as it stands: the next read only confirms
-        # that (or finds what was appended since, then in whole chunks).
-        self._request = READ_CHUNK_BYTES if len(chunk) == request else 1
+        if self._ended:
+            chunk = b""
+        else:
+            request = self._request
+            chunk = os.read(self.fd, request)
+            # A read of a regular file comes back short only at its end: one that also reached
+            # the size the file had when opened ends the file as read (no read to confirm it);
+            # a short read before that size (some FUSE filesystems) is read on from.
+            self._ended = len(chunk) < request and self.offset + len(chunk) >= self._size
+            self._request = READ_CHUNK_BYTES
         pending = len(self._decoder.getstate()[0])
         try:
             self._decoder.decode(chunk, final=not chunk)
@@ -154,7 +161,7 @@ def fs_read(roots: RootSet, policy: Policy, args: Mapping[str, Any]) -> dict[str
     target = roots.resolve(args["path"], for_write=False)
     refuse_secret(target)
     shown = target.lexical_relative
-    with open_regular(target) as (fd, st):
+    with open_regular(target, target.status) as (fd, st):
         scanner = _Scanner(fd, shown, st.st_size)
         buf, skipped = _skip_lines(scanner, start_line - 1, start_line)
         if skipped < start_line - 1 or (not buf and scanner.eof):
