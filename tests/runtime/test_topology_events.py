@@ -133,7 +133,7 @@ def test_a_fresh_view_is_answered_without_waiting_for_the_lock() -> None:
                     clock.advance(2.1)
                     waiting = asyncio.create_task(topology.roots())
                     for _ in range(20):
-                        await asyncio.sleep(0)
+                        await asyncio.sleep(0)  # the subject: loop turns a lock-free answer would finish in
                     assert not waiting.done()  # expired: it waits for the lock, then refreshes
                 refreshed = await waiting
                 assert refreshed is not first and refreshed.roots == first.roots
@@ -141,7 +141,7 @@ def test_a_fresh_view_is_answered_without_waiting_for_the_lock() -> None:
                 async with topology._lock:
                     waiting = asyncio.create_task(topology.roots())
                     for _ in range(20):
-                        await asyncio.sleep(0)
+                        await asyncio.sleep(0)  # the subject: loop turns a lock-free answer would finish in
                     assert not waiting.done()
                 assert repo in [root.path for root in (await waiting).roots]
 
