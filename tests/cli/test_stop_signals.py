@@ -284,6 +284,38 @@ def test_a_signal_taken_by_another_thread_wakes_the_waiting_main_thread() -> Non
         assert time.monotonic() - started < 30
 
 
+_STOP_AT_IMPORT = """
+import os, signal, sys
+from herdr_mcp.loopback import StartStopped, stop_signals
+
+stop = stop_signals()
+with stop.imports_end_the_start():
+    import json  # before the signal: imports as usual
+    os.kill(os.getpid(), signal.SIGTERM)
+    stop.wait(60)
+    try:
+        import wave
+    except StartStopped:
+        print("stopped at import;", "wave" in sys.modules, end="; ")
+    import colorsys  # once only: clean-up on the way out may import
+    print("then imported", flush=True)
+import tomllib  # outside the block a stop changes nothing
+print("outside too", stop.count, flush=True)
+"""
+
+
+def test_a_stop_during_start_up_ends_it_at_the_next_import() -> None:
+    """`serve` spends its start importing (seconds under load): a stop asked for meanwhile raises
+    at the next import instead of waiting for the whole start (loopback.imports_end_the_start)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _STOP_AT_IMPORT], capture_output=True, text=True, timeout=120
+    )
+    assert (done.returncode, done.stdout) == (
+        0,
+        "stopped at import; False; then imported\noutside too 1\n",
+    ), done
+
+
 # -- the points -------------------------------------------------------------------------------
 
 

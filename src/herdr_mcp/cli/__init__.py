@@ -20,7 +20,7 @@ from herdr_mcp.cli.arguments import CommandParser, dir_path, existing_dir, port,
 from herdr_mcp.contract import contract_identity
 from herdr_mcp.errors import UsageFault
 from herdr_mcp.layout import DEFAULT_PORT, Layout
-from herdr_mcp.loopback import full_collections_held, stop_signals
+from herdr_mcp.loopback import StartStopped, full_collections_held, stop_signals
 from herdr_mcp.state import STATE_SCHEMA
 from herdr_mcp.tokens import load_or_create_token
 
@@ -63,9 +63,13 @@ def _cmd_token(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    stop = stop_signals()
     with full_collections_held():  # until the runtime is built and its heap frozen
-        from herdr_mcp.cli.serve import serve
-
+        try:
+            with stop.imports_end_the_start():  # the rest of the start: cli/serve.py
+                from herdr_mcp.cli.serve import serve
+        except StartStopped:
+            return 0
         return serve(args)
 
 

@@ -33,7 +33,7 @@ from starlette.types import ASGIApp
 from herdr_mcp.cli.herdr_selection import herdr_connection
 from herdr_mcp.errors import LocalFault
 from herdr_mcp.layout import GENERATION_TAG_ENV, IPC_SOCKET_ENV, LOOPBACK_HOSTS, Layout
-from herdr_mcp.loopback import StopSignals, bind_loopback, freeze_startup_heap, stop_signals
+from herdr_mcp.loopback import StartStopped, StopSignals, bind_loopback, freeze_startup_heap, stop_signals
 from herdr_mcp.runtime.app import build_app
 from herdr_mcp.runtime.config import RuntimeConfig
 from herdr_mcp.runtime.grep.children import stop_searches
@@ -63,14 +63,27 @@ def serve(args: argparse.Namespace) -> int:
     )
     try:
         return asyncio.run(_serve(args, stop))
+    except StartStopped:  # asked to stop while starting: nothing served, nothing to undo
+        return 0
     finally:
         stop.exiting()
 
 
 async def _serve(args: argparse.Namespace, stop: StopSignals) -> int:
     layout = Layout.of(args.config_dir)
-    config_dir = layout.config_dir
     token = load_or_create_token(layout.token_file)
+    # Until the socket is bound a stop ends the start at the next module import (the simulator's,
+    # the runtime's: they load while it is composed) or at the checks below.
+    starting = contextlib.ExitStack()
+    starting.enter_context(stop.imports_end_the_start())
+    with starting:
+        return await _compose_and_serve(args, stop, layout, token, starting)
+
+
+async def _compose_and_serve(
+    args: argparse.Namespace, stop: StopSignals, layout: Layout, token: str, starting: contextlib.ExitStack
+) -> int:
+    config_dir = layout.config_dir
     async with herdr_connection(args) as (herdr_socket, herdr_source):
         if stop.is_set():  # asked to stop while starting: leave before serving anything
             return 0
@@ -86,7 +99,8 @@ async def _serve(args: argparse.Namespace, stop: StopSignals) -> int:
         )
         services = Services.create(config)
         app = build_app(services, token)
-        if stop.is_set():  # the runtime's modules load while it is composed: a stop then ends here
+        starting.close()  # from here a stop lets calls in flight finish, whatever they import
+        if stop.is_set():
             services.state.close()
             return 0
         sock = _bind(config.host, config.port)
