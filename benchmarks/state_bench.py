@@ -89,17 +89,21 @@ async def inbox_latency(runtime: RunningRuntime, herdr_socket: Path, pane: str, 
         watcher = asyncio.create_task(watch())
         try:
             for _ in range(prompts):
+                # This prompt's settle is the first one after it: the row can be committed before
+                # the subscriber here has taken the event in (figures near zero), so pairing the
+                # row with the latest settle seen paired it with the previous prompt's under load.
+                before = len(settles)
                 answer = await runtime.call("herdr_prompt", {"target": "repo-agent", "text": "go"})
                 row = None
                 deadline = time.monotonic() + 10
-                while row is None and time.monotonic() < deadline:
+                while (row is None or len(settles) <= before) and time.monotonic() < deadline:
                     row = database.execute(
                         "SELECT created_at FROM inbox WHERE task_id = ?", (answer["task_id"],)
                     ).fetchone()
                     await asyncio.sleep(0.002)  # polls the row the runtime commits (see the docstring)
-                if row is None or not settles:
+                if row is None or len(settles) <= before:
                     raise RuntimeError("no inbox row or no settle event within 10 s")
-                latencies.append(row[0] - settles[-1])
+                latencies.append(row[0] - settles[before])
         finally:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
