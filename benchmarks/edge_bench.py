@@ -39,6 +39,13 @@ all alike:
    before the raw client: the SDK's own cost is in both sides, but not alike (its Edge session
    answers differ from its runtime session's).
 
+Then, once, the CPU time each process on the path spends per call (utime + stime of all its
+threads, /proc/<pid>/task/*/stat, over `--calls` calls of one kind in a row): the Worker's workerd
+(the Worker and its Durable Objects), wrangler's proxy workerd, the link and runtime A, for GET
+/health, ping and tools/call at the Worker's socket, tools/call under wrangler dev, and the call
+sent to runtime A directly: where the work is, process by process (time spent waiting for a
+core is not in it, but on a loaded machine the CPU time of a call grows too).
+
 Then 200 tools/calls sent at once through the Edge under `wrangler dev` (200 raw connections, one
 POST each); an error is a refused connection, a non-200 answer, a JSON-RPC error or a result with
 isError. Target: zero.
@@ -110,13 +117,27 @@ def _cli(*argv: str) -> dict[str, Any]:
     return answer
 
 
-def workerd_entry(edge: Edge) -> str:
-    """The base URL of the Worker's own socket in `edge`'s `wrangler dev` (module docstring): a
-    listening socket of a workerd in wrangler's process group, other than the public port, whose
-    GET /health answers as the Edge's. Raises RuntimeError when there is none (another wrangler
-    layout than 4.86.0's)."""
+@dataclass(frozen=True)
+class Workerd:
+    """The two workerd processes of `wrangler dev` and the Worker's own socket."""
+
+    #: The base URL of the Worker's own socket.
+    base: str
+    #: The workerd running the Worker (and its Durable Objects, KV).
+    worker_pid: int
+    #: wrangler's proxy worker, on the public port.
+    proxy_pid: int | None
+
+
+def workerd_entry(edge: Edge) -> Workerd:
+    """The Worker's own socket in `edge`'s `wrangler dev` (module docstring): a listening socket
+    of a workerd in wrangler's process group, other than the public port, whose GET /health
+    answers as the Edge's. Raises RuntimeError when there is none (another wrangler layout than
+    4.86.0's)."""
     public = int(edge.base.rsplit(":", 1)[1])
     expected = edge.get("/health").json()
+    found: tuple[str, int] | None = None
+    proxy: int | None = None
     for process in Path("/proc").glob("[0-9]*"):
         try:
             argv = (process / "cmdline").read_bytes().split(b"\0")
@@ -126,11 +147,30 @@ def workerd_entry(edge: Edge) -> str:
         process_group = int(stat[stat.rfind(")") + 2 :].split()[2])
         if process_group != edge.process_group or not argv[0].endswith(b"/workerd"):
             continue
-        for port in _listening_ports(process):
+        ports = _listening_ports(process)
+        if public in ports:
+            proxy = int(process.name)
+        for port in ports:
             base = f"http://127.0.0.1:{port}"
-            if port != public and _answers_as_edge(base, edge.base, expected):
-                return base
-    raise RuntimeError(f"no workerd socket of the Worker in wrangler's process group {edge.process_group}")
+            if found is None and port != public and _answers_as_edge(base, edge.base, expected):
+                found = (base, int(process.name))
+    if found is None:
+        raise RuntimeError(
+            f"no workerd socket of the Worker in wrangler's process group {edge.process_group}"
+        )
+    return Workerd(found[0], found[1], proxy)
+
+
+def cpu_ms(pid: int) -> float:
+    """CPU time (user + system) of all of `pid`'s threads so far, in ms."""
+    total = 0
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                stat = (task / "stat").read_text()
+                fields = stat[stat.rfind(")") + 2 :].split()
+                total += int(fields[11]) + int(fields[12])
+    return total * 1000 / os.sysconf("SC_CLK_TCK")
 
 
 def _listening_ports(process: Path) -> list[int]:
@@ -381,8 +421,59 @@ def _print_round(index: int, result: RoundResult, sdk: dict[str, float], entries
     print(f"mcp SDK sessions: direct p50 {sdk['direct']:.2f} ms; added p50 {sdk_added} ms")
 
 
+async def _cpu_profile(
+    direct: RunningRuntime, entries: list[Entry], workerd: Workerd, calls: int
+) -> dict[str, dict[str, float]]:
+    """CPU ms per call of each process on the path, by kind of call (module docstring)."""
+    wrangler, inner = entries
+    processes = {
+        "Worker workerd": workerd.worker_pid,
+        "proxy workerd": workerd.proxy_pid,
+        "link": inner.link.process.pid,
+        "runtime A": direct.process.pid,
+    }
+    kinds: list[tuple[str, Callable[[], RawHttp], Callable[[RawHttp], Awaitable[Any]]]] = [
+        ("runtime A directly: tools/call", lambda: RawHttp(direct.base + "/mcp", direct.token), _call),
+        ("workerd: GET /health", inner.raw, lambda raw: _get_ok(raw, "/health")),
+        ("workerd: /mcp ping", inner.raw, lambda raw: raw.rpc("ping")),
+        ("workerd: tools/call", inner.raw, _call),
+        ("wrangler dev: tools/call", wrangler.raw, _call),
+    ]
+    profile: dict[str, dict[str, float]] = {}
+    for label, make, call in kinds:
+        raw = await make().connect()
+        link = wrangler.link.process.pid if label.startswith(WRANGLER) else inner.link.process.pid
+        pids = {**processes, "link": link}
+        try:
+            for _ in range(20):
+                await call(raw)
+            before = {name: cpu_ms(pid) for name, pid in pids.items() if pid is not None}
+            for _ in range(calls):
+                await call(raw)
+            after = {name: cpu_ms(pid) for name, pid in pids.items() if pid is not None}
+        finally:
+            await raw.close()
+        profile[label] = {name: (after[name] - before[name]) / calls for name in after}
+    return profile
+
+
+async def _call(raw: RawHttp) -> None:
+    await raw.call_tool(TOOL, ARGUMENTS)
+
+
+def _print_profile(profile: dict[str, dict[str, float]]) -> None:
+    names = list(next(iter(profile.values())))
+    print(f"\n== CPU per call by process (ms; {load_text()})")
+    print(f"{'call':<34}" + "".join(f"{name:>18}" for name in names))
+    for label, row in profile.items():
+        print(f"{label:<34}" + "".join(f"{row.get(name, 0.0):>18.3f}" for name in names))
+
+
 def _rows(
-    rounds: list[RoundResult], sdks: list[dict[str, float]], concurrent: tuple[int, int, float]
+    rounds: list[RoundResult],
+    sdks: list[dict[str, float]],
+    concurrent: tuple[int, int, float],
+    profile: dict[str, dict[str, float]],
 ) -> list[Row]:
     def spread(values: list[float]) -> Spread:
         return Spread(tuple(values))
@@ -450,6 +541,31 @@ def _rows(
             met=None,
         )
     )
+    call, health, ping = (
+        profile[f"{WORKERD}: {kind}"] for kind in ("tools/call", "GET /health", "/mcp ping")
+    )
+    proxy_cpu = profile[f"{WRANGLER}: tools/call"].get("proxy workerd", 0.0)
+    rows.append(
+        Row(
+            figure=(
+                "CPU per call by process at the Worker's socket (ms, /proc utime + stime; where "
+                "the work is, process by process)"
+            ),
+            measured=(
+                f"tools/call: the Worker's workerd {call['Worker workerd']:.2f}, "
+                f"link {call['link']:.2f}, runtime {call['runtime A']:.2f}; "
+                f"GET /health: workerd {health['Worker workerd']:.2f}; "
+                f"ping: workerd {ping['Worker workerd']:.2f}"
+            ),
+            floor=(
+                f"runtime A directly: {profile['runtime A directly: tools/call']['runtime A']:.2f}; "
+                f"wrangler dev's proxy workerd on a call: {proxy_cpu:.2f}"
+            ),
+            ratio="",
+            target="",
+            met=None,
+        )
+    )
     errors, count, took_ms = concurrent
     rows.append(
         Row(
@@ -479,7 +595,8 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="hm-ebench-", dir="/tmp"))
     try:
         with two_runtimes(tmp) as (a, _b), running_edge(tmp / "edge") as edge:
-            inner = workerd_entry(edge)
+            workerd = workerd_entry(edge)
+            inner = workerd.base
             with (
                 workstation(tmp / "via-wrangler", a, edge, edge.base) as (link, connector),
                 workstation(tmp / "via-workerd", a, edge, inner) as (inner_link, inner_connector),
@@ -497,6 +614,8 @@ def main() -> int:
                     _print_round(index, result, sdk, entries)
                     rounds.append(result)
                     sdks.append(sdk)
+                profile = asyncio.run(_cpu_profile(a, entries, workerd, args.calls))
+                _print_profile(profile)
                 errors, took_ms, messages = asyncio.run(_concurrent(entries[0], args.concurrent))
                 print(f"\n== {args.concurrent} concurrent tools/call {TOOL} through the Edge (wrangler dev)")
                 print(f"errors {errors} of {args.concurrent} (target 0), all answered in {took_ms:.0f} ms")
@@ -505,10 +624,11 @@ def main() -> int:
                 _summary(rounds, sdks)
                 print(f"\nat the end: {load_text()}")
                 if args.record:
-                    rows = _rows(rounds, sdks, (errors, args.concurrent, took_ms))
+                    rows = _rows(rounds, sdks, (errors, args.concurrent, took_ms), profile)
                     details = {
                         "rounds": [{"p50_ms": r.p50, "p95_ms": r.p95, "load": r.load} for r in rounds],
                         "sdk_rounds_p50_ms": sdks,
+                        "cpu_ms_per_call": profile,
                         "calls": args.calls,
                         "sdk_calls": args.sdk_calls,
                     }
