@@ -24,6 +24,7 @@ from herdr_mcp.generations.process import runtime_pid, runtimes_dir, start_runti
 from herdr_mcp.service.units import CommandResult, ServiceConfig
 from herdr_mcp.update.apply import start_and_activate
 from herdr_mcp.update.paths import UpdatePaths
+from tests.support.processes import alive
 from tests.support.runtime_harness import make_repo
 from tests.support.waiting import wait_until
 
@@ -71,15 +72,11 @@ def _kill(runtime_dir: Path) -> None:
     os.kill(pid, signal.SIGKILL)
 
     def exited() -> bool:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            return True
-        if state == "Z":
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, 0)
-            return True
-        return False
+        if alive(pid):  # every thread gone (they share the listening socket), not the main one only
+            return False
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+        return True
 
     if sys.platform == "linux":
         wait_until(exited, f"runtime {pid} to exit")
