@@ -41,6 +41,21 @@ def test_every_results_file_is_complete() -> None:
             )
 
 
+def test_every_recording_benchmark_has_committed_results() -> None:
+    """A benchmark that can `--record` has its results committed, so its figures are in the table."""
+    recorders = {
+        path.stem
+        for path in (ROOT / "benchmarks").glob("*_bench.py")
+        if "from benchmarks.results import" in path.read_text(encoding="utf-8")
+    }
+    assert recorders, "no benchmark records its results"
+    committed = {path.stem for path in results.RESULTS.glob("*.json")}
+    assert recorders <= committed, (
+        f"no committed results for {sorted(recorders - committed)}: "
+        "run python benchmarks/<name>.py --record, then python -m benchmarks.results"
+    )
+
+
 def test_a_changed_result_makes_the_check_fail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     folder = tmp_path / "results"
     monkeypatch.setattr(results, "RESULTS", folder)
