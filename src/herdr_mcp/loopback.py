@@ -11,6 +11,7 @@ import signal
 import socket
 import struct
 import sys
+import threading
 import time
 from collections.abc import Iterator
 
@@ -137,9 +138,12 @@ class _StopAtImport:
     def __init__(self, stop: StopSignals) -> None:
         self._stop = stop
         self._raised = False
+        # Only the thread that is starting: a worker or the simulator's thread importing meanwhile
+        # would die of it (a traceback on stderr) and leave the start to its next check.
+        self._thread = threading.get_ident()
 
     def find_spec(self, name: str, path: object = None, target: object = None) -> None:
-        if self._stop.count and not self._raised:
+        if self._stop.count and not self._raised and threading.get_ident() == self._thread:
             self._raised = True
             raise StartStopped
         return None
