@@ -145,14 +145,8 @@ class Connection:
                     raise ClientGone from None
                 continue
             except OSError as exc:
-                self.eof = True
-                self.error = exc
-                return False
-            if not data:
-                self.eof = True
-                return False
-            self.buffer += data
-            return True
+                return self._ended(exc)
+            return self._took(data)
         return False
 
     async def more_async(self) -> bool:
@@ -163,14 +157,21 @@ class Connection:
         try:
             data = await asyncio.get_running_loop().sock_recv(self.sock, RECV_BYTES)
         except OSError as exc:
-            self.eof = True
-            self.error = exc
-            return False
+            return self._ended(exc)
+        return self._took(data)
+
+    def _took(self, data: bytes) -> bool:
+        """What `more` answers for the bytes one receive gave (none: the connection ended)."""
         if not data:
-            self.eof = True
-            return False
+            return self._ended(None)
         self.buffer += data
         return True
+
+    def _ended(self, error: OSError | None) -> bool:
+        self.eof = True
+        if error is not None:
+            self.error = error
+        return False
 
 
 # -- the answer -------------------------------------------------------------------------------
