@@ -144,13 +144,16 @@ def test_seed_marker_never_shown_is_uncertain_and_resume_cuts_over_later(base: P
         chat = site()
         async with extension_browser(base, chat) as (station, browser):
             source = await bound_source(browser, station, PROJECT_URL, auto=False)
-            await set_handoff_options(browser, seed_s=4, connect_s=20)
+            # The seed deadline is the window in which the queue click below must land: wide
+            # enough for a loaded machine (CI at 4 s: typing and the click came after it).
+            await set_handoff_options(browser, seed_s=10, connect_s=20)
             chat.drop_seed_marker = True
+            # Typed before the handoff so that only the queue click falls inside the window.
+            await source.locator("#prompt-textarea").click()
+            await source.keyboard.type("held while handing off")
             await source.locator("herdr-mcp-hud .handoff").click()
             await browser.handoff(PROJECT_SCOPE, "seeding")
             # Queued while the seed is out: the source sends nothing until the transfer ends.
-            await source.locator("#prompt-textarea").click()
-            await source.keyboard.type("held while handing off")
             await source.locator("herdr-mcp-hud .queue").click()
             await poll_until(partial(_queued, browser, "held while handing off"), "the queued message")
             wall, mono = time.time(), time.monotonic()
