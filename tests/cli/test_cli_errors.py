@@ -42,6 +42,10 @@ CASES = [
     ("release verify --manifest $T/missing/runtime-manifest.json", "file_unreadable", ["missing"]),
     ("release manifest --repository-id x --dist $T", "invalid_argument", ["--repository-id"]),
     ("handoff --site bogus", "invalid_argument", ["--site"]),
+    # A newcomer going to ChatGPT tries `connect` first: told where web AIs are connected.
+    ("connect chatgpt", "invalid_argument", ["edge deploy", "Use it from ChatGPT", "claude-desktop"]),
+    ("connect DeepSeek", "invalid_argument", ["browser extension", "extension/README.md"]),
+    ("connect bogus", "invalid_argument", ["bogus", "claude-desktop"]),
     ("serve --port 99999", "invalid_argument", ["--port", "99999", "0"]),
     ("serve --port -1", "invalid_argument", ["--port"]),
     ("serve --port abc", "invalid_argument", ["--port"]),

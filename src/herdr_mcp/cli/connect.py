@@ -55,6 +55,15 @@ from herdr_mcp.strict_json import JsonLimits, loads_bounded
 from herdr_mcp.tokens import load_or_create_token
 
 CLIENTS = ("claude-desktop", "cursor", "codex", "inspector")
+#: Web AIs a newcomer may name here: none launches a local server or reads a config file, so
+#: `connect` has nothing to print for them and says where they are connected instead.
+WEB_CLIENTS = {
+    "chatgpt": "ChatGPT reaches this workstation through your own Edge: `herdr-mcp edge deploy`, "
+    'then add the connector (README, "Use it from ChatGPT")',
+    "zai": "z.ai is bridged by the browser extension (extension/README.md)",
+    "z.ai": "z.ai is bridged by the browser extension (extension/README.md)",
+    "deepseek": "DeepSeek is bridged by the browser extension (extension/README.md)",
+}
 #: The npm package and version the README's Inspector commands name (tested in
 #: tests/cli/test_connect.py).
 INSPECTOR_PACKAGE = "@modelcontextprotocol/inspector@2.12.0"
@@ -75,7 +84,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="print (or --write) an MCP client's configuration for this runtime",
         description=__doc__.splitlines()[0] if __doc__ else None,
     )
-    parser.add_argument("client", choices=CLIENTS, help="the MCP client to configure")
+    parser.add_argument("client", type=_client, choices=CLIENTS, help="the MCP client to configure")
     transport = parser.add_mutually_exclusive_group()
     transport.add_argument(
         "--stdio",
@@ -122,6 +131,17 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--json", action="store_true", help="one JSON object: client, file, entry")
     parser.set_defaults(run=run)
+
+
+def _client(value: str) -> str:
+    """The client as given; a web AI's name is refused with where that AI is connected."""
+    where = WEB_CLIENTS.get(value.lower())
+    if where is not None:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not configured here: {where}; `connect` writes the configuration of "
+            f"local MCP clients ({', '.join(CLIENTS)})"
+        )
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
