@@ -101,11 +101,14 @@ def managed(tmp_path: Path) -> Iterator[Managed]:
                 )
                 result = start_and_activate(paths, spec, ["--no-sim", "--herdr-socket", str(herdr)])
                 assert result.outcome == "activated", result
-            control = paths.generations.read_control()
-            paths.generations.write_control(
-                replace(control, observation=Observation(checks=1, interval_ms=50)),
-                expected_revision=control.revision,
-            )
+                if name == "A":
+                    # A short observation from B's activation on (the control file exists once
+                    # A is in it; the default, 3 checks 500 ms apart, is observed nowhere here).
+                    control = paths.generations.read_control()
+                    paths.generations.write_control(
+                        replace(control, observation=Observation(checks=1, interval_ms=50)),
+                        expected_revision=control.revision,
+                    )
             yield Managed(paths)
         finally:
             for name in ("A", "B", "C", "D"):
