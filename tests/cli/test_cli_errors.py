@@ -30,7 +30,13 @@ SERVICE = "--platform systemd --config-dir $T/cfg --target-dir $T/units --state-
 GENERATION = "generation --state-dir $T/gens"
 
 #: The codes of the cases that name something missing or busy on this machine (exit 4).
-LOCAL_CODES = {"port_unavailable", "sim_socket_unavailable", "file_unreadable", "executable_not_found"}
+LOCAL_CODES = {
+    "port_unavailable",
+    "sim_socket_unavailable",
+    "file_unreadable",
+    "executable_not_found",
+    "link_unreachable",
+}
 
 #: (command line, the code on the error line, words the line must contain)
 CASES = [
@@ -46,6 +52,7 @@ CASES = [
     ("connect chatgpt", "invalid_argument", ["edge deploy", "Use it from ChatGPT", "claude-desktop"]),
     ("connect DeepSeek", "invalid_argument", ["browser extension", "extension/README.md"]),
     ("connect bogus", "invalid_argument", ["bogus", "claude-desktop"]),
+    ("connector list --config-dir $T/adir", "link_unreachable", ["no link has run", "herdr-mcp start"]),
     ("serve --port 99999", "invalid_argument", ["--port", "99999", "0"]),
     ("serve --port -1", "invalid_argument", ["--port"]),
     ("serve --port abc", "invalid_argument", ["--port"]),

@@ -29,6 +29,7 @@ import argparse
 import hmac
 import json
 import logging
+import os
 import re
 import sys
 import time
@@ -517,7 +518,14 @@ def _ask_code(consent: dict[str, Any]) -> str:
 
 
 def _control(layout: Layout, link_port: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
-    token = read_token(layout.link_token_file)  # TokenFileError: start the link first
+    if not os.path.lexists(layout.link_token_file):
+        # Written by the link when it first starts: none here, so no link ever ran with this dir.
+        raise LocalFault(
+            "link_unreachable",
+            f"no link has run with {layout.config_dir} (no {layout.link_token_file.name} there); "
+            "start it (`herdr-mcp start`, or `herdr-mcp link`) or pass the --config-dir of the link you mean",
+        )
+    token = read_token(layout.link_token_file)
     try:
         with local_client(timeout=30, headers={"Authorization": f"Bearer {token}"}) as http:
             answer = http.post(
