@@ -30,6 +30,7 @@ from tests.support.extension_harness import (
     Workstation,
     bind_tab,
     extension_browser,
+    shared_workstation,
     turn_auto_on,
     wait_text,
 )
@@ -49,10 +50,20 @@ HISTORY = [
 ]
 
 
+@pytest.fixture(scope="module")
+def shared() -> Iterator[Workstation]:
+    """One simulator and runtime for the module (each test has its own browser profile, site and
+    extension storage): what a test leaves in the runtime is its binding, taken back after it, and
+    the turns its page journaled, which no test here reads."""
+    with short_tmp_dir() as path, shared_workstation(path) as station:
+        yield station
+
+
 @pytest.fixture
-def base() -> Iterator[Path]:
+def base(shared: Workstation) -> Iterator[Path]:
     with short_tmp_dir() as path:
         yield path
+    run(shared.unbind_all(), timeout=BODY_TIMEOUT_S)
 
 
 def site() -> ChatGPTSite:
@@ -112,10 +123,10 @@ def user_turns(chat: ChatGPTSite, text: str) -> list[dict[str, str]]:
     return [turn for turn in chat.conversations[CONV] if turn["role"] == "user" and turn["text"] == text]
 
 
-def test_server_ahead_reloads_exactly_once(base: Path) -> None:
+def test_server_ahead_reloads_exactly_once(base: Path, shared: Workstation) -> None:
     async def body() -> None:
         chat = site()
-        async with extension_browser(base, chat) as (station, browser):
+        async with extension_browser(base, chat, station=shared) as (station, browser):
             page = await bound_page(browser, station)
             chat.stuck = True
             await type_and_send(page, "Summarise the build log.")
@@ -140,10 +151,10 @@ def test_server_ahead_reloads_exactly_once(base: Path) -> None:
     run(body(), timeout=BODY_TIMEOUT_S)
 
 
-def test_unknown_snapshot_fails_closed(base: Path) -> None:
+def test_unknown_snapshot_fails_closed(base: Path, shared: Workstation) -> None:
     async def body() -> None:
         chat = site()
-        async with extension_browser(base, chat) as (station, browser):
+        async with extension_browser(base, chat, station=shared) as (station, browser):
             page = await bound_page(browser, station)
             chat.stuck = True
             chat.snapshot_status = 500
@@ -162,10 +173,10 @@ def test_unknown_snapshot_fails_closed(base: Path) -> None:
     run(body(), timeout=BODY_TIMEOUT_S)
 
 
-def test_send_timed_out_but_delivered_reloads_never_retries(base: Path) -> None:
+def test_send_timed_out_but_delivered_reloads_never_retries(base: Path, shared: Workstation) -> None:
     async def body() -> None:
         chat = site()
-        async with extension_browser(base, chat) as (station, browser):
+        async with extension_browser(base, chat, station=shared) as (station, browser):
             page = await bound_page(browser, station)
             chat.time_out_next = "delivered"
             await type_and_send(page, "Apply the patch.")
@@ -185,10 +196,10 @@ def test_send_timed_out_but_delivered_reloads_never_retries(base: Path) -> None:
     run(body(), timeout=BODY_TIMEOUT_S)
 
 
-def test_send_timed_out_at_the_user_node_retries_once(base: Path) -> None:
+def test_send_timed_out_at_the_user_node_retries_once(base: Path, shared: Workstation) -> None:
     async def body() -> None:
         chat = site()
-        async with extension_browser(base, chat) as (station, browser):
+        async with extension_browser(base, chat, station=shared) as (station, browser):
             page = await bound_page(browser, station)
             chat.time_out_next = "not_delivered"
             await type_and_send(page, "Run the linter.")
@@ -208,7 +219,7 @@ def test_send_timed_out_at_the_user_node_retries_once(base: Path) -> None:
     run(body(), timeout=BODY_TIMEOUT_S)
 
 
-def test_stalled_server_spends_the_budget_then_rollover_recommended(base: Path) -> None:
+def test_stalled_server_spends_the_budget_then_rollover_recommended(base: Path, shared: Workstation) -> None:
     """The site's reply stays in progress with no update for an hour: stalled -> wait -> one page
     reload; still stalled -> wait -> one tab reload (Auto on, checked by the worker); still
     stalled -> rollover_recommended in the HUD, and nothing more."""
@@ -225,7 +236,7 @@ def test_stalled_server_spends_the_budget_then_rollover_recommended(base: Path) 
             },
         ]
         chat.times.update({"u-step": time.time() - 3_700, "a-stall": time.time() - 3_600})
-        async with extension_browser(base, chat) as (station, browser):
+        async with extension_browser(base, chat, station=shared) as (station, browser):
             page = await bound_page(browser, station, stalled_after_s=5, auto=True)
             await page.locator('[data-testid="stop-button"]').wait_for()
 
@@ -253,7 +264,7 @@ def test_stalled_server_spends_the_budget_then_rollover_recommended(base: Path) 
     run(body(), timeout=BODY_TIMEOUT_S)
 
 
-def test_tab_reload_refused_with_auto_off(base: Path) -> None:
+def test_tab_reload_refused_with_auto_off(base: Path, shared: Workstation) -> None:
     """The same stalled reply with Auto off: the page reloads once; the worker refuses the tab
     reload (it needs Auto), so the episode is rollover_recommended after one reload."""
 
@@ -264,7 +275,7 @@ def test_tab_reload_refused_with_auto_off(base: Path) -> None:
             {"id": "a-stall", "role": "assistant", "text": "Working on it", "status": "in_progress"},
         ]
         chat.times.update({"u-step": time.time() - 3_700, "a-stall": time.time() - 3_600})
-        async with extension_browser(base, chat) as (station, browser):
+        async with extension_browser(base, chat, station=shared) as (station, browser):
             page = await bound_page(browser, station, stalled_after_s=5)
 
             line = await health_says(page, "rollover_recommended")
@@ -278,7 +289,7 @@ def test_tab_reload_refused_with_auto_off(base: Path) -> None:
     run(body(), timeout=BODY_TIMEOUT_S)
 
 
-def test_pressure_spike_is_recorded_and_nothing_reloads(base: Path) -> None:
+def test_pressure_spike_is_recorded_and_nothing_reloads(base: Path, shared: Workstation) -> None:
     """A page script churns the DOM and blocks the main thread in 150 ms tasks for a while: the
     meter's window says high (mutations, long tasks, from the real MutationObserver and
     PerformanceObserver), the spike is recorded with Chromium's heap figure, and one window of
@@ -286,7 +297,7 @@ def test_pressure_spike_is_recorded_and_nothing_reloads(base: Path) -> None:
 
     async def body() -> None:
         chat = site()
-        async with extension_browser(base, chat) as (station, browser):
+        async with extension_browser(base, chat, station=shared) as (station, browser):
             page = await bound_page(browser, station)
             await page.evaluate(
                 """() => {
@@ -327,13 +338,13 @@ def test_pressure_spike_is_recorded_and_nothing_reloads(base: Path) -> None:
     run(body(), timeout=BODY_TIMEOUT_S)
 
 
-def test_retry_that_times_out_again_is_not_repeated(base: Path) -> None:
+def test_retry_that_times_out_again_is_not_repeated(base: Path, shared: Workstation) -> None:
     """The Retry times out too (a new thread error, still at the user's node): the episode's one
     Retry is spent, so rollover_recommended, no second Retry, no reload, no resend."""
 
     async def body() -> None:
         chat = site()
-        async with extension_browser(base, chat) as (station, browser):
+        async with extension_browser(base, chat, station=shared) as (station, browser):
             page = await bound_page(browser, station)
             chat.time_out_next = "not_delivered"
             chat.retry_times_out = True

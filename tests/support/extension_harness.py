@@ -26,6 +26,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
@@ -93,6 +94,8 @@ class Workstation:
     sim: SimulatorThread
     runtime: RunningRuntime
     config_dir: Path
+    #: The native host manifest `shared_workstation` installed once (None: `rig` installs one).
+    host_manifest: Path | None = None
 
     def workspace_id(self) -> str:
         (workspace,) = self.sim.snapshot()["workspaces"]
@@ -156,6 +159,12 @@ class Workstation:
         message: str = answer["package"]["message"]
         return message
 
+    async def unbind_all(self) -> None:
+        """Delete every binding the runtime holds (between the tests of a shared workstation)."""
+        for found in (await self.post("/browser/binding.list", {}))["bindings"]:
+            await self.post("/browser/binding.set", {"scope": found["scope"], "workspace_id": None})
+        assert (await self.post("/browser/binding.list", {}))["bindings"] == []
+
     async def state(self) -> dict[str, Any]:
         async with local_async_client(
             headers={"Authorization": f"Bearer {self.runtime.token}"}, timeout=30
@@ -174,6 +183,17 @@ def workstation(base: Path) -> Iterator[Workstation]:
         running_runtime(base / "herdr.sock", base / "config") as runtime,
     ):
         yield Workstation(sim, runtime, base / "config")
+
+
+@contextlib.contextmanager
+def shared_workstation(base: Path) -> Iterator[Workstation]:
+    """`workstation(base)` with the native host installed once (into `base/host-profile`), for a
+    module whose tests each launch Chromium on a profile of their own (`rig(..., station=)`):
+    a runtime start and an install per test less. The tests must leave nothing in the runtime
+    that another reads; `unbind_all` takes back their bindings."""
+    with workstation(base) as station:
+        station.host_manifest = install_native_host(base / "host-profile", station.config_dir)
+        yield station
 
 
 def install_native_host(profile: Path, config_dir: Path) -> Path:
@@ -419,13 +439,24 @@ class Rig:
 
 
 @contextlib.asynccontextmanager
-async def rig(base: Path) -> AsyncIterator[Rig]:
-    """`workstation(base)`, the native host installed into `base/profile`, and Playwright started."""
+async def rig(base: Path, station: Workstation | None = None) -> AsyncIterator[Rig]:
+    """`workstation(base)`, the native host installed into `base/profile`, and Playwright started.
+    With `station` (from `shared_workstation`): that one, and its installed manifest copied into
+    the profile (the same bytes `native-host install` writes: it names the launcher in the
+    workstation's config dir, nothing of the profile)."""
     profile = base / "profile"
-    with workstation(base) as station:
-        install_native_host(profile, station.config_dir)
+    if station is not None:
+        assert station.host_manifest is not None, "a station from shared_workstation"
+        hosts = profile / "NativeMessagingHosts"
+        hosts.mkdir(parents=True)
+        shutil.copy2(station.host_manifest, hosts / station.host_manifest.name)
         async with async_playwright() as playwright:
             yield Rig(station, playwright, profile)
+        return
+    with workstation(base) as started:
+        install_native_host(profile, started.config_dir)
+        async with async_playwright() as playwright:
+            yield Rig(started, playwright, profile)
 
 
 @contextlib.asynccontextmanager
@@ -433,10 +464,11 @@ async def extension_browser(
     base: Path,
     site: ChatGPTSite | None = None,
     routes: Sequence[tuple[str, Callable[[Route], Awaitable[None]]]] = (),
+    station: Workstation | None = None,
 ) -> AsyncIterator[tuple[Workstation, Browser]]:
-    """`rig(base)` with one browser launched on it (chatgpt.com routed to `site`, an empty
-    `ChatGPTSite` unless given)."""
-    async with rig(base) as world, world.launch(site, routes) as browser:
+    """`rig(base, station)` with one browser launched on it (chatgpt.com routed to `site`, an
+    empty `ChatGPTSite` unless given)."""
+    async with rig(base, station) as world, world.launch(site, routes) as browser:
         yield world.station, browser
 
 
