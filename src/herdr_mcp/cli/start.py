@@ -45,7 +45,6 @@ import httpx2
 from herdr_mcp.cli import _runtime_options
 from herdr_mcp.cli.arguments import CommandParser, dir_path, existing_dir, port, run_guarded, with_json
 from herdr_mcp.cli.service import build_parser as build_service_parser
-from herdr_mcp.dev.plane import DevPlaneError, read_plane, source_provenance, start_checkout
 from herdr_mcp.errors import HerdrMcpError, LocalFault, RefusedFault, UsageFault
 from herdr_mcp.generations.control import Generation, GenerationStateError
 from herdr_mcp.generations.installed import services_executable
@@ -66,10 +65,11 @@ from herdr_mcp.progress import printable_steps
 from herdr_mcp.service.detached import DetachedLink, running_link, start_link, stop_link
 from herdr_mcp.service.origin import InstallOrigin, install_origin
 from herdr_mcp.terminal import printable
-from herdr_mcp.update.apply import start_and_activate, update_lock
-from herdr_mcp.update.auto import skip_reason
-from herdr_mcp.update.options import UpdateFlags, resolve_options
 from herdr_mcp.update.paths import UpdatePaths
+
+# The DEV plane and the updater (dev/plane.py, update/) are imported where they are used: they
+# import the release verification and with it sigstore, ~1.5 s of a start on a 2-core machine
+# under load that `stop` and a `start` with nothing to build or to describe never need.
 
 #: /health of a runtime or a link on loopback answers at once; a loaded machine may take seconds.
 HEALTH_TIMEOUT_S = 10.0
@@ -222,6 +222,8 @@ def _ensure_generation(
     elif origin.kind == "checkout" or source is not None:
         checkout = source or origin.checkout
         assert checkout is not None
+        from herdr_mcp.dev.plane import start_checkout
+
         result, _ = start_checkout(paths, checkout, serve_args=serve_args, say=did)
         if not result.ok:
             raise StartRefused(result.outcome, f"the checkout's build was not activated: {result.message}")
@@ -240,6 +242,8 @@ def _not_built(spec: Generation, checkout: Path | None) -> list[str]:
     """A note when the checkout `start` would build is not what the active generation runs."""
     if checkout is None:
         return []
+    from herdr_mcp.dev.plane import DevPlaneError, source_provenance
+
     provenance = spec.provenance or {}
     try:
         head = source_provenance(checkout)
@@ -276,6 +280,8 @@ def _activate_own(
     paths: UpdatePaths, origin: InstallOrigin, serve_args: tuple[str, ...] | None, did: Say
 ) -> None:
     """This installation is a registered generation that is not active: start and activate it."""
+    from herdr_mcp.update.apply import start_and_activate, update_lock
+
     assert origin.generation is not None
     with update_lock(paths):
         spec = paths.generations.read_control().find(origin.generation)
@@ -300,6 +306,8 @@ def _active_spec(paths: UpdatePaths) -> Generation:
 def _plane_of(paths: UpdatePaths, spec: Generation) -> str:
     provenance = spec.provenance or {}
     if provenance.get("plane") == "dev":
+        from herdr_mcp.dev.plane import read_plane
+
         plane = read_plane(paths.config_dir)
         pinned = plane is not None and plane.pinned_prod is not None
         where = provenance.get("describe") or provenance.get("commit", "?")
@@ -501,6 +509,9 @@ def stop_run(argv: list[str]) -> int:
 def update_job_blocker(config_dir: Path) -> str | None:
     """Why the daily `update auto` job could not run from `config_dir` (module docstring); None
     when it can."""
+    from herdr_mcp.update.auto import skip_reason
+    from herdr_mcp.update.options import UpdateFlags, resolve_options
+
     try:
         resolve_options(UpdateFlags(), config_dir, {})
     except HerdrMcpError as exc:
