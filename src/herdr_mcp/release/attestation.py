@@ -39,29 +39,22 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 
 from cryptography import x509
 from cryptography.hazmat import asn1
-from sigstore.errors import CertValidationError
-from sigstore.errors import Error as SigstoreError
-from sigstore.errors import VerificationError as SigstoreVerificationError
-from sigstore.models import Bundle, TrustedRoot
-from sigstore.verify import Verifier
-from sigstore.verify.policy import (
-    AllOf,
-    Identity,
-    OIDCBuildConfigURI,
-    OIDCIssuerV2,
-    OIDCRunnerEnvironment,
-    OIDCSourceRepositoryRef,
-    OIDCSourceRepositoryURI,
-    VerificationPolicy,
-)
 
 from herdr_mcp.errors import RefusedFault
 from herdr_mcp.release.evidence import EVIDENCE_TOO_LARGE, too_large_message
 from herdr_mcp.strict_json import JsonLimits, loads_bounded
+
+# sigstore (with tuf, rekor_types and pydantic models) takes most of a second to import, and every
+# `herdr-mcp` command that reaches the updater or the DEV plane imports this module: the
+# functions that verify import it, so a command that verifies nothing does not wait for it.
+if TYPE_CHECKING:
+    from sigstore.models import Bundle
+    from sigstore.verify import Verifier
+    from sigstore.verify.policy import VerificationPolicy
 
 AttestationErrorCode = Literal[
     "evidence_too_large",
@@ -391,6 +384,9 @@ def _parse_bundle(bundle_json: bytes, content: Literal["messageSignature", "dsse
     present = [key for key in ("messageSignature", "dsseEnvelope") if key in document]
     if present != [content]:
         raise _malformed(f"expected a Sigstore {kind} bundle, found content {present or 'none'}")
+    from sigstore.errors import Error as SigstoreError
+    from sigstore.models import Bundle
+
     try:
         return Bundle.from_json(bundle_json)
     except (SigstoreError, ValueError) as exc:
@@ -421,6 +417,10 @@ def _describe_root(trusted_root: Path | None) -> str:
 
 def _verifier(trusted_root: Path | None) -> Verifier:
     """A sigstore Verifier over a local trust root; nothing is fetched or cached."""
+    from sigstore.errors import Error as SigstoreError
+    from sigstore.models import TrustedRoot
+    from sigstore.verify import Verifier
+
     with _trusted_root_file(trusted_root) as path:
         try:
             return Verifier(trusted_root=TrustedRoot.from_file(str(path)))
@@ -451,6 +451,8 @@ class _DeferredIdentity:
         self._source_ref: str | None = None
 
     def verify(self, cert: x509.Certificate) -> None:
+        from sigstore.errors import VerificationError as SigstoreVerificationError
+
         self.evaluated = True
         try:
             self._source_ref = self._check(cert)
@@ -468,6 +470,9 @@ def _run(
     verify: Callable[[VerificationPolicy], _T], identity: _DeferredIdentity, trusted_root: Path | None
 ) -> _T:
     """Run one sigstore verification and translate its outcome into our codes."""
+    from sigstore.errors import CertValidationError
+    from sigstore.errors import Error as SigstoreError
+
     try:
         result = verify(identity)
     except CertValidationError as exc:
@@ -511,6 +516,17 @@ def _signer_check(policy: IdentityPolicy, *, signer_is_workflow: bool) -> _Signe
     """
 
     def check(cert: x509.Certificate) -> str:
+        from sigstore.errors import VerificationError as SigstoreVerificationError
+        from sigstore.verify.policy import (
+            AllOf,
+            Identity,
+            OIDCBuildConfigURI,
+            OIDCIssuerV2,
+            OIDCRunnerEnvironment,
+            OIDCSourceRepositoryRef,
+            OIDCSourceRepositoryURI,
+        )
+
         # 1. The source ref must be the policy's exact ref or under its prefix pattern.
         ref = _source_ref(cert)
         if not policy.matches_ref(ref):
@@ -536,6 +552,8 @@ def _signer_check(policy: IdentityPolicy, *, signer_is_workflow: bool) -> _Signe
 
 
 def _source_ref(cert: x509.Certificate) -> str:
+    from sigstore.errors import VerificationError as SigstoreVerificationError
+
     try:
         extension = cert.extensions.get_extension_for_oid(_SOURCE_REPOSITORY_REF_OID).value
     except x509.ExtensionNotFound as exc:
