@@ -547,6 +547,18 @@ class Bench:
             return host_arrivals(self.station.config_dir).get(("agent_settled", seq))
 
         host = await poll_until(logged, "the native host's log line")
+        push_at, posted, received, typing, sent = await self.browser_stamps(page, seq)
+        stamps = [herdr, pushed, host, push_at, posted, received, typing, sent]
+        for (key, _), (start, end) in zip(SEGMENTS, pairwise(stamps), strict=True):
+            results.segments[key].append((end - start) * 1000)
+        results.routing.append((wake_at - sent) * 1000)
+        results.herdr_poll.append((herdr - called) * 1000)
+        return (sent - herdr) * 1000, self.chat.posts[-1].text
+
+    async def browser_stamps(self, page: Page, seq: int) -> tuple[float, float, float, float, float]:
+        """The extension's marks of the wake of settle `seq` sent into `page`, on this process's
+        clock: the event in the worker, the send out to the tab, the content script receiving
+        it, typing starting, and the page's request starting."""
         worker = await marks(self.browser.worker.evaluate, self.worker_clock)
         shown = await marks(page.evaluate, self.page_clock)
         received, sent_detail = shown["herdr:send-received"]
@@ -558,13 +570,7 @@ class Bench:
             for name, (at, detail) in worker.items()
             if name.startswith("herdr:send:") and detail.get("id") == sent_detail["id"]
         ]
-        sent = shown["imitation:sent"][0]
-        stamps = [herdr, pushed, host, push_at, posted, received, shown["herdr:typing"][0], sent]
-        for (key, _), (start, end) in zip(SEGMENTS, pairwise(stamps), strict=True):
-            results.segments[key].append((end - start) * 1000)
-        results.routing.append((wake_at - sent) * 1000)
-        results.herdr_poll.append((herdr - called) * 1000)
-        return (sent - herdr) * 1000, self.chat.posts[-1].text
+        return push_at, posted, received, shown["herdr:typing"][0], shown["imitation:sent"][0]
 
     async def floor_round(
         self, floor: Page, site: ChatGPTSite, clock: Clock, text: str, results: Results
@@ -673,7 +679,7 @@ async def zai_phase(bench: Bench, page: Page, zai: TimedZai, settles: int, resul
         await at_rest(zai_page, "the z.ai page at rest")
         await bench.handled_working()
         woken = len([text for text, _ in zai.arrivals if text.startswith(WAKE_MARK)])
-        _called, herdr, wake_at, _seq = await bench.settle()
+        _called, herdr, wake_at, seq = await bench.settle()
 
         async def zai_woken(count: int = woken + 1) -> float | None:
             found = [at for text, at in zai.arrivals if text.startswith(WAKE_MARK)]
@@ -685,22 +691,8 @@ async def zai_phase(bench: Bench, page: Page, zai: TimedZai, settles: int, resul
         results.zai.append((zai_at - herdr) * 1000)
         results.zai_chatgpt.append((wake_at - herdr) * 1000)
         # Where ChatGPT's wake goes with two pages bound: the same marks as the first phase.
-        worker = await marks(browser.worker.evaluate, bench.worker_clock)
-        shown = await marks(page.evaluate, bench.page_clock)
-        received, sent_detail = shown["herdr:send-received"]
-        (posted,) = [
-            at
-            for name, (at, detail) in worker.items()
-            if name.startswith("herdr:send:") and detail.get("id") == sent_detail["id"]
-        ]
-        stamps = {
-            "worker_in": worker["herdr:push"][0],
-            "sent_out": posted,
-            "received": received,
-            "typing": shown["herdr:typing"][0],
-            "request": shown["imitation:sent"][0],
-            "site": wake_at,
-        }
+        browser_stamps = await bench.browser_stamps(page, seq)
+        stamps = dict(zip(ZAI_PHASE_STAMPS, (*browser_stamps, wake_at), strict=True))
         results.zai_chatgpt_request.append((stamps["request"] - herdr) * 1000)
         start = herdr
         for key, at in stamps.items():

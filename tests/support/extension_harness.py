@@ -445,18 +445,17 @@ async def rig(base: Path, station: Workstation | None = None) -> AsyncIterator[R
     the profile (the same bytes `native-host install` writes: it names the launcher in the
     workstation's config dir, nothing of the profile)."""
     profile = base / "profile"
-    if station is not None:
-        assert station.host_manifest is not None, "a station from shared_workstation"
-        hosts = profile / "NativeMessagingHosts"
-        hosts.mkdir(parents=True)
-        shutil.copy2(station.host_manifest, hosts / station.host_manifest.name)
+    with contextlib.ExitStack() as started:
+        if station is None:
+            station = started.enter_context(workstation(base))
+            install_native_host(profile, station.config_dir)
+        else:
+            assert station.host_manifest is not None, "a station from shared_workstation"
+            hosts = profile / "NativeMessagingHosts"
+            hosts.mkdir(parents=True)
+            shutil.copy2(station.host_manifest, hosts / station.host_manifest.name)
         async with async_playwright() as playwright:
             yield Rig(station, playwright, profile)
-        return
-    with workstation(base) as started:
-        install_native_host(profile, started.config_dir)
-        async with async_playwright() as playwright:
-            yield Rig(started, playwright, profile)
 
 
 @contextlib.asynccontextmanager

@@ -57,12 +57,13 @@ from herdr_mcp.tokens import load_or_create_token
 CLIENTS = ("claude-desktop", "cursor", "codex", "inspector")
 #: Web AIs a newcomer may name here: none launches a local server or reads a config file, so
 #: `connect` has nothing to print for them and says where they are connected instead.
+_BRIDGED = "{} is bridged by the browser extension (extension/README.md)"
 WEB_CLIENTS = {
     "chatgpt": "ChatGPT reaches this workstation through your own Edge: `herdr-mcp edge deploy`, "
     'then add the connector (README, "Use it from ChatGPT")',
-    "zai": "z.ai is bridged by the browser extension (extension/README.md)",
-    "z.ai": "z.ai is bridged by the browser extension (extension/README.md)",
-    "deepseek": "DeepSeek is bridged by the browser extension (extension/README.md)",
+    "zai": _BRIDGED.format("z.ai"),
+    "z.ai": _BRIDGED.format("z.ai"),
+    "deepseek": _BRIDGED.format("DeepSeek"),
 }
 #: The npm package and version the README's Inspector commands name (tested in
 #: tests/cli/test_connect.py).
