@@ -76,6 +76,40 @@ def test_herdr_methods_lists_the_whole_surface_with_classes(tmp_short: Path, pro
     assert any(e["method"] == "herdr_mcp.skill.load" for e in answer["methods"])
 
 
+def test_herdr_methods_query_keeps_exactly_the_matching_entries(tmp_short: Path) -> None:
+    """A query keeps the entries whose name or summary holds it, in any letter case, native and
+    internal alike, each exactly as the whole list shows it (the query is applied before the
+    entries are built, so this compares the two paths)."""
+    queries = ["PANE.READ", "skill", "Terminal", "no-such-method", "e"]
+
+    async def body() -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+        async with (
+            running_sim(tmp_short, one_workspace_config(tmp_short, protocol=22)) as (sim, _client),
+            in_process_runtime(sim.socket_path, tmp_short / "config") as runtime,
+            runtime.client() as client,
+        ):
+            whole = await call_tool(client, "herdr_methods", {})
+            answers = {q: await call_tool(client, "herdr_methods", {"query": q}) for q in queries}
+            again = await call_tool(client, "herdr_methods", {})
+            assert again == whole
+            return whole, answers
+
+    whole, answers = run(body())
+    for query, answer in answers.items():
+        needle = query.casefold()
+        expected = [
+            e
+            for e in whole["methods"]
+            if needle in e["method"].casefold() or needle in e["summary"].casefold()
+        ]
+        assert answer["methods"] == expected, query
+        assert answer["count"] == len(expected) and answer["herdr"] == whole["herdr"]
+    assert answers["no-such-method"]["methods"] == []
+    kinds = {e["kind"] for e in answers["e"]["methods"]}
+    assert kinds == {"native", "internal"}
+    assert any(e["method"] == "pane.read" for e in answers["PANE.READ"]["methods"])
+
+
 def test_herdr_call_reaches_the_long_tail(tmp_short: Path) -> None:
     async def body() -> tuple[dict[str, Any], ...]:
         async with (

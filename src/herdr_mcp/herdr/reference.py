@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from herdr_mcp.errors import InternalFault
 from herdr_mcp.strict_json import PACKAGED_LIMITS, loads_bounded
@@ -162,6 +162,16 @@ class ProtocolReference:
         if "." not in event and strict and isinstance(data, Mapping) and data.get("type") != event:
             problems.append(f"data.type: {data.get('type')!r} for event {event!r}")
         return problems + self._errors_at(("pointer", pointer), data, "data", strict)
+
+    def params_json(self, method: str) -> dict[str, Any]:
+        """`method`'s params schema as plain JSON (dicts and lists), made once per method: shared
+        by every answer that shows it (herdr_methods), so a caller must not change it."""
+        key = ("params_json", method)
+        cached = self._cache.get(key)
+        if cached is None:
+            cached = _plain_json(self.methods[method].params_schema)
+            self._cache[key] = cached
+        return cast(dict[str, Any], cached)
 
     # -- internals ------------------------------------------------------------------------------
 
@@ -548,3 +558,12 @@ def from_schema_document(
         facts=facts,
         extra_methods={},
     )
+
+
+def _plain_json(value: Any) -> Any:
+    """A plain JSON copy (dicts, lists) of a value built from read-only mappings and tuples."""
+    if isinstance(value, Mapping):
+        return {str(key): _plain_json(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain_json(item) for item in value]
+    return value

@@ -31,7 +31,6 @@ import shutil
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any
 
 from herdr_mcp.errors import ToolError
@@ -102,15 +101,6 @@ class Surface:
             "supported": self.protocol in SUPPORTED_PROTOCOLS,
             "warnings": list(self.warnings),
         }
-
-
-def plain(value: Any) -> Any:
-    """A JSON-ready copy of a (possibly read-only) mapping or sequence."""
-    if isinstance(value, Mapping | MappingProxyType):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [plain(v) for v in value]
-    return value
 
 
 def unsupported_warning(version: str | None, protocol: int, used: int) -> str:

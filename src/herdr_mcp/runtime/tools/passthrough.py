@@ -20,9 +20,9 @@ from herdr_mcp.contract import load_catalog
 from herdr_mcp.errors import ToolError
 from herdr_mcp.herdr import HerdrError
 from herdr_mcp.herdr.client import wait_budget_ms
-from herdr_mcp.herdr.reference import MethodReference
+from herdr_mcp.herdr.reference import MethodReference, ProtocolReference
 from herdr_mcp.runtime.herdr_errors import tool_error_from_herdr
-from herdr_mcp.runtime.native import BOUNDED_WAITS, CHANGING_CLASSES, MAX_WAIT_MS, NativeMethods, plain
+from herdr_mcp.runtime.native import BOUNDED_WAITS, CHANGING_CLASSES, MAX_WAIT_MS, NativeMethods
 from herdr_mcp.runtime.tools import agents, skill
 from herdr_mcp.runtime.tools.arguments import complete, describe_problem, first_problem, validator_for
 from herdr_mcp.runtime.tools.continuity_methods import CONTINUITY_METHODS, MethodSpec
@@ -158,14 +158,16 @@ INTERNAL_METHODS: dict[str, InternalMethod] = {
 }
 
 
-def _entry(method: MethodReference, native: NativeMethods, *, read_only: bool) -> dict[str, Any]:
+def _entry(
+    reference: ProtocolReference, method: MethodReference, native: NativeMethods, *, read_only: bool
+) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "method": method.name,
         "kind": "native",
         "class": method.method_class,
         "summary": method.summary,
         "mutates": method.method_class in CHANGING_CLASSES,
-        "params_schema": plain(method.params_schema),
+        "params_schema": reference.params_json(method.name),
     }
     refusal = native.class_refusal(method, read_only=read_only)
     if refusal is not None:
@@ -179,9 +181,18 @@ async def method_index(svc: Services, query: str | None, *, native_only: bool = 
     """Every method herdr_call knows (`query` filters by name or summary), and the connected
     Herdr's surface: its version and protocol, where the schemas come from, any warnings."""
     surface = await svc.native.surface()
+    reference = surface.reference
+    needle = query.casefold() if query else None
+
+    def wanted(name: str, summary: str) -> bool:
+        return needle is None or needle in name.casefold() or needle in summary.casefold()
+
+    # The query is applied before an entry is built: an entry carries its params schema, and
+    # building all of them for a query that keeps a few was most of the call (issue 24).
     entries = [
-        _entry(method, svc.native, read_only=svc.policy.read_only)
-        for method in surface.reference.methods.values()
+        _entry(reference, method, svc.native, read_only=svc.policy.read_only)
+        for method in reference.methods.values()
+        if wanted(method.name, method.summary)
     ]
     if not native_only:
         entries.extend(
@@ -194,12 +205,8 @@ async def method_index(svc: Services, query: str | None, *, native_only: bool = 
                 "params_schema": method.params_schema,
             }
             for method in INTERNAL_METHODS.values()
+            if wanted(method.name, method.summary)
         )
-    if query:
-        needle = query.casefold()
-        entries = [
-            e for e in entries if needle in e["method"].casefold() or needle in e["summary"].casefold()
-        ]
     entries.sort(key=lambda e: str(e["method"]))
     return {"methods": entries, "count": len(entries), "herdr": surface.describe()}
 
