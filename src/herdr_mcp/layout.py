@@ -20,6 +20,8 @@ drift between a writer and its readers (the runtime token's path was built in fo
     services.json           which executable the installed services run (fails closed)
     service-rollback.json   macOS: what the last service install replaced
     dev-plane.json          present while a DEV generation is in charge
+    dev-build/env-<key>/    the DEV plane's build venv (hatchling), kept between syncs while it is
+                            what a new one would be (`dev/build_env.py`); safe to remove
     edge-device.json        the Edge this workstation is paired with: device id and secret (0600,
                             fails closed; `link/edge_device.py`)
     edge-deploy/<worker>/   `herdr-mcp edge deploy`'s (`edge_deploy/`): record.json (the account,
@@ -77,6 +79,7 @@ FENCE_FILE = "update-fence.json"
 SERVICES_FILE = "services.json"
 SERVICE_ROLLBACK_FILE = "service-rollback.json"
 DEV_PLANE_FILE = "dev-plane.json"
+DEV_BUILD_DIR = "dev-build"
 EDGE_DEVICE_FILE = "edge-device.json"
 NATIVE_HOST_DIR = "native-host"
 EDGE_DEPLOY_DIR = "edge-deploy"
@@ -170,6 +173,10 @@ class Layout:
     @property
     def dev_plane_file(self) -> Path:
         return self.config_dir / DEV_PLANE_FILE
+
+    @property
+    def dev_build_dir(self) -> Path:
+        return self.config_dir / DEV_BUILD_DIR
 
     @property
     def edge_device_file(self) -> Path:

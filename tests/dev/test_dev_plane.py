@@ -37,11 +37,12 @@ import httpx2
 import pytest
 
 from herdr_mcp.contract import contract_identity
+from herdr_mcp.dev.build_env import build_environment
 from herdr_mcp.errors import EXIT_REFUSED
 from herdr_mcp.generations import Generation, GenerationStore
 from herdr_mcp.generations.process import runtime_pid, stop_runtime
 from herdr_mcp.layout import Layout
-from herdr_mcp.release.build import build
+from herdr_mcp.release.build import BuildSystem, build
 from herdr_mcp.release.bundle import bundle
 from herdr_mcp.release.minisign import keygen
 from herdr_mcp.state import STATE_SCHEMA
@@ -166,8 +167,11 @@ def test_dev_sync_pins_prod_and_dev_rollback_returns_to_it_without_building(work
     head = subprocess.run(
         ["git", "rev-parse", "HEAD"], cwd=ws.checkout, capture_output=True, text=True
     ).stdout
-    synced = _json(ws.dev("--json", "sync", "--source", str(ws.checkout)))
+    first_sync = ws.dev("--json", "sync", "--source", str(ws.checkout))
+    synced = _json(first_sync)
     assert synced["outcome"] == "activated"
+    kept_env = ws.paths.config_dir / "dev-build"
+    assert f"creating the build environment {kept_env}/env-" in first_sync.stderr, first_sync.stderr
     first_dev = synced["generation"]
     plane = synced["plane"]
     assert plane["pinned_prod"]["generation"] == PROD_ID
@@ -192,8 +196,12 @@ def test_dev_sync_pins_prod_and_dev_rollback_returns_to_it_without_building(work
     # A second sync keeps the pin, and the pinned PROD stays registered.
     (ws.checkout / "docs" / "dev-note.md").write_text("a DEV change\n")
     second_head = _commit(ws.checkout, "a DEV change")
-    again = _json(ws.dev("--json", "sync", "--source", str(ws.checkout)))
+    second_sync = ws.dev("--json", "sync", "--source", str(ws.checkout))
+    again = _json(second_sync)
     assert again["outcome"] == "activated"
+    # The build venv the first sync made, reused once pip found the same wheels for the pins.
+    assert f"reusing the build environment {kept_env}/env-" in second_sync.stderr, second_sync.stderr
+    assert "creating the build environment" not in second_sync.stderr
     assert again["plane"]["pinned_prod"] == plane["pinned_prod"]
     assert again["plane"]["source"]["commit"] == second_head
     registered = [item.generation for item in ws.store.read_control().generations]
@@ -332,8 +340,10 @@ def test_dev_sync_of_a_new_migration_is_refused_and_dev_rollback_always_leaves_p
     assert f"{PROD_ID} (1.0.0) uses schema {STATE_SCHEMA}" in message
     assert f"{database} is at schema {STATE_SCHEMA}" in message
     assert "update major-apply" in message and "HERDR_MCP_CONFIG_DIR=" in message
-    # The build was installed and probed, then removed; no process of it ran.
+    # The build was installed and probed, then removed; no process of it ran. Its build venv was
+    # the one the first sync kept (the same pins).
     assert "installing it as generation" in refused.stderr and "starting generation" not in refused.stderr
+    assert "reusing the build environment" in refused.stderr, refused.stderr
     assert _runtime_dirs(ws) == runtimes_before
     assert ws.store.read_status().active == dev_id
     assert _database(config) == before
@@ -403,7 +413,10 @@ def _old_dev_sync(ws: Workstation, checkout: Path, generation: str, marker: dict
     """Build, bundle and install `checkout` as `generation`, start and activate it over the pinned
     PROD, and record it in the DEV plane marker: `dev sync` without its schema check."""
     scratch = ws.paths.config_dir.parent / f"build-{generation}"
-    _, wheel = build(checkout, scratch / "dist")
+    # The build venv the syncs before kept (the same pins), as that `dev sync` would have used.
+    requires = BuildSystem.from_pyproject(checkout).requires
+    environment = build_environment(Layout(ws.paths.config_dir).dev_build_dir, requires)
+    _, wheel = build(checkout, scratch / "dist", environment=environment)
     archive = bundle(wheel, scratch / "bundle", target=host_target())
     installed = install_unsafe_local_bundle(
         UnsafeLocalBundle(archive, scratch), ws.paths.runtimes, generation

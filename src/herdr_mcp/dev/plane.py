@@ -21,7 +21,8 @@ status files, the activation gate); the plane is a fact recorded next to them:
    a checkout), with the sha256 of its installed `herdr_mcp` RECORD (the list of every installed
    file with its own hash) as its checksum; a later sync keeps the existing pin;
 3. builds the checkout's wheel (the release toolchain's `build`, SOURCE_DATE_EPOCH from its HEAD
-   commit), bundles it for this machine and installs it into a new generation venv with no
+   commit) in the build venv kept in `<config>/dev-build/` while it is what a new one would be
+   (`dev/build_env.py`), bundles it for this machine and installs it into a new generation venv with no
    network as an update installs a release, but as an `UnsafeLocalBundle`: no release signed it,
    so only `install_unsafe_local_bundle` takes it;
 4. probes it (`version --json`); its contract must be the pinned PROD contract (`dev_contract_changed`
@@ -89,6 +90,7 @@ from pathlib import Path
 from typing import Any
 
 from herdr_mcp.contract import ContractIdentity
+from herdr_mcp.dev.build_env import build_environment
 from herdr_mcp.errors import RefusedFault
 from herdr_mcp.generations.control import Generation, GenerationError, parse_contract
 from herdr_mcp.generations.fence import check_fence
@@ -98,7 +100,7 @@ from herdr_mcp.generations.migrated import check_activation_target
 from herdr_mcp.generations.process import in_runtime_dir, is_managed
 from herdr_mcp.layout import CONFIG_DIR_ENV, Layout, default_config_dir
 from herdr_mcp.records import atomic_write, load_strict, read_capped
-from herdr_mcp.release.build import build, commit_time
+from herdr_mcp.release.build import BuildSystem, build, commit_time
 from herdr_mcp.release.bundle import bundle, load_release_config
 from herdr_mcp.state.store import StateError, schema_of
 from herdr_mcp.update.apply import (
@@ -426,8 +428,12 @@ def _build_and_activate(
     generation_id = f"dev-{provenance['commit'][:12]}-{time.time_ns() // 1_000_000}"
     with tempfile.TemporaryDirectory(prefix="herdr-mcp-dev-") as scratch_name:
         scratch = Path(scratch_name)
+        # The venv with the checkout's pinned build requirements, kept between syncs while it is
+        # what a new one would be (dev/build_env.py).
+        requires = BuildSystem.from_pyproject(top).requires
+        environment = build_environment(Layout(paths.config_dir).dev_build_dir, requires, say=say)
         say(f"building {top} at {provenance['describe']}")
-        _, wheel = build(top, scratch / "dist")
+        _, wheel = build(top, scratch / "dist", environment=environment)
         say(f"bundling {wheel.name} for {target_name}")
         archive = bundle(wheel, scratch / "bundle", target=target)
         say(f"installing it as generation {generation_id}")

@@ -116,8 +116,11 @@ class BuildEnvironment:
         requires: Sequence[str],
         *,
         progress: Progress | None = None,
+        report: Path | None = None,
     ) -> BuildEnvironment:
         """Make a fresh venv at `path` (which must not exist) and install `requires` from wheels.
+        With `report`, pip writes there what it installed (its JSON installation report: every
+        wheel's name, version and sha256), which `dev/build_env.py` keeps to decide reuse.
 
         Raises `BuildError("build_environment_failed")` naming pip's complaint.
         """
@@ -134,6 +137,7 @@ class BuildEnvironment:
                 str(environment.python),
                 *("-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-input"),
                 "--only-binary=:all:",
+                *(() if report is None else ("--report", str(report))),
                 *requires,
             ],
             code="build_environment_failed",
@@ -141,6 +145,25 @@ class BuildEnvironment:
             timeout=_PIP_TIMEOUT_SECONDS,
         )
         return environment
+
+    def resolve(self, report: Path) -> None:
+        """Have this venv's pip resolve `requires` as it would for a new venv (what is installed
+        here is ignored) and write its JSON installation report to `report`, installing nothing.
+
+        Raises `BuildError("build_environment_failed")` naming pip's complaint.
+        """
+        _run(
+            [
+                str(self.python),
+                *("-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet"),
+                *("--disable-pip-version-check", "--no-input", "--only-binary=:all:"),
+                *("--report", str(report)),
+                *self.requires,
+            ],
+            code="build_environment_failed",
+            what="pip resolving the build requirements",
+            timeout=_PIP_TIMEOUT_SECONDS,
+        )
 
     def call_hook(self, backend: str, hook: str, tree: Path, out_dir: Path, source_date_epoch: int) -> str:
         """Run PEP 517 `hook` (build_sdist/build_wheel) of `backend` in `tree`; return the file name."""
