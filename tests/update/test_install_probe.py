@@ -18,6 +18,7 @@ import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -97,6 +98,10 @@ def test_a_staged_bundle_installs_offline_and_probes_against_the_target_contract
     assert generation.herdr_mcp == generation.path / "venv" / "bin" / "herdr-mcp"
     if sys.platform == "linux":
         assert generation.network_isolation == "unshare --net"
+    # One pip run installed the bundle and pip itself (its `release bundle` and `dev sync` run
+    # `python -m pip`), from the wheel Python ships for ensurepip; no setuptools.
+    assert install.bundled_pip(sys.executable) is not None
+    _has_pip_and_no_setuptools(generation.python)
     target_contract = release.manifest.contract
     result = probe(generation.herdr_mcp, target_contract, release.manifest.version, timeout=PROBE_TIMEOUT)
     assert (result.product, result.version, result.contract) == ("herdr-mcp", built.version, target_contract)
@@ -134,16 +139,42 @@ def test_a_staged_bundle_installs_offline_and_probes_against_the_target_contract
     probe(generation.herdr_mcp, target_contract, release.manifest.version, timeout=PROBE_TIMEOUT)
 
 
+def _has_pip_and_no_setuptools(python: Path) -> None:
+    """The venv of `python` has its own pip, which runs, and no setuptools."""
+    code = "import importlib.util as u; print(u.find_spec('pip').origin); print(u.find_spec('setuptools'))"
+    found = subprocess.run([str(python), "-I", "-c", code], capture_output=True, text=True, check=True)
+    pip, setuptools = found.stdout.splitlines()
+    assert pip.startswith(str(python.parent.parent / "lib")) and setuptools == "None", found.stdout
+    version = subprocess.run([str(python), "-I", "-m", "pip", "--version"], capture_output=True, text=True)
+    assert version.returncode == 0 and version.stdout.startswith("pip "), (version.stdout, version.stderr)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_without_network_isolation_pip_runs_index_free_behind_a_dead_proxy(
+def test_without_network_isolation_or_a_bundled_pip_wheel_pip_runs_index_free_behind_a_dead_proxy(
     built: Built, keys: Keys, sim: ReleaseRepositorySimulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The fallbacks together: no network namespace (pip's proxies at a dead port) and a Python
+    whose pip wheel is not where ensurepip keeps it, so `python -m ensurepip` runs first."""
     monkeypatch.setattr(install, "offline_prefix", lambda: ((), install.NO_NETWORK_FALLBACK))
+    monkeypatch.setattr(install, "bundled_pip", lambda python: None)
+    steps: list[list[str]] = []
+    run = install._run
+
+    def recorded(command: list[str], *args: Any, **kwargs: Any) -> None:
+        steps.append(command)
+        run(command, *args, **kwargs)
+
+    monkeypatch.setattr(install, "_run", recorded)
     release = admitted(built.archive, keys, version=built.version, target=built.target.name)
     staged = served_and_staged(sim, release, built.archive, built.target.name, tmp_path / "jobs")
     generation = install_generation(staged, tmp_path / "generations", "g-fallback")
     assert generation.network_isolation == install.NO_NETWORK_FALLBACK
+    assert [step[1:3] for step in steps] == [["-m", "venv"], ["-m", "ensurepip"], ["-m", "pip"]], steps
+    pip = subprocess.run(
+        [str(generation.python), "-I", "-m", "pip", "--version"], capture_output=True, text=True
+    )
+    assert pip.returncode == 0 and str(generation.path) in pip.stdout, (pip.stdout, pip.stderr)
     probe(generation.herdr_mcp, release.manifest.contract, release.manifest.version, timeout=PROBE_TIMEOUT)
 
 

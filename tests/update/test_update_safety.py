@@ -305,36 +305,48 @@ def test_a_runtime_whose_pid_was_never_recorded_is_stopped_by_the_next_update(
         assert not runtime_dir.exists()
 
 
-def test_ensurepip_running_out_of_space_is_disk_full_not_a_bare_exit_status(tmp_path: Path) -> None:
-    """The install's venv steps, as `install.py` runs them, on a 4 MiB tmpfs: ensurepip (about
-    23 MB) hits a real ENOSPC, which the refusal names with the disk."""
+def test_the_pip_steps_running_out_of_space_are_disk_full_not_a_bare_exit_status(tmp_path: Path) -> None:
+    """The install's venv and pip steps, as `install.py` runs them, on a 4 MiB tmpfs: the pip run
+    from Python's own pip wheel (pip alone unpacks to about 15 MB) and, where that wheel is not
+    found, ensurepip (about 23 MB) each hit a real ENOSPC, which the refusal names with the disk."""
     from herdr_mcp.update import install
 
-    with mounted_tmpfs(tmp_path / "disk", 4 * MiB) as disk:
-        venv = disk / "g" / "venv"
-        env = {**os.environ, "HOME": str(tmp_path)}
-        env.pop("PYTHONPATH", None)
-        python = sys._base_executable  # type: ignore[attr-defined]
-        install._run(
-            [python, "-m", "venv", "--without-pip", str(venv)],
-            env,
-            tmp_path,
-            "install_venv_failed",
-            300,
-            writes=disk / "g",
-        )
-        with pytest.raises(LocalStateError) as caught:
+    python = sys._base_executable  # type: ignore[attr-defined]
+    pip_wheel = install.bundled_pip(python)
+    assert pip_wheel is not None
+    top = tmp_path / "bundle"  # a bundle with nothing to install but pip
+    (top / "wheelhouse").mkdir(parents=True)
+    (top / "requirements.txt").write_text("")
+    pinned = install._pin_pip(pip_wheel, tmp_path / "pip.txt")
+    env = {**os.environ, "HOME": str(tmp_path)}
+    env.pop("PYTHONPATH", None)
+
+    def pip_run(venv: Path) -> None:
+        install._pip_install((), venv, {**env, "PYTHONPATH": str(pip_wheel)}, top, extra=pinned)
+
+    def ensurepip(venv: Path) -> None:
+        command = [str(venv / "bin" / "python"), "-m", "ensurepip", "--upgrade", "--default-pip"]
+        install._run(command, env, tmp_path, "install_venv_failed", 300, writes=venv.parent)
+
+    # Each step, and what its refusal names as the step: the end of its command.
+    for run, step in (
+        (pip_run, "wheelhouse --require-hashes -r requirements.txt"),
+        (ensurepip, "-m ensurepip --upgrade --default-pip"),
+    ):
+        with mounted_tmpfs(tmp_path / "disk", 4 * MiB) as disk:
+            venv = disk / "g" / "venv"
             install._run(
-                [str(venv / "bin" / "python"), "-m", "ensurepip", "--upgrade", "--default-pip"],
+                [python, "-m", "venv", "--without-pip", str(venv)],
                 env,
                 tmp_path,
                 "install_venv_failed",
                 300,
                 writes=disk / "g",
             )
-        assert caught.value.code == "disk_full", caught.value
-        message = caught.value.message
-        assert message.startswith(
-            "No space left on device (ENOSPC) while -m ensurepip --upgrade --default-pip"
-        )
-        assert f"(mounted at {disk})" in message and "No space left on device" in message.split("\n", 1)[1]
+            with pytest.raises(LocalStateError) as caught:
+                run(venv)
+            assert caught.value.code == "disk_full", caught.value
+            message = caught.value.message
+            assert message.startswith(f"No space left on device (ENOSPC) while {step} (exit "), message
+            assert f"(mounted at {disk})" in message
+            assert "No space left on device" in message.split("\n", 1)[1], message

@@ -11,8 +11,8 @@ the config dir, a margin kept for the live runtime (`runtime_margin`):
   unpacked copy in the staging job, and the venv estimated as `VENV_PER_BUNDLE_BYTE` times the
   bundle size;
 - after unpacking, before the venv is made (`update/install.py`), from the bundle's own wheels:
-  `VENV_PER_WHEEL_BYTE` times the unpacked size of every wheel in the wheelhouse plus the pip and
-  setuptools wheels `ensurepip` installs.
+  `VENV_PER_WHEEL_BYTE` times the unpacked size of every wheel in the wheelhouse plus the wheels
+  installed with them (pip's; pip's and setuptools' where the install falls back to `ensurepip`).
 
 Either refuses with `disk_space_low`, naming the filesystem (its mount point and the path
 checked), the bytes free and the bytes needed; nothing has been written by then. A step that
@@ -24,7 +24,11 @@ members 17.6 MB, its wheels unpack to 56.3 MB and ensurepip's two to 10.9 MB; th
 them took 106.2 MB (23.1 MB after ensurepip, 83.1 MB more for the wheels: 2.1x and 1.5x their
 unpacked sizes, the difference is the bytecode pip compiles). So 2x unpacked wheels and 7x the
 bundle size for the venv, with the bundle and its unpacked copy on top (peak use 141 MB; the
-estimate before the download is 156 MB, the one after unpacking 134 MB for the venv).
+estimate before the download is 156 MB, the one after unpacking 134 MB for the venv). Again on
+2026-12-07, with pip installed in the same run as the wheels and no setuptools: bundle 17.6 MB,
+tar members 17.9 MB, wheels 57.1 MB unpacked and the pip wheel 7.0 MB; the venv took 99.3 MB
+(5.6x the bundle, 1.55x the unpacked wheels; peak use 135 MB; the estimates 159 MB before the
+download, 128 MB for the venv after unpacking).
 """
 
 from __future__ import annotations
@@ -39,9 +43,9 @@ from pathlib import Path
 from herdr_mcp.layout import AUDIT_KEEP_FILES, AUDIT_MAX_FILE_BYTES, Layout
 from herdr_mcp.update.errors import LocalStateError
 
-#: The venv made from a bundle, per byte of the bundle (measured 6.1, see the module docstring).
+#: The venv made from a bundle, per byte of the bundle (measured 6.1, then 5.6: module docstring).
 VENV_PER_BUNDLE_BYTE = 7
-#: The venv, per byte of unpacked wheel (measured 1.5 for the bundle's, 2.1 for ensurepip's).
+#: The venv, per byte of unpacked wheel (measured 1.55 with pip's, 2026-12-07; see the module docstring).
 VENV_PER_WHEEL_BYTE = 2
 #: Kept free for the live runtime whatever its files are now.
 MIN_RUNTIME_MARGIN = 64 * 1024 * 1024
@@ -90,10 +94,10 @@ def estimate_from_bundle_size(size: int) -> tuple[int, int]:
     return 2 * size, VENV_PER_BUNDLE_BYTE * size
 
 
-def estimate_venv(wheelhouse: Path) -> int:
+def estimate_venv(wheelhouse: Path, besides: Sequence[Path]) -> int:
     """Bytes the venv made from `wheelhouse`'s wheels will take: `VENV_PER_WHEEL_BYTE` times their
-    unpacked sizes and those of the wheels `ensurepip` installs first."""
-    wheels = sorted(wheelhouse.glob("*.whl")) + _ensurepip_wheels()
+    unpacked sizes and those of the wheels `besides` it gets from elsewhere (pip's)."""
+    wheels = sorted(wheelhouse.glob("*.whl")) + list(besides)
     return VENV_PER_WHEEL_BYTE * sum(_unpacked(wheel) for wheel in wheels)
 
 
@@ -146,7 +150,8 @@ def disk_full_error(path: Path, step: str, detail: str = "") -> LocalStateError:
     )
 
 
-def _ensurepip_wheels() -> list[Path]:
+def ensurepip_wheels() -> list[Path]:
+    """The wheels `python -m ensurepip` installs, as this interpreter keeps them next to it."""
     import ensurepip  # the wheels it installs are files next to it (`_bundled`)
 
     return sorted((Path(ensurepip.__file__).parent / "_bundled").glob("*.whl"))

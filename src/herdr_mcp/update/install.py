@@ -14,13 +14,24 @@
    (`bundle_unsafe_member`, `bundle_malformed`);
 3b. the filesystem of `generations_dir` must have room for the venv, estimated from the
    bundle's wheels, plus the live runtime's margin (`update/diskspace.py`: `disk_space_low`);
-4. `python -m venv --without-pip generations_dir/<id>/venv`, then its `python -m ensurepip`
-   (run apart so that its own error, e.g. ENOSPC, is what the failure reports);
-5. `pip install --no-index --find-links wheelhouse --require-hashes -r requirements.txt` with the
-   network disabled: in a network namespace with no interfaces (`unshare --net`, as root or with
-   `--map-root-user`) or, on macOS, `sandbox-exec` denying network. Where neither works, pip still
-   runs with `--no-index` and its proxies pointed at a closed loopback port, so a stray index
-   lookup fails instead of reaching out; `Generation.network_isolation` says which one was used.
+4. `python -m venv --without-pip generations_dir/<id>/venv`;
+5. one pip run, `pip install --no-index --find-links wheelhouse --require-hashes -r
+   requirements.txt`, that installs the bundle and, in the same run, pip itself: the venv's python
+   runs pip from the pip wheel Python ships for ensurepip (`bundled_pip`, found by the target
+   interpreter: `ensurepip.version()` in its `WHEEL_PKG_DIR` or `ensurepip/_bundled`), which is
+   one more requirement pinned to that file's sha256. The generation gets pip (its `release
+   bundle` and `dev sync` run `python -m pip download`), not setuptools, which nothing in it
+   uses (Python 3.12's ensurepip no longer installs it either). When no such wheel is found,
+   `python -m ensurepip --upgrade --default-pip` runs first, as its own step so that its own
+   error (e.g. ENOSPC) is what a failure reports, then pip installs the bundle. Either way the
+   network is disabled: in a network namespace with no interfaces (`unshare --net`, as root or
+   with `--map-root-user`) or, on macOS, `sandbox-exec` denying network. Where neither works, pip
+   still runs with `--no-index` and its proxies pointed at a closed loopback port, so a stray
+   index lookup fails instead of reaching out; `Generation.network_isolation` says which one was
+   used. pip compiles every installed module to bytecode (the generation starts without
+   compiling anything); it skips its check of the environment for conflicting dependencies
+   (`--no-warn-conflicts`: the venv is new and holds only the pinned set its resolver just
+   checked, and that check only ever printed a warning).
 
 `install_unsafe_local_bundle(bundle, generations_dir, generation_id)` is the one way to install a
 bundle no release signed: an `UnsafeLocalBundle`, which the DEV plane builds from a checkout
@@ -58,6 +69,7 @@ from herdr_mcp.update.diskspace import (
     SpaceNeed,
     check_free_space,
     disk_full_error,
+    ensurepip_wheels,
     estimate_venv,
     is_enospc,
     names_enospc,
@@ -187,19 +199,33 @@ def _install(
         # 3. Unpack, 3b. room for the venv.
         top = unpack_bundle(archive, job_dir / f"unpacked-{generation_id}")
         venv = path / "venv"
+        pip_wheel = bundled_pip(python)
+        besides = [pip_wheel] if pip_wheel is not None else ensurepip_wheels()
         check_free_space(
-            [SpaceNeed(venv, estimate_venv(top / WHEELHOUSE_DIR), "the new generation's venv")],
+            [SpaceNeed(venv, estimate_venv(top / WHEELHOUSE_DIR, besides), "the new generation's venv")],
             config_dir if config_dir is not None else generations_dir.parent,
         )
-        # 4, 5. Venv, ensurepip, then pip with no network; every process tagged as the generation's.
+        # 4, 5. Venv, then pip (from Python's own pip wheel, else after ensurepip) with no
+        # network; every process tagged as the generation's.
         prefix, isolation = offline_prefix()
         env = _pip_env(job_dir, offline=bool(prefix))
         env[GENERATION_TAG_ENV] = generation_tag(path)
         make = [*prefix, python, "-m", "venv", "--without-pip", str(venv)]
         _run(make, env, top, "install_venv_failed", VENV_TIMEOUT, writes=path)
-        ensurepip = [*prefix, str(venv / "bin" / "python"), "-m", "ensurepip", "--upgrade", "--default-pip"]
-        _run(ensurepip, env, top, "install_venv_failed", VENV_TIMEOUT, writes=path)
-        _pip_install(prefix, venv, env, top)
+        if pip_wheel is None:
+            ensurepip = [
+                *prefix,
+                str(venv / "bin" / "python"),
+                "-m",
+                "ensurepip",
+                "--upgrade",
+                "--default-pip",
+            ]
+            _run(ensurepip, env, top, "install_venv_failed", VENV_TIMEOUT, writes=path)
+            _pip_install(prefix, venv, env, top)
+        else:
+            extra = _pin_pip(pip_wheel, job_dir / f"pip-{generation_id}.txt")
+            _pip_install(prefix, venv, {**env, "PYTHONPATH": str(pip_wheel)}, top, extra=extra)
     except BaseException:
         shutil.rmtree(path, ignore_errors=True)
         raise
@@ -296,11 +322,55 @@ def _pip_env(home: Path, *, offline: bool) -> dict[str, str]:
     return env
 
 
-def _pip_install(prefix: tuple[str, ...], venv: Path, env: dict[str, str], top: Path) -> None:
+#: Run by the target interpreter: the pip wheel its ensurepip installs, where ensurepip keeps it
+#: (a distribution's `WHEEL_PKG_DIR`, else the stdlib's `ensurepip/_bundled`), or nothing.
+_FIND_BUNDLED_PIP = """
+import ensurepip, os, sysconfig
+name = "pip-%s-py3-none-any.whl" % ensurepip.version()
+bundled = os.path.join(os.path.dirname(ensurepip.__file__), "_bundled")
+for folder in (sysconfig.get_config_var("WHEEL_PKG_DIR"), bundled):
+    if folder and os.path.isfile(os.path.join(folder, name)):
+        print(os.path.abspath(os.path.join(folder, name)))
+        break
+"""
+
+
+def bundled_pip(python: str) -> Path | None:
+    """The pip wheel `python`'s ensurepip would install (module docstring, step 5), or None when
+    `python` has no ensurepip or keeps its wheel elsewhere (the install then runs ensurepip)."""
+    try:
+        found = subprocess.run(
+            [python, "-I", "-c", _FIND_BUNDLED_PIP], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    wheel = Path(found.stdout.strip())
+    return wheel if found.returncode == 0 and wheel.is_absolute() and wheel.is_file() else None
+
+
+def _pin_pip(wheel: Path, requirements: Path) -> tuple[str, ...]:
+    """pip's arguments that add `wheel` to the install, pinned to its version and sha256 in the
+    requirements file `requirements` (written here), as `--require-hashes` wants every one."""
+    version = wheel.name.split("-")[1]
+    try:
+        with wheel.open("rb") as file:
+            digest = hashlib.file_digest(file, "sha256").hexdigest()
+        requirements.write_text(f"pip=={version} --hash=sha256:{digest}\n")
+    except OSError as exc:
+        if is_enospc(exc):
+            raise disk_full_error(requirements.parent, f"writing {requirements.name}") from None
+        raise LocalStateError("install_unwritable", f"cannot pin pip in {requirements}: {exc}") from None
+    return ("--find-links", str(wheel.parent), "-r", str(requirements))
+
+
+def _pip_install(
+    prefix: tuple[str, ...], venv: Path, env: dict[str, str], top: Path, *, extra: tuple[str, ...] = ()
+) -> None:
     command = [
         *prefix,
         str(venv / "bin" / "python"),
         *("-m", "pip", "install", "--disable-pip-version-check", "--no-input", "--progress-bar", "off"),
+        *("--no-warn-conflicts", *extra),
         *("--no-index", "--find-links", WHEELHOUSE_DIR, "--require-hashes", "-r", REQUIREMENTS_FILE),
     ]
     try:
