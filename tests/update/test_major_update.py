@@ -415,7 +415,8 @@ def test_major_apply_migrates_a_copy_activates_v2_and_major_rollback_restores_v1
     # So is `dev rollback` of a DEV plane whose pinned PROD is v1 (its marker from before the
     # migration): the way back is the snapshot, not v1 on the migrated database.
     from herdr_mcp.contract import contract_identity
-    from herdr_mcp.dev.plane import DevPlane, PinnedProd, _write_plane, installed_checksum, marker_path
+    from herdr_mcp.dev.marker import DevPlane, PinnedProd, _write_plane, marker_path
+    from herdr_mcp.dev.plane import installed_checksum
 
     pin = PinnedProd(
         V1, str(ws.v1_herdr_mcp), "1.0.0", contract_identity(), installed_checksum(ws.v1_herdr_mcp)

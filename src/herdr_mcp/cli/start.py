@@ -242,7 +242,8 @@ def _not_built(spec: Generation, checkout: Path | None) -> list[str]:
     """A note when the checkout `start` would build is not what the active generation runs."""
     if checkout is None:
         return []
-    from herdr_mcp.dev.plane import DevPlaneError, source_provenance
+    from herdr_mcp.dev.marker import DevPlaneError
+    from herdr_mcp.dev.plane import source_provenance
 
     provenance = spec.provenance or {}
     try:
@@ -306,7 +307,7 @@ def _active_spec(paths: UpdatePaths) -> Generation:
 def _plane_of(paths: UpdatePaths, spec: Generation) -> str:
     provenance = spec.provenance or {}
     if provenance.get("plane") == "dev":
-        from herdr_mcp.dev.plane import read_plane
+        from herdr_mcp.dev.marker import read_plane
 
         plane = read_plane(paths.config_dir)
         pinned = plane is not None and plane.pinned_prod is not None

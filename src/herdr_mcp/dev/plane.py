@@ -79,32 +79,27 @@ from __future__ import annotations
 import contextlib
 import datetime
 import hashlib
-import json
 import shutil
 import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from herdr_mcp.contract import ContractIdentity
 from herdr_mcp.dev.build_env import build_environment
-from herdr_mcp.errors import RefusedFault
-from herdr_mcp.generations.control import Generation, GenerationError, parse_contract
+from herdr_mcp.dev.marker import DevPlane, DevPlaneError, PinnedProd, _write_plane, marker_path, read_plane
+from herdr_mcp.generations.control import Generation, GenerationError
 from herdr_mcp.generations.fence import check_fence
 from herdr_mcp.generations.gate import ActivationResult
 from herdr_mcp.generations.installed import services_executable
 from herdr_mcp.generations.migrated import check_activation_target
 from herdr_mcp.generations.process import in_runtime_dir, is_managed
 from herdr_mcp.layout import CONFIG_DIR_ENV, Layout, default_config_dir
-from herdr_mcp.records import atomic_write, load_strict, read_capped
 from herdr_mcp.release.build import BuildSystem, build, commit_time
 from herdr_mcp.release.bundle import bundle, load_release_config
 from herdr_mcp.state.store import StateError, schema_of
 from herdr_mcp.update.apply import (
-    DEV_PLANE_MARKER,
     PROBE_TIMEOUT_S,
     host_target,
     start_and_activate,
@@ -115,104 +110,6 @@ from herdr_mcp.update.housekeeping import clean_up, discard
 from herdr_mcp.update.install import UnsafeLocalBundle, install_unsafe_local_bundle
 from herdr_mcp.update.paths import UpdatePaths
 from herdr_mcp.update.probe import ProbeResult, ask_version
-
-SCHEMA_VERSION = 1
-MAX_MARKER_BYTES = 64 * 1024
-
-
-class DevPlaneError(RefusedFault):
-    """The DEV plane refuses what was asked (not on the plane it needs, a pin that does not
-    match, a contract change): a stable `code` and an actionable `message`."""
-
-
-@dataclass(frozen=True)
-class PinnedProd:
-    generation: str
-    executable: str
-    version: str
-    contract: ContractIdentity
-    checksum: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "generation": self.generation,
-            "executable": self.executable,
-            "version": self.version,
-            "contract": self.contract.to_dict(),
-            "checksum": self.checksum,
-        }
-
-
-@dataclass(frozen=True)
-class DevPlane:
-    """The parsed `dev-plane.json`."""
-
-    #: None on a checkout-only workstation (`start_checkout`): no PROD to return to.
-    pinned_prod: PinnedProd | None
-    dev_generation: str | None
-    source: dict[str, Any]
-    synced_at: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "pinned_prod": None if self.pinned_prod is None else self.pinned_prod.to_dict(),
-            "dev_generation": self.dev_generation,
-            "source": self.source,
-            "synced_at": self.synced_at,
-        }
-
-
-def marker_path(config_dir: Path) -> Path:
-    return config_dir / DEV_PLANE_MARKER
-
-
-def read_plane(config_dir: Path) -> DevPlane | None:
-    """The DEV plane marker, or None on PROD; `dev_plane_invalid` when it is not ours."""
-    path = marker_path(config_dir)
-    try:
-        data = read_capped(path, MAX_MARKER_BYTES)
-    except OSError as exc:
-        raise DevPlaneError("dev_plane_invalid", f"cannot open {path}: {exc.strerror}") from None
-    if data is None:
-        return None
-    try:
-        document = load_strict(data) if len(data) <= MAX_MARKER_BYTES else None
-        if not isinstance(document, dict) or document.get("schema_version") != SCHEMA_VERSION:
-            raise ValueError("not a schema 1 object")
-        if set(document) != {"schema_version", "pinned_prod", "dev_generation", "source", "synced_at"}:
-            raise ValueError("unexpected fields")
-        dev = document["dev_generation"]
-        if not (dev is None or isinstance(dev, str)) or not isinstance(document["source"], dict):
-            raise ValueError("dev_generation or source is malformed")
-        if not isinstance(document["synced_at"], str):
-            raise ValueError("synced_at must be a string")
-        pin = document["pinned_prod"]
-        pinned = None if pin is None else _parse_pin(pin)
-        return DevPlane(pinned, dev, document["source"], document["synced_at"])
-    except (ValueError, GenerationError) as exc:
-        raise DevPlaneError(
-            "dev_plane_invalid", f"{path} is not a DEV plane marker herdr-mcp wrote ({exc}); fix or remove it"
-        ) from None
-
-
-def _parse_pin(pin: object) -> PinnedProd:
-    fields = {"generation", "executable", "version", "contract", "checksum"}
-    if not isinstance(pin, dict) or set(pin) != fields:
-        raise ValueError("pinned_prod is malformed")
-    for key in ("generation", "executable", "version", "checksum"):
-        if not isinstance(pin[key], str):
-            raise ValueError(f"pinned_prod.{key} must be a string")
-    contract = parse_contract(pin["contract"], "pinned_prod.contract")
-    return PinnedProd(pin["generation"], pin["executable"], pin["version"], contract, pin["checksum"])
-
-
-def _write_plane(config_dir: Path, plane: DevPlane | None) -> None:
-    path = marker_path(config_dir)
-    if plane is None:
-        path.unlink(missing_ok=True)
-    else:
-        atomic_write(path, json.dumps(plane.to_dict(), indent=2, sort_keys=True).encode() + b"\n")
 
 
 def installed_checksum(executable: Path) -> str:
