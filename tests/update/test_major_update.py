@@ -415,13 +415,13 @@ def test_major_apply_migrates_a_copy_activates_v2_and_major_rollback_restores_v1
     # So is `dev rollback` of a DEV plane whose pinned PROD is v1 (its marker from before the
     # migration): the way back is the snapshot, not v1 on the migrated database.
     from herdr_mcp.contract import contract_identity
-    from herdr_mcp.dev.marker import DevPlane, PinnedProd, _write_plane, marker_path
+    from herdr_mcp.dev.marker import DevPlane, PinnedProd, marker_path, write_plane
     from herdr_mcp.dev.plane import installed_checksum
 
     pin = PinnedProd(
         V1, str(ws.v1_herdr_mcp), "1.0.0", contract_identity(), installed_checksum(ws.v1_herdr_mcp)
     )
-    _write_plane(ws.config, DevPlane(pin, None, {}, "2026-12-01T00:00:00Z"))
+    write_plane(ws.config, DevPlane(pin, None, {}, "2026-12-01T00:00:00Z"))
     dev_back = subprocess.run(
         [str(ws.v1_herdr_mcp), "dev", "--config-dir", str(ws.config), "rollback"],
         capture_output=True,

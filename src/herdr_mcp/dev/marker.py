@@ -15,7 +15,7 @@ from typing import Any
 from herdr_mcp.contract import ContractIdentity
 from herdr_mcp.errors import RefusedFault
 from herdr_mcp.generations.control import GenerationError, parse_contract
-from herdr_mcp.layout import DEV_PLANE_FILE
+from herdr_mcp.layout import Layout
 from herdr_mcp.records import atomic_write, load_strict, read_capped
 
 SCHEMA_VERSION = 1
@@ -66,7 +66,7 @@ class DevPlane:
 
 
 def marker_path(config_dir: Path) -> Path:
-    return config_dir / DEV_PLANE_FILE
+    return Layout(config_dir).dev_plane_file
 
 
 def read_plane(config_dir: Path) -> DevPlane | None:
@@ -109,7 +109,7 @@ def _parse_pin(pin: object) -> PinnedProd:
     return PinnedProd(pin["generation"], pin["executable"], pin["version"], contract, pin["checksum"])
 
 
-def _write_plane(config_dir: Path, plane: DevPlane | None) -> None:
+def write_plane(config_dir: Path, plane: DevPlane | None) -> None:
     path = marker_path(config_dir)
     if plane is None:
         path.unlink(missing_ok=True)

@@ -88,7 +88,7 @@ from pathlib import Path
 from typing import Any
 
 from herdr_mcp.dev.build_env import build_environment
-from herdr_mcp.dev.marker import DevPlane, DevPlaneError, PinnedProd, _write_plane, marker_path, read_plane
+from herdr_mcp.dev.marker import DevPlane, DevPlaneError, PinnedProd, marker_path, read_plane, write_plane
 from herdr_mcp.generations.control import Generation, GenerationError
 from herdr_mcp.generations.fence import check_fence
 from herdr_mcp.generations.gate import ActivationResult
@@ -353,7 +353,7 @@ def _build_and_activate(
         shutil.rmtree(installed.path, ignore_errors=True)
         raise
     plane = DevPlane(pin, generation_id, {**provenance, "wheel_sha256": wheel_sha256}, _now())
-    _write_plane(paths.config_dir, plane)
+    write_plane(paths.config_dir, plane)
     result = start_and_activate(
         paths,
         Generation(
@@ -377,7 +377,7 @@ def _build_and_activate(
         say=say,
     )
     if not result.ok:
-        _write_plane(paths.config_dir, before)
+        write_plane(paths.config_dir, before)
         return result, before if before is not None else plane
     return result, plane
 
@@ -419,7 +419,7 @@ def rollback(
         say(f"returning to the pinned PROD generation {pin.generation} ({pin.version})")
         result = start_and_activate(paths, spec, None, keep=(pin.generation,), say=say)
         if result.ok:
-            _write_plane(paths.config_dir, None)
+            write_plane(paths.config_dir, None)
             for gone in _retire_other_schemas(paths, prod):
                 say(f"removed DEV generation {gone} (another state schema than PROD's {prod})")
         return result, pin
