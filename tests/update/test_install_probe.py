@@ -23,8 +23,10 @@ from typing import Any
 import pytest
 
 from herdr_mcp.contract import ContractIdentity, contract_identity
+from herdr_mcp.release import host_pip
 from herdr_mcp.release.build import BuildEnvironment, BuildSystem, build
 from herdr_mcp.release.bundle import Target, bundle
+from herdr_mcp.release.host_pip import pip_for
 from herdr_mcp.update import install
 from herdr_mcp.update.admission import TrustedRelease
 from herdr_mcp.update.errors import LocalStateError, ReleaseDataError, UpdateUsageError
@@ -98,9 +100,11 @@ def test_a_staged_bundle_installs_offline_and_probes_against_the_target_contract
     assert generation.herdr_mcp == generation.path / "venv" / "bin" / "herdr-mcp"
     if sys.platform == "linux":
         assert generation.network_isolation == "unshare --net"
-    # One pip run installed the bundle and pip itself (its `release bundle` and `dev sync` run
-    # `python -m pip`), from the wheel Python ships for ensurepip; no setuptools.
+    # One pip run, this environment's pip aimed at the venv (release/host_pip.py), installed the
+    # bundle and pip itself (its `release bundle` and `dev sync` run `python -m pip`), from the
+    # wheel Python ships for ensurepip; no setuptools.
     assert install.bundled_pip(sys.executable) is not None
+    assert pip_for(generation.python)[1]
     _has_pip_and_no_setuptools(generation.python)
     target_contract = release.manifest.contract
     result = probe(generation.herdr_mcp, target_contract, release.manifest.version, timeout=PROBE_TIMEOUT)
@@ -154,10 +158,12 @@ def _has_pip_and_no_setuptools(python: Path) -> None:
 def test_without_network_isolation_or_a_bundled_pip_wheel_pip_runs_index_free_behind_a_dead_proxy(
     built: Built, keys: Keys, sim: ReleaseRepositorySimulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The fallbacks together: no network namespace (pip's proxies at a dead port) and a Python
-    whose pip wheel is not where ensurepip keeps it, so `python -m ensurepip` runs first."""
+    """The fallbacks together: no network namespace (pip's proxies at a dead port), no pip in
+    this environment (as in a `uv tool install`) and a Python whose pip wheel is not where
+    ensurepip keeps it, so `python -m ensurepip` runs first and the venv's own pip installs."""
     monkeypatch.setattr(install, "offline_prefix", lambda: ((), install.NO_NETWORK_FALLBACK))
     monkeypatch.setattr(install, "bundled_pip", lambda python: None)
+    monkeypatch.setattr(host_pip, "host_pip", lambda: None)
     steps: list[list[str]] = []
     run = install._run
 
@@ -170,12 +176,46 @@ def test_without_network_isolation_or_a_bundled_pip_wheel_pip_runs_index_free_be
     staged = served_and_staged(sim, release, built.archive, built.target.name, tmp_path / "jobs")
     generation = install_generation(staged, tmp_path / "generations", "g-fallback")
     assert generation.network_isolation == install.NO_NETWORK_FALLBACK
-    assert [step[1:3] for step in steps] == [["-m", "venv"], ["-m", "ensurepip"], ["-m", "pip"]], steps
+    assert [step[:3] for step in steps] == [
+        [sys.executable, "-m", "venv"],
+        [str(generation.python), "-m", "ensurepip"],
+        [str(generation.python), "-m", "pip"],
+    ], steps
     pip = subprocess.run(
         [str(generation.python), "-I", "-m", "pip", "--version"], capture_output=True, text=True
     )
     assert pip.returncode == 0 and str(generation.path) in pip.stdout, (pip.stdout, pip.stderr)
     probe(generation.herdr_mcp, release.manifest.contract, release.manifest.version, timeout=PROBE_TIMEOUT)
+
+
+@pytest.mark.parametrize("runner", ["this environment's pip", "pip from the wheel on PYTHONPATH"])
+def test_each_pip_runner_gives_a_venv_without_pip_its_pinned_pip(
+    runner: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Step 5's two runners with a wheel to install (install.py): this environment's pip with
+    `--python` (release/host_pip.py) and, where there is none, the venv's python running pip from
+    Python's own pip wheel. A bundle of nothing but pip, so each is seconds."""
+    if runner != "this environment's pip":
+        monkeypatch.setattr(host_pip, "host_pip", lambda: None)
+    python = sys._base_executable  # type: ignore[attr-defined]
+    pip_wheel = install.bundled_pip(python)
+    assert pip_wheel is not None
+    top = tmp_path / "bundle"
+    (top / "wheelhouse").mkdir(parents=True)
+    (top / "requirements.txt").write_text("")
+    venv = tmp_path / "g" / "venv"
+    subprocess.run([python, "-m", "venv", "--without-pip", str(venv)], check=True)
+    pip, from_host = pip_for(venv / "bin" / "python")
+    assert from_host == (runner == "this environment's pip")
+    env = install._pip_env(tmp_path, offline=False)
+    runs = env if from_host else {**env, "PYTHONPATH": str(pip_wheel)}
+    install._pip_install((), pip, runs, venv, top, extra=install._pin_pip(pip_wheel, tmp_path / "pip.txt"))
+    _has_pip_and_no_setuptools(venv / "bin" / "python")
+    version = pip_wheel.name.split("-")[1]
+    shown = subprocess.run(
+        [str(venv / "bin" / "python"), "-I", "-m", "pip", "--version"], capture_output=True, text=True
+    )
+    assert shown.stdout.startswith(f"pip {version} "), shown.stdout
 
 
 def test_the_offline_prefix_cannot_reach_the_network() -> None:

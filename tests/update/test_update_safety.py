@@ -38,6 +38,7 @@ from herdr_mcp.release.attestation import (
     load_identity_policy,
     verify_artifact_signature,
 )
+from herdr_mcp.release.host_pip import pip_for
 from herdr_mcp.release.manifest import MANIFEST_FILENAME, ManifestError, RuntimeManifest
 from herdr_mcp.release.minisign import MAX_SIGNATURE_FILE_BYTES, SignatureError, keygen, verify
 from herdr_mcp.release.verification import PROVENANCE_BUNDLE_NAME, SIGNATURE_NAME, SIGSTORE_BUNDLE_NAME
@@ -307,8 +308,9 @@ def test_a_runtime_whose_pid_was_never_recorded_is_stopped_by_the_next_update(
 
 def test_the_pip_steps_running_out_of_space_are_disk_full_not_a_bare_exit_status(tmp_path: Path) -> None:
     """The install's venv and pip steps, as `install.py` runs them, on a 4 MiB tmpfs: the pip run
-    from Python's own pip wheel (pip alone unpacks to about 15 MB) and, where that wheel is not
-    found, ensurepip (about 23 MB) each hit a real ENOSPC, which the refusal names with the disk."""
+    installing pip from Python's own pip wheel (pip alone unpacks to about 15 MB), by this
+    environment's pip and by pip from that wheel, and, where that wheel is not found, ensurepip
+    (about 23 MB) each hit a real ENOSPC, which the refusal names with the disk."""
     from herdr_mcp.update import install
 
     python = sys._base_executable  # type: ignore[attr-defined]
@@ -322,7 +324,14 @@ def test_the_pip_steps_running_out_of_space_are_disk_full_not_a_bare_exit_status
     env.pop("PYTHONPATH", None)
 
     def pip_run(venv: Path) -> None:
-        install._pip_install((), venv, {**env, "PYTHONPATH": str(pip_wheel)}, top, extra=pinned)
+        python = venv / "bin" / "python"
+        runs = {**env, "PYTHONPATH": str(pip_wheel)}
+        install._pip_install((), (str(python), "-m", "pip"), runs, venv, top, extra=pinned)
+
+    def host_pip_run(venv: Path) -> None:
+        pip, from_host = pip_for(venv / "bin" / "python")
+        assert from_host, "this environment's pip is the one installs use here"
+        install._pip_install((), pip, env, venv, top, extra=pinned)
 
     def ensurepip(venv: Path) -> None:
         command = [str(venv / "bin" / "python"), "-m", "ensurepip", "--upgrade", "--default-pip"]
@@ -330,6 +339,7 @@ def test_the_pip_steps_running_out_of_space_are_disk_full_not_a_bare_exit_status
 
     # Each step, and what its refusal names as the step: the end of its command.
     for run, step in (
+        (host_pip_run, "wheelhouse --require-hashes -r requirements.txt"),
         (pip_run, "wheelhouse --require-hashes -r requirements.txt"),
         (ensurepip, "-m ensurepip --upgrade --default-pip"),
     ):

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from herdr_mcp.errors import LocalFault
+from herdr_mcp.release.host_pip import pip_environment, pip_for
 
 #: Called with one line of progress (the CLI prints it on stderr).
 Progress = Callable[[str], None]
@@ -125,8 +126,11 @@ class BuildEnvironment:
         Raises `BuildError("build_environment_failed")` naming pip's complaint.
         """
         _say(progress, f"creating the build environment ({', '.join(requires)})")
+        # This environment's pip fills the venv when it can (release/host_pip.py); else the venv
+        # gets its own pip from ensurepip first.
+        pip, from_host = pip_for(path / "bin" / "python")
         _run(
-            [sys.executable, "-m", "venv", str(path)],
+            [sys.executable, "-m", "venv", *(("--without-pip",) if from_host else ()), str(path)],
             code="build_environment_failed",
             what="python -m venv",
             timeout=_PIP_TIMEOUT_SECONDS,
@@ -134,34 +138,39 @@ class BuildEnvironment:
         environment = cls(path, requires)
         _run(
             [
-                str(environment.python),
-                *("-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-input"),
+                *pip,
+                *("install", "--quiet", "--disable-pip-version-check", "--no-input"),
                 "--only-binary=:all:",
                 *(() if report is None else ("--report", str(report))),
                 *requires,
             ],
             code="build_environment_failed",
             what="pip install of the build requirements",
+            env=pip_environment(),
             timeout=_PIP_TIMEOUT_SECONDS,
         )
         return environment
 
     def resolve(self, report: Path) -> None:
-        """Have this venv's pip resolve `requires` as it would for a new venv (what is installed
-        here is ignored) and write its JSON installation report to `report`, installing nothing.
+        """Have pip resolve `requires` for this venv's interpreter as it would for a new venv (what
+        is installed here is ignored) and write its JSON installation report to `report`,
+        installing nothing. The pip is this environment's where it has one (release/host_pip.py),
+        else the venv's own.
 
         Raises `BuildError("build_environment_failed")` naming pip's complaint.
         """
+        pip, _ = pip_for(self.python)
         _run(
             [
-                str(self.python),
-                *("-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet"),
+                *pip,
+                *("install", "--dry-run", "--ignore-installed", "--quiet"),
                 *("--disable-pip-version-check", "--no-input", "--only-binary=:all:"),
                 *("--report", str(report)),
                 *self.requires,
             ],
             code="build_environment_failed",
             what="pip resolving the build requirements",
+            env=pip_environment(),
             timeout=_PIP_TIMEOUT_SECONDS,
         )
 

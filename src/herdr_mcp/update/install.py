@@ -16,14 +16,17 @@
    bundle's wheels, plus the live runtime's margin (`update/diskspace.py`: `disk_space_low`);
 4. `python -m venv --without-pip generations_dir/<id>/venv`;
 5. one pip run, `pip install --no-index --find-links wheelhouse --require-hashes -r
-   requirements.txt`, that installs the bundle and, in the same run, pip itself: the venv's python
-   runs pip from the pip wheel Python ships for ensurepip (`bundled_pip`, found by the target
-   interpreter: `ensurepip.version()` in its `WHEEL_PKG_DIR` or `ensurepip/_bundled`), which is
-   one more requirement pinned to that file's sha256. The generation gets pip (its `release
-   bundle` and `dev sync` run `python -m pip download`), not setuptools, which nothing in it
-   uses (Python 3.12's ensurepip no longer installs it either). When no such wheel is found,
-   `python -m ensurepip --upgrade --default-pip` runs first, as its own step so that its own
-   error (e.g. ENOSPC) is what a failure reports, then pip installs the bundle. Either way the
+   requirements.txt`, that installs the bundle and, in the same run, pip itself: the pip wheel
+   Python ships for ensurepip (`bundled_pip`, found by the target interpreter:
+   `ensurepip.version()` in its `WHEEL_PKG_DIR` or `ensurepip/_bundled`), one more requirement
+   pinned to that file's sha256. The generation gets pip (its `release bundle` and `dev sync` run
+   `python -m pip download`), not setuptools, which nothing in it uses (Python 3.12's ensurepip
+   no longer installs it either). The pip that runs is this environment's own, aimed at the new
+   venv with `--python` (`release/host_pip.py`: half the time of the alternatives, measured
+   there); where this environment has none (a `uv tool install`), the venv's python runs pip from
+   that wheel (on PYTHONPATH). When no such wheel is found, `python -m ensurepip --upgrade
+   --default-pip` runs first, as its own step so that its own error (e.g. ENOSPC) is what a
+   failure reports, then pip installs the bundle. Either way the
    network is disabled: in a network namespace with no interfaces (`unshare --net`, as root or
    with `--map-root-user`) or, on macOS, `sandbox-exec` denying network. Where neither works, pip
    still runs with `--no-index` and its proxies pointed at a closed loopback port, so a stray
@@ -65,6 +68,7 @@ from pathlib import Path, PurePosixPath
 from herdr_mcp.generations.process import generation_tag
 from herdr_mcp.layout import GENERATION_TAG_ENV
 from herdr_mcp.release.bundle import BUNDLE_SUFFIX, REQUIREMENTS_FILE, WHEELHOUSE_DIR
+from herdr_mcp.release.host_pip import pip_environment, pip_for
 from herdr_mcp.update.diskspace import (
     SpaceNeed,
     check_free_space,
@@ -212,6 +216,7 @@ def _install(
         env[GENERATION_TAG_ENV] = generation_tag(path)
         make = [*prefix, python, "-m", "venv", "--without-pip", str(venv)]
         _run(make, env, top, "install_venv_failed", VENV_TIMEOUT, writes=path)
+        pip, from_host = pip_for(venv / "bin" / "python")
         if pip_wheel is None:
             ensurepip = [
                 *prefix,
@@ -222,10 +227,11 @@ def _install(
                 "--default-pip",
             ]
             _run(ensurepip, env, top, "install_venv_failed", VENV_TIMEOUT, writes=path)
-            _pip_install(prefix, venv, env, top)
+            _pip_install(prefix, pip, env, venv, top)
         else:
             extra = _pin_pip(pip_wheel, job_dir / f"pip-{generation_id}.txt")
-            _pip_install(prefix, venv, {**env, "PYTHONPATH": str(pip_wheel)}, top, extra=extra)
+            runs = env if from_host else {**env, "PYTHONPATH": str(pip_wheel)}
+            _pip_install(prefix, pip, runs, venv, top, extra=extra)
     except BaseException:
         shutil.rmtree(path, ignore_errors=True)
         raise
@@ -312,7 +318,7 @@ def offline_prefix() -> tuple[tuple[str, ...], str]:
 
 def _pip_env(home: Path, *, offline: bool) -> dict[str, str]:
     """No pip configuration from the user, so only the bundle can supply wheels."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PIP_")}
+    env = {key: value for key, value in pip_environment().items() if not key.startswith("PIP_")}
     env.update(PIP_CONFIG_FILE=os.devnull, PIP_NO_CACHE_DIR="1", PIP_NO_INPUT="1", HOME=str(home))
     if not offline:
         for key in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
@@ -364,12 +370,20 @@ def _pin_pip(wheel: Path, requirements: Path) -> tuple[str, ...]:
 
 
 def _pip_install(
-    prefix: tuple[str, ...], venv: Path, env: dict[str, str], top: Path, *, extra: tuple[str, ...] = ()
+    prefix: tuple[str, ...],
+    pip: tuple[str, ...],
+    env: dict[str, str],
+    venv: Path,
+    top: Path,
+    *,
+    extra: tuple[str, ...] = (),
 ) -> None:
+    """Run `pip` (`host_pip.pip_for`'s command for the venv) to install the bundle unpacked at
+    `top` into `venv` (module docstring, step 5)."""
     command = [
         *prefix,
-        str(venv / "bin" / "python"),
-        *("-m", "pip", "install", "--disable-pip-version-check", "--no-input", "--progress-bar", "off"),
+        *pip,
+        *("install", "--disable-pip-version-check", "--no-input", "--progress-bar", "off"),
         *("--no-warn-conflicts", *extra),
         *("--no-index", "--find-links", WHEELHOUSE_DIR, "--require-hashes", "-r", REQUIREMENTS_FILE),
     ]
