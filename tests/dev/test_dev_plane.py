@@ -5,7 +5,9 @@ PROD is release 1.0.0 installed from its bundle; the DEV checkout is a snapshot 
 the DEV generation through the gate (a real MCP call through the link reaches it); `update` and
 `update auto` refuse or skip on DEV; a second sync keeps the pin; `dev rollback` refuses a
 pinned generation whose installed files changed and otherwise re-activates PROD (restarting its
-runtime, which was stopped) without building anything.
+runtime, which was stopped) without building anything. The first sync and the rollback run with
+a recording proxy (tests/support/logging_proxy.py) in every proxy variable: nothing for this
+machine and no bearer goes through it (the other local clients: tests/update/test_no_proxy.py).
 
 The state schema (docs/updater.md, "The DEV plane and the state schema"): a second checkout adds
 migration N+1 the way the code registers one (a numbered module under `state/migrations/`,
@@ -52,6 +54,7 @@ from herdr_mcp.update.apply import DEV_PLANE_MARKER, start_and_activate
 from herdr_mcp.update.install import UnsafeLocalBundle, install_unsafe_local_bundle
 from herdr_mcp.update.paths import UpdatePaths
 from tests.support.link_harness import Link, running_link
+from tests.support.logging_proxy import LoggingProxy, proxy_env
 from tests.support.release_builder import (
     ROOT,
     BuiltRelease,
@@ -84,7 +87,8 @@ class Workstation:
     def store(self) -> GenerationStore:
         return self.paths.generations
 
-    def dev(self, *args: str) -> subprocess.CompletedProcess[str]:
+    def dev(self, *args: str, proxy: LoggingProxy | None = None) -> subprocess.CompletedProcess[str]:
+        """`herdr-mcp dev ARGS`; with `proxy`, every proxy variable names that recording proxy."""
         command = [
             sys.executable,
             "-m",
@@ -95,6 +99,8 @@ class Workstation:
             *args,
         ]
         env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+        if proxy is not None:
+            env |= proxy_env(proxy.url)
         return subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
 
     def active_version(self) -> str:
@@ -167,7 +173,13 @@ def test_dev_sync_pins_prod_and_dev_rollback_returns_to_it_without_building(work
     head = subprocess.run(
         ["git", "rev-parse", "HEAD"], cwd=ws.checkout, capture_output=True, text=True
     ).stdout
-    first_sync = ws.dev("--json", "sync", "--source", str(ws.checkout))
+    # The first sync (build, install, probe, start, activate through the gate) and the rollback
+    # run with a recording proxy in every proxy variable, as behind a corporate proxy: the build
+    # fetches its build requirements from PyPI through it, as a user's would; nothing for this
+    # machine and no bearer goes that way.
+    with LoggingProxy("forward") as proxy:
+        first_sync = ws.dev("--json", "sync", "--source", str(ws.checkout), proxy=proxy)
+    assert [seen for seen in proxy.requests() if seen.to_this_machine or seen.header("authorization")] == []
     synced = _json(first_sync)
     assert synced["outcome"] == "activated"
     kept_env = ws.paths.config_dir / "dev-build"
@@ -221,7 +233,9 @@ def test_dev_sync_pins_prod_and_dev_rollback_returns_to_it_without_building(work
     stop_runtime(prod_dir)
     assert runtime_pid(prod_dir) is None
     before = sorted(path.name for path in ws.paths.runtimes.iterdir())
-    rolled = _json(ws.dev("--json", "rollback"))
+    with LoggingProxy("forward") as proxy:
+        rolled = _json(ws.dev("--json", "rollback", proxy=proxy))
+    assert proxy.requests() == []
     assert (rolled["outcome"], rolled["active"]) == ("activated", PROD_ID)
     assert runtime_pid(prod_dir) is not None
     assert ws.active_version() == "1.0.0"

@@ -6,31 +6,25 @@ and ALL_PROXY (and their lower-case forms). Clients to this machine's runtimes a
 forwards, fails or is not there. The updater's transport goes through it to a host that is not
 loopback (what a user behind a corporate proxy needs; here a name that only the proxy can reach,
 tunnelled to the release repository simulator) and straight to loopback hosts. The activation
-gate, the link and `generation activate` are covered in test_generation_gate.py and test_link.py.
+gate, the link and `generation activate` are covered in test_generation_gate.py and test_link.py;
+`dev sync` and `dev rollback` in tests/dev/test_dev_plane.py (run with this proxy in every
+proxy variable).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx2
 import pytest
 
 from herdr_mcp.local_http import local_async_client, local_client
-from herdr_mcp.release.minisign import keygen
 from herdr_mcp.update.discovery import DiscoveryConfig, NoCandidate, discover
 from herdr_mcp.update.errors import UpdateTransportError
-from herdr_mcp.update.paths import UpdatePaths
 from tests.support.logging_proxy import LoggingProxy, closed_port_url, proxy_env
-from tests.support.release_builder import ROOT, ReleaseFactory, install_active, snapshot_tree, stop_all
 from tests.support.repository_sim import Behavior, ReleaseRepositorySimulator
-from tests.support.runtime_harness import GIT_ENV, RunningRuntime, make_repo, mcp_client, running_runtime
+from tests.support.runtime_harness import RunningRuntime, make_repo, mcp_client, running_runtime
 from tests.support.sim_helpers import short_tmp_dir
 
 REPOSITORY = "herdr-mcp/herdr-mcp"
@@ -148,52 +142,3 @@ def test_the_harness_mcp_client_sends_the_bearer_to_no_proxy(
 
     asyncio.run(call())
     assert proxy.requests() == []
-
-
-@pytest.mark.timeout(900)
-def test_dev_sync_and_rollback_send_nothing_through_a_proxy(tmp_path: Path) -> None:
-    """`herdr-mcp dev sync` (build, install, probe, start, activate through the gate) and
-    `dev rollback` with a recording proxy in every proxy variable: both activate, the proxy sees
-    nothing for this machine. PROD is release 1.0.0 of this tree; DEV is a snapshot of it (0.1.0)."""
-    from herdr_mcp.sim import SimConfig, SimulatorThread
-
-    keygen(tmp_path / "release.pub", tmp_path / "release.key")
-    prod = ReleaseFactory(tmp_path / "prod", tmp_path / "release.key").release("1.0.0", epoch=5)
-    paths = UpdatePaths(tmp_path / "config")
-    paths.config_dir.mkdir(mode=0o700)
-    checkout = tmp_path / "checkout"
-    snapshot_tree(ROOT, checkout)
-    git_env = {**os.environ, **GIT_ENV}
-    for step in (
-        ["init", "--quiet", "--initial-branch=main"],
-        ["add", "-A"],
-        ["commit", "--quiet", "-m", "DEV"],
-    ):
-        subprocess.run(["git", *step], cwd=checkout, check=True, env=git_env, capture_output=True)
-    repo = make_repo(tmp_path / "repo", {"README.md": b"# demo\n"})
-    with short_tmp_dir() as short, SimulatorThread(SimConfig.for_roots([repo]), short / "herdr.sock"):
-        try:
-            serve_args = ["--no-sim", "--herdr-socket", str(short / "herdr.sock")]
-            install_active(paths, prod, "r1.0.0-prod", serve_args, tmp_path / "bootstrap-job")
-            with LoggingProxy("forward") as proxy:
-                env = {**os.environ, **proxy_env(proxy.url)}
-                dev = [
-                    sys.executable,
-                    "-m",
-                    "herdr_mcp",
-                    "dev",
-                    "--config-dir",
-                    str(paths.config_dir),
-                    "--json",
-                ]
-                for step in (["sync", "--source", str(checkout)], ["rollback"]):
-                    done = subprocess.run([*dev, *step], capture_output=True, text=True, timeout=600, env=env)
-                    assert done.returncode == 0, (step, done.stdout, done.stderr)
-                    assert json.loads(done.stdout)["outcome"] == "activated", done.stdout
-                assert paths.generations.read_status().active == "r1.0.0-prod"
-                # The build fetches its build requirements from PyPI, through the proxy as a
-                # user's would; nothing for this machine and no bearer goes that way.
-                seen = proxy.requests()
-                assert [item for item in seen if item.to_this_machine or item.header("authorization")] == []
-        finally:
-            stop_all(paths)
