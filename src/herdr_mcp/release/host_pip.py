@@ -6,17 +6,20 @@ venv's interpreter itself (pip's own `--python` option, pip 22.3 and later: pip 
 that interpreter and installs into its environment, importing nothing of this one but pip).
 
 Why not the pip of the new venv: it has none until something installs one, and both ways of
-giving it one cost about as much as the install itself. Measured on 2026-12-07 on the 2-core
-development machine, the 52-wheel bundle of this tree installed offline into a fresh venv:
+giving it one cost more. Measured on 2026-12-07 on the 2-core development machine, the 52-wheel
+bundle of this tree and pip itself installed offline into a fresh venv, the two ways alternating
+(`RUSAGE_CHILDREN`; the machine's speed drifted by up to 2x over the evening, so only pairs
+compare):
 
-- pip run from the wheel Python ships for ensurepip (on PYTHONPATH, as `install.py` did): 19.3 s.
-  Imported from a zip, pip has no bytecode, so each run compiles pip's own modules (839
-  `compile` calls, 2.9 s under cProfile), and that pip (23.2.1, Python 3.11's) spends 2.5 s more
-  scanning installed distributions while it resolves;
-- `python -m venv` with pip (ensurepip installing pip and setuptools, compiling both): 7-9 s
-  before anything of ours is installed;
-- this environment's pip (26.3, compiled when it was installed) with `--python`: 10.4 s, of which
-  about 7 s is compiling the installed modules to bytecode, which every way does.
+- pip run from the wheel Python ships for ensurepip (on PYTHONPATH, as `install.py` did): 25.8,
+  27.3, 27.8, 28.1 s of CPU; this environment's pip (26.3) with `--python`: 21.0, 21.1, 22.8,
+  23.4 s. Without compiling the installed modules (`--no-compile`, two rounds): 11.3 and 14.3 s
+  against 4.2 and 7.6 s. Imported from a zip, pip has no bytecode, so each run compiled pip's
+  own modules (839 `compile` calls, 2.9 s under cProfile), and that pip (23.2.1, Python 3.11's)
+  spent 2.5 s more scanning installed distributions while it resolved. What is left is mostly
+  compiling the installed modules to bytecode, which every way does;
+- `python -m venv` with pip (ensurepip installing pip and setuptools, compiling both) took 7-9 s
+  before anything of ours was installed, against 0.1 s for `--without-pip`.
 
 `host_pip()` is None where this environment has no pip of its own (a `uv tool install` has none)
 or one older than 22.3; the callers then fall back to a pip inside the new venv, as before.

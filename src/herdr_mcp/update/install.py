@@ -22,9 +22,9 @@
    pinned to that file's sha256. The generation gets pip (its `release bundle` and `dev sync` run
    `python -m pip download`), not setuptools, which nothing in it uses (Python 3.12's ensurepip
    no longer installs it either). The pip that runs is this environment's own, aimed at the new
-   venv with `--python` (`release/host_pip.py`: half the time of the alternatives, measured
-   there); where this environment has none (a `uv tool install`), the venv's python runs pip from
-   that wheel (on PYTHONPATH). When no such wheel is found, `python -m ensurepip --upgrade
+   venv with `--python` (`release/host_pip.py`, where the time it saves is measured); where this
+   environment has none (a `uv tool install`), the venv's python runs pip from that wheel (on
+   PYTHONPATH). When no such wheel is found, `python -m ensurepip --upgrade
    --default-pip` runs first, as its own step so that its own error (e.g. ENOSPC) is what a
    failure reports, then pip installs the bundle. Either way the
    network is disabled: in a network namespace with no interfaces (`unshare --net`, as root or
