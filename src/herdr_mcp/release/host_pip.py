@@ -32,7 +32,6 @@ import importlib.util
 import os
 import sys
 import sysconfig
-from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 
@@ -65,11 +64,10 @@ def host_pip() -> tuple[str, ...] | None:
     return (sys.executable, "-m", "pip")
 
 
-def pip_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """`base` (default: this process's environment) without PYTHONPATH, so that `python -m pip`
-    finds the pip `host_pip` found, and a venv's interpreter imports nothing from elsewhere."""
-    source = os.environ if base is None else base
-    return {key: value for key, value in source.items() if key != "PYTHONPATH"}
+def pip_environment() -> dict[str, str]:
+    """This process's environment without PYTHONPATH, so that `python -m pip` finds the pip
+    `host_pip` found, and a venv's interpreter imports nothing from elsewhere."""
+    return {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
 
 
 def pip_for(python: Path | str) -> tuple[tuple[str, ...], bool]:
