@@ -383,6 +383,7 @@ def test_major_apply_migrates_a_copy_activates_v2_and_major_rollback_restores_v1
         lambda: _answer(ws.run("major-status"))["status"] == "activated",
         "the worker to finish the job on its own",
         timeout=900,
+        every=1.0,  # each poll starts v1's herdr-mcp: not back to back beside the worker
     )
     logs = sorted((ws.config / "update" / "major").glob("worker-*.log"))
     outs = sorted((ws.config / "update" / "major").glob("worker-*.out"))
