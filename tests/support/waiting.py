@@ -64,9 +64,11 @@ async def wait_until_async(condition: Callable[[], T | None], what: str, timeout
 async def poll_until(probe: Callable[[], Awaitable[T | None]], what: str, timeout: float = DEADLINE_S) -> T:
     """Await `probe()` (a call to the system under test, say) until it gives a truthy value;
     return that value; fail after `timeout`."""
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline = started + timeout
     while not (value := await probe()):
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if now > deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        await asyncio.sleep(POLL_S)
+        await asyncio.sleep(pause(now - started))
     return value
