@@ -11,7 +11,8 @@ wait is late by at most 5 % of it (and 100 ms). A condition is often not free: a
 runtime, a SQLite read, a process started (`every`: the least time between two polls, for a
 condition that starts a process). The suite runs on 2 busy cores: until 2026-12-08 every wait
 polled every 10 ms however long it lasted, and test_major_update's wait for the major-apply
-worker started v1's herdr-mcp back to back beside the install it waited for.
+worker started v1's herdr-mcp back to back beside the install it waited for. Measured in clean
+clones on one machine, two runs each: pytest 874-876 s before, 795 s after.
 """
 
 from __future__ import annotations
