@@ -36,40 +36,43 @@ def pause(waited_s: float, every: float = 0.0) -> float:
     return max(every, min(MAX_POLL_S, max(POLL_S, waited_s / 20)))
 
 
+class _Wait:
+    """One wait's clock: `next_pause()` is the sleep before the next poll, or fails naming
+    `what` once `timeout` has passed."""
+
+    def __init__(self, what: str, timeout: float, every: float = 0.0) -> None:
+        self.what, self.timeout, self.every = what, timeout, every
+        self.started = time.monotonic()
+
+    def next_pause(self) -> float:
+        waited = time.monotonic() - self.started
+        if waited > self.timeout:
+            raise AssertionError(f"timed out after {self.timeout:g} s waiting for {self.what}")
+        return pause(waited, self.every)
+
+
 def wait_until(
     condition: Callable[[], T | None], what: str, timeout: float = DEADLINE_S, *, every: float = 0.0
 ) -> T:
     """Poll `condition` until it returns a truthy value and return that value; fail after `timeout`."""
-    started = time.monotonic()
-    deadline = started + timeout
+    wait = _Wait(what, timeout, every)
     while not (value := condition()):
-        now = time.monotonic()
-        if now > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(pause(now - started, every))
+        time.sleep(wait.next_pause())
     return value
 
 
 async def wait_until_async(condition: Callable[[], T | None], what: str, timeout: float = DEADLINE_S) -> T:
     """`wait_until` inside an event loop: the loop keeps running between polls."""
-    started = time.monotonic()
-    deadline = started + timeout
+    wait = _Wait(what, timeout)
     while not (value := condition()):
-        now = time.monotonic()
-        if now > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        await asyncio.sleep(pause(now - started))
+        await asyncio.sleep(wait.next_pause())
     return value
 
 
 async def poll_until(probe: Callable[[], Awaitable[T | None]], what: str, timeout: float = DEADLINE_S) -> T:
     """Await `probe()` (a call to the system under test, say) until it gives a truthy value;
     return that value; fail after `timeout`."""
-    started = time.monotonic()
-    deadline = started + timeout
+    wait = _Wait(what, timeout)
     while not (value := await probe()):
-        now = time.monotonic()
-        if now > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        await asyncio.sleep(pause(now - started))
+        await asyncio.sleep(wait.next_pause())
     return value
