@@ -212,7 +212,7 @@ class Running:
         while not condition():
             assert self.process.poll() is None, f"exited before {what}: {''.join(self.stderr)}"
             assert time.monotonic() < deadline, f"{what} did not happen"
-            time.sleep(0.001)  # a 1 ms poll (not waiting.py's 10 ms): the signal lands near the phase
+            time.sleep(0.001)  # a 1 ms poll (waiting.py's start at 10 ms): the signal lands near the phase
 
     def stop(self, signum: int, *, again_after_s: float | None = None) -> int:
         """Send `signum` (and again after `again_after_s`); the exit status, within STOP_LIMIT_S."""
